@@ -1,0 +1,39 @@
+"""Dtype names as task files spell them, without importing torch.
+
+Task files use lower-case torch names (``float16``, ``bfloat16``, ``int32``).
+Proto files of incubator suites also declare formats torch cannot hold on the
+CPU (``hifloat8``, ``int4``); they are known names so a proto declaring them
+parses, but a *case* asking for one fails when its inputs are generated.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
+FLOAT8_DTYPES = ("float8_e4m3fn", "float8_e5m2")
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
+OTHER_DTYPES = ("bool",)
+DECLARED_ONLY_DTYPES = ("hifloat8", "hifloat32", "int4")
+
+KNOWN_DTYPES = frozenset(FLOAT_DTYPES + FLOAT8_DTYPES + INT_DTYPES + OTHER_DTYPES + DECLARED_ONLY_DTYPES)
+
+_ALIASES = {
+    "fp16": "float16", "half": "float16",
+    "bf16": "bfloat16",
+    "fp32": "float32", "float": "float32",
+    "fp64": "float64", "double": "float64",
+}
+
+
+def canonical_dtype(name: str) -> Optional[str]:
+    """The canonical lower-case name for ``name`` (``torch.`` prefix and case ignored), or None."""
+    key = name.strip().lower()
+    if key.startswith("torch."):
+        key = key[len("torch."):]
+    key = _ALIASES.get(key, key)
+    return key if key in KNOWN_DTYPES else None
+
+
+def is_float_name(name: str) -> bool:
+    return name in FLOAT_DTYPES or name in FLOAT8_DTYPES

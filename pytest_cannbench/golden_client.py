@@ -1,0 +1,127 @@
+"""Judge side of the golden worker: start it lazily, send requests, enforce time, survive its death."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from . import wire
+
+
+class GoldenWorkerFailure(RuntimeError):
+    """The worker timed out or died; ``kind`` is ``timeout``, ``oom`` or ``crashed``."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def default_memory_bytes(processes: int) -> int:
+    """80% of physical memory shared by the run's pytest processes: one golden cannot starve the others."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+    return int(total * 0.8 / max(1, processes))
+
+
+@dataclass
+class GoldenWorker:
+    """One long-lived worker per pytest process, restarted after a timeout or a crash."""
+
+    log_path: Path
+    memory_bytes: int = 0
+    proc: Optional[subprocess.Popen] = None
+    starts: int = 0
+
+    def _start(self) -> subprocess.Popen:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        cmd = [sys.executable, "-m", "pytest_cannbench.golden_worker", "--memory-bytes", str(self.memory_bytes)]
+        env = dict(os.environ)
+        package_root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
+        try:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                         start_new_session=True, env=env)
+        finally:
+            log.close()
+        self.starts += 1
+        return self.proc
+
+    def request(self, message: dict, timeout: float) -> dict:
+        proc = self.proc if self.proc and self.proc.poll() is None else self._start()
+        try:
+            wire.send(proc.stdin, message)
+        except (BrokenPipeError, OSError):
+            raise self._died(proc) from None
+        fd = proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise GoldenWorkerFailure("timeout", f"golden did not finish within {timeout:g} s "
+                                                     "(--cann-golden-timeout); its worker was killed")
+            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
+            if ready:
+                break
+        try:
+            return wire.receive(fd)
+        except wire.PeerClosed:
+            raise self._died(proc) from None
+
+    def _died(self, proc: subprocess.Popen) -> GoldenWorkerFailure:
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            code = proc.returncode
+        self.proc = None
+        tail = self.log_tail()
+        if code is not None and code < 0 and -code == signal.SIGKILL:
+            return GoldenWorkerFailure("oom", f"golden worker was killed by SIGKILL (likely out of memory); "
+                                              f"log {self.log_path}{tail}")
+        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        return GoldenWorkerFailure("crashed", f"golden worker died ({how}); log {self.log_path}{tail}")
+
+    def log_tail(self, lines: int = 8) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+        except OSError:
+            return ""
+        return ("\n" + "\n".join(text)) if text else ""
+
+    def kill(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            try:
+                wire.send(proc.stdin, {"op": "exit"})
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()

@@ -1,0 +1,180 @@
+"""The golden worker: a subprocess that runs task goldens for the judge.
+
+Goldens are trusted but heavy: fp64 references of attention or convolutions
+can take minutes or exhaust memory. Running them here, under an address-space
+limit and a judge-side timeout, turns such a golden into one ``golden_error``
+case instead of a dead pytest process. Protocol: one request frame in, one
+response frame out (see :mod:`wire`); stdout is reserved for frames, anything
+a golden prints goes to stderr, which the judge keeps in a log file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from . import wire
+
+
+def _clone(values: list) -> list:
+    import torch
+
+    def one(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return v.clone()
+        if isinstance(v, list):
+            return [one(x) for x in v]
+        return v
+
+    return [one(v) for v in values]
+
+
+def _is_oom(exc: BaseException) -> bool:
+    text = str(exc)
+    return isinstance(exc, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower()
+
+
+def _error(exc: BaseException, stage: str) -> dict:
+    tb = traceback.extract_tb(exc.__traceback__)
+    golden_frames = [f for f in tb if f.filename.endswith(("golden.py",))]
+    where = f" at {golden_frames[-1].filename}:{golden_frames[-1].lineno}" if golden_frames else ""
+    return {"ok": False, "stage": stage, "oom": _is_oom(exc),
+            "error": f"{stage}: {type(exc).__name__}: {exc}{where}",
+            "traceback": "".join(traceback.format_exception(exc))[-4000:]}
+
+
+def prepare(req: dict) -> dict:
+    """Inputs, binding, fp64 truth and same-precision reference for one case (plus the self-check candidate)."""
+    from .golden_binding import bind, call_get_input, flatten_outputs, load_golden, upcast
+    from .inputs import generate_inputs, plan_inputs
+
+    seconds: dict[str, float] = {}
+    stage = "import golden.py"
+    try:
+        gm = load_golden(Path(req["op_dir"]), req["rel_path"], req["function_name"], req["name_lower"])
+        stage = "generate inputs"
+        t0 = time.perf_counter()
+        raw = req["case"]
+        plans = plan_inputs(req["input_names"], raw["input_shape"], raw["dtype"], raw.get("value_range"))
+        inputs = generate_inputs(plans, req["seed"], dist=req["dist"], compat=req["compat"])
+        attrs = dict(raw.get("attrs") or {})
+        hooked = None
+        if gm.get_input is not None:
+            stage = "get_input"
+            inputs = call_get_input(gm.get_input, req["input_names"], inputs, attrs)
+            hooked = inputs
+        stage = "bind parameters"
+        binding = bind(gm.main, inputs, attrs)
+        seconds["inputs"] = time.perf_counter() - t0
+
+        stage = "golden (oracle)" if gm.oracle else "golden"
+        truth = gm.oracle or gm.main
+        t0 = time.perf_counter()
+        truth_inputs = upcast(inputs) if req["precision"] == "fp64_cpu" else _clone(inputs)
+        golden = flatten_outputs(truth(**bind(truth, truth_inputs, attrs).kwargs(truth_inputs)))
+        seconds["golden"] = time.perf_counter() - t0
+    except BaseException as exc:  # noqa: BLE001 - every golden failure becomes a report
+        return _error(exc, stage)
+
+    native, native_error = None, None
+    t0 = time.perf_counter()
+    if req["precision"] == "native_cpu":
+        native = golden
+    else:
+        ref = gm.bench or gm.main
+        try:
+            native_inputs = _clone(inputs)
+            native = flatten_outputs(ref(**bind(ref, native_inputs, attrs).kwargs(native_inputs)))
+        except BaseException as exc:  # noqa: BLE001 - a missing reference only makes the check strict
+            native_error = _error(exc, "same-precision reference")["error"]
+    seconds["native"] = time.perf_counter() - t0
+    response = {"ok": True, "binding": binding.entries, "hooked": hooked, "golden": golden, "native": native,
+                "native_error": native_error, "has_get_output": gm.get_output is not None, "seconds": seconds}
+    if req.get("self_check"):
+        response.update(self_candidate(gm, binding, inputs))
+    return response
+
+
+def self_candidate(gm: Any, binding: Any, inputs: list) -> dict:
+    """The golden in the case's native dtypes, called like a candidate: keyword arguments only."""
+    from .golden_binding import flatten_outputs
+
+    t0 = time.perf_counter()
+    try:
+        raw = gm.main(**binding.kwargs(_clone(inputs)))
+    except BaseException as exc:  # noqa: BLE001
+        return {"candidate_error": _error(exc, "self-check candidate")["error"]}
+    return {"candidate": flatten_outputs(raw), "candidate_raw_count": 1,
+            "candidate_seconds": time.perf_counter() - t0}
+
+
+def candidate_only(req: dict) -> dict:
+    """Self-check candidate when the golden data came from the cache."""
+    from .golden_binding import Binding, load_golden
+    from .inputs import generate_inputs, plan_inputs
+
+    try:
+        gm = load_golden(Path(req["op_dir"]), req["rel_path"], req["function_name"], req["name_lower"])
+        inputs = req.get("hooked")
+        if inputs is None:
+            raw = req["case"]
+            plans = plan_inputs(req["input_names"], raw["input_shape"], raw["dtype"], raw.get("value_range"))
+            inputs = generate_inputs(plans, req["seed"], dist=req["dist"], compat=req["compat"])
+    except BaseException as exc:  # noqa: BLE001
+        return _error(exc, "self-check inputs")
+    return {"ok": True, **self_candidate(gm, Binding(tuple(tuple(e) for e in req["binding"])), inputs)}
+
+
+def postprocess(req: dict) -> dict:
+    """``get_output`` applied to each output list (golden, native, candidate) alike."""
+    from .golden_binding import call_get_output, load_golden
+
+    try:
+        gm = load_golden(Path(req["op_dir"]), req["rel_path"], req["function_name"], req["name_lower"])
+        out = {}
+        for key, outputs in req["outputs"].items():
+            out[key] = None if outputs is None else call_get_output(gm.get_output, outputs, req["output_names"],
+                                                                    dict(req["attrs"] or {}))
+        return {"ok": True, "outputs": out}
+    except BaseException as exc:  # noqa: BLE001
+        return _error(exc, "get_output")
+
+
+HANDLERS = {"prepare": prepare, "candidate": candidate_only, "postprocess": postprocess,
+            "ping": lambda req: {"ok": True, "pid": os.getpid()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--memory-bytes", type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.memory_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (args.memory_bytes, args.memory_bytes))
+    # Frames go to the original stdout; whatever goldens print lands on stderr.
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    in_fd = 0
+    while True:
+        try:
+            req = wire.receive(in_fd)
+        except wire.PeerClosed:
+            return 0
+        if req.get("op") == "exit":
+            return 0
+        handler = HANDLERS.get(req.get("op"))
+        response = handler(req) if handler else {"ok": False, "error": f"unknown request {req.get('op')!r}"}
+        try:
+            wire.send(out, response)
+        except BaseException as exc:  # noqa: BLE001 - e.g. an output that cannot be pickled
+            wire.send(out, _error(exc, "send result"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""Golden data for a case, from the disk cache or the golden worker.
+
+The judge never imports a golden: it asks the worker, keeps the answer in the
+cache, and regenerates the generic inputs itself (they are deterministic), so
+cache entries hold only outputs, the parameter binding and hook-made inputs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from .golden_cache import GoldenCache, cache_key
+from .golden_client import GoldenWorker, GoldenWorkerFailure
+from .options import Settings
+from .taskspec import CaseSpec, OperatorTask
+
+
+class GoldenFailure(RuntimeError):
+    """The golden side could not produce a reference for the case (a harness error, not the candidate's)."""
+
+
+@dataclass
+class GoldenData:
+    inputs: list  # what the candidate is called with, in golden tensor-parameter order (native dtypes)
+    binding: tuple  # (param, "input", index) | (param, "attr", value)
+    golden: list
+    native: Optional[list]
+    native_error: Optional[str]
+    has_get_output: bool
+    cached: bool
+    seconds: dict[str, float] = field(default_factory=dict)
+    candidate: Optional[list] = None  # self-check only
+    candidate_error: Optional[str] = None
+
+    def kwargs(self) -> dict[str, Any]:
+        return {name: (self.inputs[value] if source == "input" else value) for name, source, value in self.binding}
+
+
+@dataclass
+class GoldenService:
+    settings: Settings
+    worker: GoldenWorker
+    cache: Optional[GoldenCache]
+    _golden_sha: dict[str, str] = field(default_factory=dict)
+
+    def _request(self, task: OperatorTask, case: CaseSpec, seed: int) -> dict[str, Any]:
+        return {"op_dir": str(task.op_dir), "rel_path": task.rel_path, "function_name": task.spec.function_name,
+                "name_lower": task.spec.name.lower(), "input_names": task.spec.input_names,
+                "output_names": task.spec.output_names, "case": case.raw, "seed": seed,
+                "dist": self.settings.input_dist, "compat": self.settings.input_compat,
+                "precision": self.settings.golden_precision}
+
+    def _call(self, message: dict) -> dict:
+        try:
+            response = self.worker.request(message, self.settings.golden_timeout_s)
+        except GoldenWorkerFailure as exc:
+            raise GoldenFailure(str(exc)) from None
+        if not response.get("ok"):
+            hint = " (raise --cann-golden-memory or make the golden use less memory)" if response.get("oom") else ""
+            raise GoldenFailure(f"{response.get('error')}{hint}")
+        return response
+
+    def _key(self, task: OperatorTask, case: CaseSpec, seed: int) -> str:
+        import torch
+
+        from .golden_binding import source_hash
+
+        sha = self._golden_sha.get(str(task.op_dir))
+        if sha is None:
+            sha = self._golden_sha[str(task.op_dir)] = source_hash(task.op_dir)
+        return cache_key(golden_sha=sha, case=case.raw, seed=seed, dist=self.settings.input_dist,
+                         compat=self.settings.input_compat, precision=self.settings.golden_precision,
+                         torch_version=torch.__version__, input_names=task.spec.input_names)
+
+    def fetch(self, task: OperatorTask, case: CaseSpec, seed: int) -> GoldenData:
+        request = self._request(task, case, seed)
+        key = self._key(task, case, seed) if self.cache else None
+        entry = self.cache.load(key) if self.cache and key else None
+        if entry is not None:
+            t0 = time.perf_counter()
+            inputs = entry["hooked"] if entry["hooked"] is not None else self._generic_inputs(task, case, seed)
+            data = GoldenData(inputs=inputs, binding=tuple(tuple(e) for e in entry["binding"]),
+                              golden=entry["golden"], native=entry["native"], native_error=entry["native_error"],
+                              has_get_output=entry["has_get_output"], cached=True,
+                              seconds={"inputs": time.perf_counter() - t0})
+            if self.settings.self_check:
+                response = self._call({**request, "op": "candidate", "binding": data.binding,
+                                       "hooked": entry["hooked"]})
+                data.candidate, data.candidate_error = response.get("candidate"), response.get("candidate_error")
+            return data
+        response = self._call({**request, "op": "prepare", "self_check": self.settings.self_check})
+        t0 = time.perf_counter()
+        inputs = response["hooked"] if response["hooked"] is not None else self._generic_inputs(task, case, seed)
+        seconds = dict(response["seconds"], judge_inputs=time.perf_counter() - t0)
+        data = GoldenData(inputs=inputs, binding=tuple(tuple(e) for e in response["binding"]),
+                          golden=response["golden"], native=response["native"],
+                          native_error=response["native_error"], has_get_output=response["has_get_output"],
+                          cached=False, seconds=seconds, candidate=response.get("candidate"),
+                          candidate_error=response.get("candidate_error"))
+        if self.cache and key:
+            self.cache.store(key, {"binding": [list(e) for e in data.binding], "hooked": response["hooked"],
+                                   "golden": data.golden, "native": data.native, "native_error": data.native_error,
+                                   "has_get_output": data.has_get_output})
+        return data
+
+    def _generic_inputs(self, task: OperatorTask, case: CaseSpec, seed: int) -> list:
+        from .inputs import generate_inputs, plan_inputs
+
+        raw = case.raw
+        plans = plan_inputs(task.spec.input_names, raw["input_shape"], raw["dtype"], raw.get("value_range"))
+        return generate_inputs(plans, seed, dist=self.settings.input_dist, compat=self.settings.input_compat)
+
+    def postprocess(self, task: OperatorTask, case: CaseSpec, outputs: dict[str, Optional[list]]) -> dict:
+        response = self._call({"op": "postprocess", "op_dir": str(task.op_dir), "rel_path": task.rel_path,
+                               "function_name": task.spec.function_name, "name_lower": task.spec.name.lower(),
+                               "output_names": task.spec.output_names, "attrs": case.attrs, "outputs": outputs})
+        return response["outputs"]
+
+    def close(self) -> None:
+        self.worker.close()
+
+
+def make_service(settings: Settings, log_dir: Path, processes: int) -> GoldenService:
+    from .golden_client import default_memory_bytes
+
+    memory = (int(settings.golden_memory_gib * (1 << 30)) if settings.golden_memory_gib
+              else default_memory_bytes(processes))
+    worker = GoldenWorker(log_path=log_dir / "golden-worker.log", memory_bytes=memory)
+    cache = GoldenCache(Path(settings.golden_cache)) if settings.golden_cache else None
+    return GoldenService(settings=settings, worker=worker, cache=cache)

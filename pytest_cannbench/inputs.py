@@ -1,0 +1,568 @@
+"""Turn a cases.yaml entry into input tensors the way CANN Bench does.
+
+Two layers:
+
+* planning (:func:`plan_inputs`, :func:`case_seed`) is pure Python, so
+  collection can validate every case without importing torch;
+* generation (:func:`generate_inputs`) imports torch lazily and replays the
+  official generator call for call on one seeded CPU ``torch.Generator``, so a
+  given seed yields bit-identical inputs.
+
+The official generator silently drops a flat numeric ``value_range`` given
+for a TensorList input (every element then gets the default ``[0, 1)``).
+``compat="fixed"`` honours the declared range; ``compat="official"`` keeps the
+drop so scores stay comparable with the official harness.  Each
+:class:`InputPlan` carries both: the declared ranges on its tensors and the
+ranges the official generator would use in ``compat_ranges``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+from typing import Any, List, Optional, Sequence, Tuple
+
+__all__ = [
+    "CaseFormatError",
+    "TensorPlan",
+    "InputPlan",
+    "DTYPES",
+    "INPUT_DISTS",
+    "INPUT_COMPAT_MODES",
+    "plan_inputs",
+    "case_seed",
+    "generate_inputs",
+]
+
+Range = Tuple[float, float]
+
+# dtype name -> (kind, bytes per element).  Names are torch attribute names.
+_DTYPE_INFO = {
+    "float16": ("float", 2),
+    "bfloat16": ("float", 2),
+    "float32": ("float", 4),
+    "float64": ("float", 8),
+    "float8_e4m3fn": ("float", 1),
+    "float8_e5m2": ("float", 1),
+    "int8": ("int", 1),
+    "int16": ("int", 2),
+    "int32": ("int", 4),
+    "int64": ("int", 8),
+    "uint8": ("int", 1),
+    "uint16": ("int", 2),
+    "uint32": ("int", 4),
+    "uint64": ("int", 8),
+    "bool": ("bool", 1),
+}
+#: Accepted dtype names (matched case-insensitively, as the official mapper does).
+DTYPES = tuple(_DTYPE_INFO)
+
+# Largest finite value per float dtype: torch.full refuses to fill beyond it.
+_FLOAT_MAX = {
+    "float16": 65504.0,
+    "bfloat16": 3.3895313892515355e38,
+    "float32": 3.4028234663852886e38,
+    "float64": 1.7976931348623157e308,
+    "float8_e4m3fn": 448.0,
+    "float8_e5m2": 57344.0,
+}
+_INT64_MAX = 2**63 - 1
+_INT_BOUNDS = {
+    "int8": (-(2**7), 2**7 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), _INT64_MAX),
+    "uint8": (0, 2**8 - 1),
+    "uint16": (0, 2**16 - 1),
+    "uint32": (0, 2**32 - 1),
+    "uint64": (0, 2**64 - 1),
+}
+
+INPUT_DISTS = ("uniform", "normal")
+INPUT_COMPAT_MODES = ("fixed", "official")
+
+
+class CaseFormatError(ValueError):
+    """A cases.yaml field that cannot be turned into inputs.
+
+    Raised at planning time so a malformed case fails collection with a
+    message naming the field and the input, instead of crashing (or silently
+    misbehaving, as the official harness does) at run time.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"field {field!r}: {message}")
+        self.field = field
+        self.message = message
+
+    def __reduce__(self):  # keep (field, message) across pickling (xdist workers)
+        return (type(self), (self.field, self.message))
+
+
+@dataclass(frozen=True)
+class TensorPlan:
+    """One tensor to generate.
+
+    ``value_range`` is the declared ``(lo, hi)``; ``None`` means undeclared,
+    so the dtype default applies (float ``[0, 1)``, int ``[0, 100]``, bool
+    ``{0, 1}``).  Bounds keep their YAML type (int or float) because the
+    official integer path compares and truncates the raw values.
+    """
+
+    shape: Tuple[int, ...]
+    dtype: str
+    value_range: Optional[Range]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * _DTYPE_INFO[self.dtype][1]
+
+
+@dataclass(frozen=True)
+class InputPlan:
+    """One proto input: a tensor, a TensorList, or absent (``None``).
+
+    ``compat_ranges`` has one entry per tensor: the range the official
+    generator would actually use.  It differs from the tensors' declared
+    ranges only for TensorList inputs.
+    """
+
+    name: str
+    kind: str  # "tensor" | "list" | "none"
+    tensors: Tuple[TensorPlan, ...]
+    compat_ranges: Tuple[Optional[Range], ...]
+
+    @property
+    def ranges_differ(self) -> bool:
+        """True where ``compat="official"`` would generate something else."""
+        return tuple(t.value_range for t in self.tensors) != self.compat_ranges
+
+
+# --------------------------------------------------------------------------
+# planning (no torch)
+# --------------------------------------------------------------------------
+
+
+def case_seed(case_key: str, eval_seed: int = 0) -> int:
+    """Per-case RNG seed, identical to the official harness.
+
+    ``h`` is the first 8 bytes of sha256(case_key) read big-endian, mod 2**31;
+    the seed is ``(eval_seed + h) % 2**31``.  ``case_key`` is
+    ``f"{rel_path}_{case_id}"``, e.g. ``level1/exp_1``.  The official ``-1``
+    ("unseeded") mode is not offered: negative offsets are refused.
+    """
+    if isinstance(eval_seed, bool) or not isinstance(eval_seed, int) or eval_seed < 0:
+        raise ValueError(f"eval_seed must be a non-negative int, got {eval_seed!r}")
+    digest = hashlib.sha256(case_key.encode("utf-8")).digest()
+    h = int.from_bytes(digest[:8], "big") % 2**31
+    return (eval_seed + h) % 2**31
+
+
+def plan_inputs(
+    input_names: Sequence[str],
+    input_shape: Any,
+    dtype: Any,
+    value_range: Any,
+) -> List[InputPlan]:
+    """Plan the inputs of one case from its raw cases.yaml fields.
+
+    ``input_names`` are the proto input names in proto order; the other three
+    arguments are the case fields as ``yaml.safe_load`` returns them.  Returns
+    one :class:`InputPlan` per proto input.  Raises :class:`CaseFormatError`
+    for anything the generator could not honour.
+    """
+    names = [str(n) for n in input_names]
+    shapes = _shape_entries(input_shape, names)
+    m = len(shapes)
+    dtypes = _dtype_entries(dtype, m, names)
+    ranges = _range_entries(value_range, m, names)
+
+    plans: List[InputPlan] = []
+    for i, name in enumerate(names):
+        shape = shapes[i] if i < m else None
+        if shape is None:
+            plans.append(InputPlan(name, "none", (), ()))
+            continue
+        label = f"input {name!r}"
+        if isinstance(shape, tuple):
+            dt = _tensor_dtype(dtypes[i], label)
+            rng = _tensor_range(ranges[i], dt, label)
+            plans.append(InputPlan(name, "tensor", (TensorPlan(shape, dt, rng),), (rng,)))
+        else:
+            dts = _list_dtypes(dtypes[i], len(shape), label)
+            rngs = _list_ranges(ranges[i], dts, label)
+            compat = _official_list_ranges(ranges[i], rngs, dts)
+            tensors = tuple(TensorPlan(s, d, r) for s, d, r in zip(shape, dts, rngs))
+            plans.append(InputPlan(name, "list", tensors, compat))
+    return plans
+
+
+def _shape_entries(raw: Any, names: List[str]) -> list:
+    """Per-input shapes: None, a tuple of dims, or a list of tuples (TensorList)."""
+    if not isinstance(raw, list):
+        raise CaseFormatError(
+            "input_shape",
+            f"expected a list with one shape per input, got {type(raw).__name__} {raw!r}",
+        )
+    entries = raw
+    if raw and raw[0] is not None and not isinstance(raw[0], list):
+        entries = [raw]  # a bare single shape such as [1024, 1024]
+    if len(entries) > len(names):
+        raise CaseFormatError(
+            "input_shape",
+            f"{len(entries)} shapes given but the operator declares {len(names)} "
+            f"input(s) ({', '.join(names) or 'none'})",
+        )
+    out: list = []
+    for i, entry in enumerate(entries):
+        label = f"input {names[i]!r}"
+        if entry is None:
+            out.append(None)
+        elif not isinstance(entry, list):
+            raise CaseFormatError("input_shape", f"{label}: expected a shape list or null, got {entry!r}")
+        elif entry and isinstance(entry[0], list):
+            elements = []
+            for j, sub in enumerate(entry):
+                if not isinstance(sub, list):
+                    raise CaseFormatError(
+                        "input_shape",
+                        f"{label}: TensorList element {j} is {sub!r}; every element must be a shape",
+                    )
+                elements.append(_dims(sub, f"{label} element {j}"))
+            out.append(elements)
+        else:
+            out.append(_dims(entry, label))
+    return out
+
+
+def _dims(shape: list, label: str) -> Tuple[int, ...]:
+    if not shape:
+        raise CaseFormatError(
+            "input_shape",
+            f"{label}: empty shape [] is not supported (the official harness silently "
+            "drops such an input and shifts the ones after it)",
+        )
+    for d in shape:
+        if isinstance(d, list):
+            raise CaseFormatError("input_shape", f"{label}: shape {shape!r} is nested deeper than a TensorList")
+        if isinstance(d, bool) or not isinstance(d, int):
+            hint = " (use null for the whole shape to omit an optional input)" if d is None else ""
+            raise CaseFormatError(
+                "input_shape", f"{label}: dimension {d!r} in {shape!r} is not an integer{hint}"
+            )
+        if d < 0:
+            raise CaseFormatError("input_shape", f"{label}: negative dimension {d} in {shape!r}")
+    return tuple(shape)
+
+
+def _dtype_entries(raw: Any, m: int, names: List[str]) -> list:
+    """Per-shape dtype entries: str shorthand, missing/[] -> float32, short lists padded with the last.
+
+    Entries beyond the given shapes are ignored, as the official generator does.
+    """
+    if raw is None:
+        raw = []
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, list):
+        raise CaseFormatError("dtype", f"expected a dtype name or a list of them, got {raw!r}")
+    if not raw:
+        return ["float32"] * m
+    return (raw + [raw[-1]] * (m - len(raw)))[:m]
+
+
+def _canonical_dtype(value: Any, label: str) -> str:
+    if value is None:
+        return "float32"  # the official generator's fallback for a null entry
+    if not isinstance(value, str) or value.lower() not in _DTYPE_INFO:
+        raise CaseFormatError(
+            "dtype", f"{label}: unknown dtype {value!r} (supported: {', '.join(DTYPES)})"
+        )
+    return value.lower()
+
+
+def _tensor_dtype(entry: Any, label: str) -> str:
+    if isinstance(entry, list):
+        names = {_canonical_dtype(v, label) for v in entry}
+        if len(names) != 1:
+            raise CaseFormatError(
+                "dtype", f"{label}: a plain tensor input needs one dtype, got the list {entry!r}"
+            )
+        return names.pop()
+    return _canonical_dtype(entry, label)
+
+
+def _list_dtypes(entry: Any, n: int, label: str) -> List[str]:
+    """One dtype per element: a scalar applies to all; a short list repeats its last entry."""
+    if not isinstance(entry, list):
+        return [_canonical_dtype(entry, label)] * n
+    if not entry:
+        raise CaseFormatError("dtype", f"{label}: empty dtype list for a TensorList")
+    items = (entry + [entry[-1]] * (n - len(entry)))[:n]
+    return [_canonical_dtype(v, f"{label} element {j}") for j, v in enumerate(items)]
+
+
+def _is_flat_pair(v: Any) -> bool:
+    """A [lo, hi] written directly (its first item is a bound, not a list or null)."""
+    return isinstance(v, list) and bool(v) and v[0] is not None and not isinstance(v[0], list)
+
+
+def _range_entries(raw: Any, m: int, names: List[str]) -> list:
+    """Per-shape raw value_range entries.
+
+    A flat pair is broadcast; a short list repeats its last entry; entries
+    beyond the given shapes are ignored (all as the official generator does).
+    """
+    if raw is None or raw == []:
+        return [None] * m
+    if not isinstance(raw, list):
+        raise CaseFormatError(
+            "value_range",
+            f"expected [lo, hi] or a list with one entry per input, got {type(raw).__name__} {raw!r}",
+        )
+    if _is_flat_pair(raw):
+        _pair(raw, "flat value_range")  # validate once even when no input uses it
+        return [raw] * m
+    return (raw + [raw[-1]] * (m - len(raw)))[:m]
+
+
+def _bound(x: Any, label: str) -> float:
+    if isinstance(x, bool):
+        return int(x)
+    if isinstance(x, (int, float)):
+        return x
+    if isinstance(x, str):
+        try:
+            f = float(x)
+        except ValueError:
+            raise CaseFormatError("value_range", f"{label}: bound {x!r} is not a number") from None
+        if math.isfinite(f):
+            raise CaseFormatError(
+                "value_range",
+                f"{label}: bound {x!r} is a quoted number; write it unquoted (only inf, -inf "
+                "and nan may be strings; the official generator ignores the range of any "
+                "string bound)",
+            )
+        return f
+    raise CaseFormatError("value_range", f"{label}: bound {x!r} is not a number")
+
+
+def _pair(v: Any, label: str) -> Range:
+    if not isinstance(v, list) or len(v) != 2 or any(isinstance(b, list) for b in v):
+        raise CaseFormatError("value_range", f"{label}: expected a [lo, hi] pair, got {v!r}")
+    return (_bound(v[0], label), _bound(v[1], label))
+
+
+def _check_range(rng: Optional[Range], dtype: str, label: str) -> None:
+    """Refuse ranges on which torch (and the official generator) would raise."""
+    if rng is None:
+        return
+    lo, hi = rng
+    kind = _DTYPE_INFO[dtype][0]
+    where = f"{label} ({dtype})"
+    if kind == "float":
+        try:
+            flo, fhi = float(lo), float(hi)
+        except OverflowError:
+            raise CaseFormatError("value_range", f"{where}: bound out of float range in {list(rng)}") from None
+        if flo == fhi and math.isfinite(flo) and abs(flo) > _FLOAT_MAX[dtype]:
+            raise CaseFormatError(
+                "value_range", f"{where}: constant {lo!r} does not fit the dtype (max {_FLOAT_MAX[dtype]})"
+            )
+        return
+    for bound in rng:
+        if isinstance(bound, float) and not math.isfinite(bound):
+            raise CaseFormatError("value_range", f"{where}: bound {bound!r} is not finite")
+    if kind == "bool":
+        return
+    a, b = int(lo), int(hi)
+    dmin, dmax = _INT_BOUNDS[dtype]
+    if lo != hi and a > b:
+        raise CaseFormatError("value_range", f"{where}: empty integer range {list(rng)}")
+    top = dmax if lo == hi else min(dmax, _INT64_MAX - 1)  # randint's exclusive high must fit int64
+    if a < dmin or b > top:
+        raise CaseFormatError(
+            "value_range", f"{where}: range {list(rng)} exceeds the dtype bounds [{dmin}, {dmax}]"
+        )
+
+
+def _tensor_range(entry: Any, dtype: str, label: str) -> Optional[Range]:
+    if entry is None:
+        return None
+    if isinstance(entry, list) and entry and isinstance(entry[0], list):
+        raise CaseFormatError(
+            "value_range", f"{label}: nested value_range {entry!r} given for a plain tensor input"
+        )
+    rng = _pair(entry, label)
+    _check_range(rng, dtype, label)
+    return rng
+
+
+def _list_ranges(entry: Any, dtypes: List[str], label: str) -> List[Optional[Range]]:
+    """Declared per-element ranges of a TensorList.
+
+    A flat pair applies to every element; a nested list gives one entry per
+    element, a short one repeating its last entry, extra entries ignored.
+    """
+    n = len(dtypes)
+    if entry is None:
+        out: List[Optional[Range]] = [None] * n
+    elif _is_flat_pair(entry):
+        out = [_pair(entry, label)] * n
+    elif isinstance(entry, list) and entry:
+        items = (entry + [entry[-1]] * (n - len(entry)))[:n]
+        out = [None if it is None else _pair(it, f"{label} element {j}") for j, it in enumerate(items)]
+    else:
+        raise CaseFormatError("value_range", f"{label}: expected [lo, hi], a list of them, or null; got {entry!r}")
+    for j, (rng, dt) in enumerate(zip(out, dtypes)):
+        _check_range(rng, dt, f"{label} element {j}")
+    return out
+
+
+def _official_list_ranges(
+    entry: Any, fixed: List[Optional[Range]], dtypes: List[str]
+) -> Tuple[Optional[Range], ...]:
+    """The ranges the official generator uses for TensorList elements.
+
+    A flat pair whose first bound is a number is dropped (default range for
+    every element).  Any other list is indexed per element: a string-first
+    flat pair like ["-inf", "inf"] thus gives element 0 the constant "-inf",
+    element 1 "inf", and the rest the pair.  Where the official code would
+    crash (fewer nested pairs than elements) the declared range is used.
+    """
+    n = len(fixed)
+    if entry is None:
+        return (None,) * n
+    if len(entry) == 2 and isinstance(entry[0], (int, float)):
+        return (None,) * n
+    out: List[Optional[Range]] = []
+    for j in range(n):
+        rng = fixed[j]
+        if j < len(entry) and not isinstance(entry[j], list) and entry[j] is not None:
+            b = _bound(entry[j], "value_range")
+            try:
+                _check_range((b, b), dtypes[j], "")
+                rng = (b, b)
+            except CaseFormatError:
+                pass  # the official generator would raise here; keep the declared range
+        out.append(rng)
+    return tuple(out)
+
+
+# --------------------------------------------------------------------------
+# generation (torch imported lazily)
+# --------------------------------------------------------------------------
+
+
+def generate_inputs(
+    plans: Sequence[InputPlan],
+    seed: int,
+    *,
+    dist: str = "uniform",
+    compat: str = "fixed",
+) -> list:
+    """Generate the inputs of one case; one item per plan, in plan order.
+
+    Items are a CPU Tensor, a list of Tensors (TensorList) or ``None``.  One
+    ``torch.Generator`` seeded with ``seed`` is consumed sequentially (list
+    elements in order), reproducing the official generator bit for bit when
+    the ranges are the same: always for ``compat="official"``, and for every
+    non-TensorList input under ``compat="fixed"``.
+    """
+    if dist not in INPUT_DISTS:
+        raise ValueError(f"dist must be one of {INPUT_DISTS}, got {dist!r}")
+    if compat not in INPUT_COMPAT_MODES:
+        raise ValueError(f"compat must be one of {INPUT_COMPAT_MODES}, got {compat!r}")
+    import torch
+
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    out: list = []
+    for plan in plans:
+        if plan.kind == "none":
+            out.append(None)
+            continue
+        ranges = (
+            plan.compat_ranges if compat == "official" else tuple(t.value_range for t in plan.tensors)
+        )
+        made = [_make_tensor(torch, t.shape, t.dtype, r, gen, dist) for t, r in zip(plan.tensors, ranges)]
+        out.append(made[0] if plan.kind == "tensor" else made)
+    return out
+
+
+def _torch_dtype(torch: Any, name: str) -> Any:
+    dt = getattr(torch, name, None)
+    if dt is None:
+        raise CaseFormatError("dtype", f"dtype {name!r} is not available in torch {torch.__version__}")
+    return dt
+
+
+def _make_tensor(torch: Any, shape: tuple, dtype: str, rng: Optional[Range], gen: Any, dist: str) -> Any:
+    tdt = _torch_dtype(torch, dtype)
+    kind = _DTYPE_INFO[dtype][0]
+    if kind == "float":
+        lo, hi = (0.0, 1.0) if rng is None else rng
+        if not (math.isfinite(lo) and math.isfinite(hi)):
+            return _special_float(torch, shape, tdt, float(lo), float(hi), gen)
+        if lo == hi:  # constant: consumes no random numbers
+            return torch.full(shape, float(lo), dtype=tdt)
+        return _random_float(torch, shape, tdt, float(lo), float(hi), gen, dist)
+    lo, hi = (0, 100) if rng is None else rng
+    if kind == "int":
+        if lo == hi:
+            return torch.full(shape, int(lo), dtype=tdt)
+        return torch.randint(int(lo), int(hi) + 1, shape, generator=gen, dtype=tdt)
+    # bool: clamp to {0, 1}; randint cannot produce bool directly
+    a = min(1, max(0, int(lo)))
+    b = min(1, max(0, int(hi)))
+    if a > b:
+        a, b = b, a
+    if a == b:
+        return torch.full(shape, bool(a), dtype=torch.bool)
+    return torch.randint(a, b + 1, shape, generator=gen, dtype=torch.int32).to(torch.bool)
+
+
+def _random_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen: Any, dist: str) -> Any:
+    """Uniform (or clamped normal) draw in float64, clamped to the dtype, then cast."""
+    fi = torch.finfo(tdt)
+    lo = max(lo, fi.min)
+    hi = min(hi, fi.max)
+    span = hi - lo
+    if dist == "normal" and hi > lo:
+        mu = lo + span / 2.0
+        sigma = span / 6.0
+        x = torch.randn(shape, dtype=torch.float64, generator=gen) * sigma + mu
+        x = torch.clamp(x, lo, hi)
+        return torch.clamp(x, fi.min, fi.max).to(tdt)
+    x = torch.rand(shape, dtype=torch.float64, generator=gen) * span + lo
+    return torch.clamp(x, fi.min, fi.max).to(tdt)
+
+
+def _special_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen: Any) -> Any:
+    """Inputs for ranges with a NaN or infinite bound (the declared finite bound is ignored).
+
+    Base values are uniform in [-1, 1) drawn in float32.  [nan, nan]: a second
+    draw turns about half of the elements into NaN.  lo == -inf or hi == +inf:
+    the first max(1, numel // 20) flattened elements become -inf and the last
+    as many +inf.  Any other mix (e.g. [nan, 1]) leaves the base values.
+    """
+    # float8 has no masked_fill/index_put on CPU: build in float32 and cast last.
+    work = torch.float32 if tdt.itemsize == 1 else tdt
+    t = (torch.rand(shape, dtype=torch.float32, generator=gen) * 2 - 1).to(work)
+    if math.isnan(lo) and math.isnan(hi):
+        mask = torch.rand(shape, dtype=torch.float32, generator=gen) < 0.5
+        t[mask] = float("nan")
+    elif lo == -math.inf or hi == math.inf:
+        flat = t.view(-1)
+        n = max(1, flat.numel() // 20)
+        flat[:n] = -math.inf
+        flat[-n:] = math.inf
+    return t.to(tdt)

@@ -1,0 +1,146 @@
+"""Command-line options and ini keys, and the frozen settings built from them.
+
+Every option is prefixed ``--cann-`` and every ini key ``cann_`` so the plugin
+never clashes with another one (it loads in every pytest run of the
+environment). Hooks read a :class:`Settings` from ``config.stash`` instead of
+calling ``getoption`` all over the place.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+INPUT_DISTS = ("uniform", "normal")
+INPUT_COMPATS = ("fixed", "official")
+GOLDEN_PRECISIONS = ("fp64_cpu", "native_cpu")
+CHECKERS = ("relative_error", "allclose")
+
+DEFAULT_GOLDEN_TIMEOUT_S = 600.0
+DEFAULT_GOLDEN_CACHE = ".cannbench-cache/golden"
+
+
+def add_options(parser: pytest.Parser) -> None:
+    group = parser.getgroup("cannbench", "CANN Bench operator grading")
+
+    def option(name: str, ini_type: str = "string", **kwargs: Any) -> None:
+        """One ``--cann-x`` option with its ``cann_x`` ini twin (the option wins)."""
+        group.addoption(f"--cann-{name}", dest=f"cann_{name.replace('-', '_')}", default=None, **kwargs)
+        parser.addini(f"cann_{name.replace('-', '_')}", kwargs.get("help", ""), type=ini_type,
+                      default=False if ini_type == "bool" else None)
+
+    option("tasks", metavar="PATH",
+           help="task tree to collect when pytest is given no paths (a bench root such as tasks/, "
+                "a level directory or one operator directory).")
+    option("self-check", ini_type="bool", action="store_true",
+           help="grade the goldens themselves, computed in each case's native dtype, as the candidate: "
+                "how task authors validate a task tree.")
+    option("seed", type=int, metavar="N",
+           help="evaluation seed mixed into every case seed (default 0, as the official harness).")
+    option("input-dist", choices=INPUT_DISTS,
+           help="distribution of generated float inputs inside value_range (default uniform).")
+    option("input-compat", choices=INPUT_COMPATS,
+           help="'fixed' (default) honours TensorList value ranges; 'official' reproduces the official "
+                "generator bit for bit, including its TensorList range bug.")
+    option("golden-precision", choices=GOLDEN_PRECISIONS,
+           help="precision of the golden truth: fp64_cpu (default; float inputs up-cast to float64) "
+                "or native_cpu (the case's own dtypes).")
+    option("golden-cache", metavar="DIR",
+           help=f"directory caching golden outputs across runs (default {DEFAULT_GOLDEN_CACHE} under the "
+                "rootdir; 'off' disables).")
+    option("golden-timeout", type=float, metavar="SEC",
+           help=f"seconds a golden may take for one case before it fails as golden_error "
+                f"(default {DEFAULT_GOLDEN_TIMEOUT_S:g}).")
+    option("golden-memory", type=float, metavar="GIB",
+           help="address-space budget of the golden worker in GiB (default: 80%% of RAM shared by the "
+                "pytest processes of the run).")
+    option("checker", choices=CHECKERS,
+           help="accuracy checker: relative_error (the CANN precision standard, default) or allclose.")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the plugin needs from the command line, resolved once."""
+
+    tasks: Optional[str]
+    self_check: bool
+    seed: int
+    input_dist: str
+    input_compat: str
+    golden_precision: str
+    golden_cache: Optional[str]
+    golden_timeout_s: float
+    golden_memory_gib: Optional[float]
+    checker: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _value(config: pytest.Config, name: str) -> Any:
+    """Option first, then ini key, then None."""
+    value = config.getoption(f"cann_{name}", None)
+    if value is None or value is False:
+        ini = config.getini(f"cann_{name}")
+        if ini not in (None, ""):
+            return ini
+    return value
+
+
+def _choice(config: pytest.Config, name: str, choices: tuple[str, ...]) -> str:
+    value = _value(config, name) or choices[0]
+    if value not in choices:
+        raise pytest.UsageError(f"cann_{name} = {value!r}: expected one of {', '.join(choices)}")
+    return str(value)
+
+
+def _number(config: pytest.Config, name: str, kind: type, default: Any) -> Any:
+    value = _value(config, name)
+    if value is None:
+        return default
+    try:
+        return kind(value)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"cann_{name} = {value!r}: expected a {kind.__name__}") from None
+
+
+def _flag(config: pytest.Config, name: str) -> bool:
+    value = _value(config, name)
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def _golden_cache(config: pytest.Config) -> Optional[str]:
+    value = _value(config, "golden_cache")
+    if value is None:
+        return str(Path(config.rootpath) / DEFAULT_GOLDEN_CACHE)
+    if str(value).strip().lower() in ("off", "none", "no", "0", ""):
+        return None
+    return os.path.abspath(str(value))
+
+
+def settings_from_config(config: pytest.Config) -> Settings:
+    tasks = _value(config, "tasks")
+    timeout = _number(config, "golden_timeout", float, DEFAULT_GOLDEN_TIMEOUT_S)
+    memory = _number(config, "golden_memory", float, None)
+    if timeout <= 0:
+        raise pytest.UsageError("--cann-golden-timeout must be positive")
+    if memory is not None and memory <= 0:
+        raise pytest.UsageError("--cann-golden-memory must be positive")
+    return Settings(
+        tasks=str(tasks) if tasks else None,
+        self_check=_flag(config, "self_check"),
+        seed=_number(config, "seed", int, 0),
+        input_dist=_choice(config, "input_dist", INPUT_DISTS),
+        input_compat=_choice(config, "input_compat", INPUT_COMPATS),
+        golden_precision=_choice(config, "golden_precision", GOLDEN_PRECISIONS),
+        golden_cache=_golden_cache(config),
+        golden_timeout_s=timeout,
+        golden_memory_gib=memory,
+        checker=_choice(config, "checker", CHECKERS),
+    )

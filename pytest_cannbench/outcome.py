@@ -1,0 +1,46 @@
+"""The verdict of one case: status, failure type, message and accuracy details, as plain data.
+
+It travels from the item that produced it to the controller as a report
+attribute (xdist serialises reports as JSON-like builtins), so it holds only
+builtins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional
+
+# status: the case's fate in one word.
+PASSED, FAILED, ERROR, SKIPPED, CRASHED = "passed", "failed", "error", "skipped", "crashed"
+
+# failure_type: why. Candidate failures vs harness failures (reported apart, anchor §12.10).
+PRECISION = "precision_mismatch"
+STRUCTURAL = "compile_runtime_error"  # output count/type/shape/dtype/layout: the official name
+TASK_ERROR = "task_error"  # malformed proto/cases/golden: the task author's problem
+GOLDEN_ERROR = "golden_error"  # the golden raised, timed out or ran out of memory
+NO_CANDIDATE = "no_candidate"
+WORKER_CRASH = "worker_crashed"
+
+HARNESS_FAILURES = frozenset({TASK_ERROR, GOLDEN_ERROR, WORKER_CRASH})
+
+
+@dataclass
+class CaseOutcome:
+    key: str  # official case key, e.g. level1/exp_1
+    rel_path: str
+    operator: str
+    case_id: Optional[int]
+    status: str
+    failure_type: Optional[str] = None
+    message: str = ""
+    accuracy: list[dict[str, Any]] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+    golden_cached: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "CaseOutcome":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})

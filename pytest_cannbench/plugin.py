@@ -1,0 +1,73 @@
+"""pytest hooks of pytest-cannbench. Hooks only: each one calls into the module that does the work.
+
+This module is loaded by every pytest run of the environment (``pytest11``
+entry point), so it imports nothing heavy: no torch, numpy or yaml.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import pytest
+
+from . import items, options, results, session
+
+COLLECTOR_KEY = pytest.StashKey[results.ResultCollector]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "cannbench: a CANN Bench case collected by pytest-cannbench")
+    for level in range(1, 6):
+        config.addinivalue_line("markers", f"level{level}: CANN Bench level {level} operators")
+    settings = options.settings_from_config(config)
+    config.stash[session.SETTINGS_KEY] = settings
+    if settings.tasks and config.args_source != pytest.Config.ArgsSource.ARGS:
+        config.args = [settings.tasks]
+    if not hasattr(config, "workerinput"):
+        collector = results.ResultCollector()
+        config.stash[COLLECTOR_KEY] = collector
+        config.pluginmanager.register(collector, "cannbench-results")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    session.close(config)
+    collector = config.stash.get(COLLECTOR_KEY, None)
+    if collector is not None:
+        config.pluginmanager.unregister(collector)
+
+
+def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> Optional[pytest.Collector]:
+    return items.collect_file(file_path, parent)
+
+
+def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> Optional[bool]:
+    return items.ignore_golden(collection_path)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    report = yield
+    if isinstance(item, (items.CaseItem, items.InvalidTaskItem)):
+        results.attach(item, report, item.stash.get(items.OUTCOME_KEY, None))
+    return report
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    settings = session.settings(config)
+    mode = "self-check (goldens graded as the candidate)" if settings.self_check else "no candidate"
+    lines = [f"cannbench: {mode}; seed {settings.seed}, inputs {settings.input_dist}/{settings.input_compat}, "
+             f"golden {settings.golden_precision}, checker {settings.checker}",
+             f"cannbench: golden cache {settings.golden_cache or 'off'}"]
+    if settings.tasks:
+        lines.insert(0, f"cannbench: tasks {settings.tasks}")
+    return lines
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    collector = config.stash.get(COLLECTOR_KEY, None)
+    if collector is not None:
+        results.render_summary(terminalreporter, collector)

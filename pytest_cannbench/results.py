@@ -1,0 +1,103 @@
+"""Collects every case's outcome on the controller and renders the terminal summary.
+
+Outcomes arrive as a report attribute (``report.cann``), which xdist carries to
+the controller; a worker crash arrives as a ``when == "???"`` report with no
+attribute and becomes a ``crashed`` case, so no case is lost from the tally.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import pytest
+
+from . import outcome as oc
+from .outcome import CaseOutcome
+
+
+def _case_key(report: pytest.TestReport) -> str:
+    for name, value in getattr(report, "user_properties", ()) or ():
+        if name == "cann_case":
+            return str(value)
+    return report.nodeid
+
+
+@dataclass
+class ResultCollector:
+    """Registered as a plugin on the controller (or the only process without xdist)."""
+
+    outcomes: dict[str, CaseOutcome] = field(default_factory=dict)
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        data = getattr(report, "cann", None)
+        if isinstance(data, dict):
+            result = CaseOutcome.from_dict(data)
+            previous = self.outcomes.get(result.key)
+            # the call verdict wins over a setup one; a setup error stands when there is no call
+            if previous is None or report.when == "call" or previous.status == oc.SKIPPED:
+                self.outcomes[result.key] = result
+        elif report.when == "???":
+            key = _case_key(report)
+            self.outcomes[key] = CaseOutcome(key=key, rel_path="", operator="", case_id=None, status=oc.CRASHED,
+                                             failure_type=oc.WORKER_CRASH, message=str(report.longrepr)[:500])
+
+    def summary_lines(self, verbose: bool = False) -> list[str]:
+        if not self.outcomes:
+            return []
+        results = list(self.outcomes.values())
+        operators = {r.rel_path for r in results if r.rel_path}
+        status = Counter(r.status for r in results)
+        lines = [f"{len(operators)} operators, {len(results)} cases: "
+                 + ", ".join(f"{n} {s}" for s, n in sorted(status.items(), key=lambda kv: -kv[1]))]
+        candidate = Counter(r.failure_type for r in results
+                            if r.failure_type and r.failure_type not in oc.HARNESS_FAILURES
+                            and r.status != oc.SKIPPED)
+        harness = Counter(r.failure_type for r in results if r.failure_type in oc.HARNESS_FAILURES)
+        if candidate:
+            lines.append("candidate failures: " + ", ".join(f"{t} {n}" for t, n in candidate.most_common()))
+        if harness:
+            lines.append("harness/task errors (not the candidate's): "
+                         + ", ".join(f"{t} {n}" for t, n in harness.most_common()))
+        by_op: dict[str, list[CaseOutcome]] = defaultdict(list)
+        for r in results:
+            by_op[r.rel_path].append(r)
+        bad = [r for r in sorted(results, key=lambda r: (r.rel_path, r.case_id or 0))
+               if r.status not in (oc.PASSED, oc.SKIPPED)]
+        limit = None if verbose else 30
+        for r in bad[:limit]:
+            lines.append(f"  {r.key}: {r.status} [{r.failure_type}] {_one_line(r.message)}")
+        if limit is not None and len(bad) > limit:
+            lines.append(f"  ... {len(bad) - limit} more (-v lists all)")
+        cached = sum(1 for r in results if r.golden_cached)
+        if cached:
+            lines.append(f"golden outputs from cache: {cached}/{len(results)} cases")
+        return lines
+
+
+def _one_line(text: str, width: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def attach(item: pytest.Item, report: pytest.TestReport, outcome: Optional[CaseOutcome]) -> None:
+    """Put the outcome on the report that decides the case: call, or setup when setup did not pass."""
+    if outcome is None:
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        report.cann = outcome.to_dict()  # type: ignore[attr-defined]
+        extra = [("cann_status", outcome.status)]
+        if outcome.failure_type:
+            extra.append(("cann_failure_type", outcome.failure_type))
+        report.user_properties = [*report.user_properties, *extra]  # a copy: the item's list is shared
+
+
+def render_summary(terminalreporter: Any, collector: ResultCollector) -> None:
+    lines = collector.summary_lines(verbose=terminalreporter.config.getoption("verbose") > 0)
+    if not lines:
+        return
+    terminalreporter.section("cannbench")
+    for line in lines:
+        terminalreporter.write_line(line)

@@ -1,0 +1,64 @@
+"""Where a task tree starts: operator directories, the bench root, ``metadata/``.
+
+The bench root matters beyond display: the case key ``<rel_path>_<case_id>``
+seeds every input and keys the metadata anchors, so ``rel_path`` must be the
+same whether pytest is pointed at ``tasks/``, ``tasks/level1`` or one operator.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Optional
+
+from .taskspec import REQUIRED_FILES
+
+_LEVEL_DIR = re.compile(r"level\d+")
+
+
+def is_operator_dir(path: Path) -> bool:
+    return all((path / name).is_file() for name in REQUIRED_FILES)
+
+
+def looks_like_operator_dir(path: Path) -> bool:
+    """proto.yaml and cases.yaml together: an operator directory, broken if golden.py is missing."""
+    return (path / "proto.yaml").is_file() and (path / "cases.yaml").is_file()
+
+
+def find_bench_root(op_dir: Path) -> Path:
+    """The bench root of an operator directory, by the official rules plus two fallbacks.
+
+    1. the nearest ancestor named ``tasks`` (the official rule);
+    2. the nearest ancestor holding a ``metadata/`` directory;
+    3. the parent of a ``levelN`` directory;
+    4. the operator's parent (a flat suite).
+    """
+    op_dir = op_dir.resolve()
+    ancestors = list(op_dir.parents)
+    for parent in ancestors:
+        if parent.name == "tasks":
+            return parent
+    for parent in ancestors:
+        if (parent / "metadata").is_dir():
+            return parent
+    for parent in ancestors:
+        if _LEVEL_DIR.fullmatch(parent.name):
+            return parent.parent
+    return op_dir.parent
+
+
+def find_metadata_dir(start: Path) -> Optional[Path]:
+    """``metadata/`` found by walking up from ``start`` (a bench root or any directory below it)."""
+    start = start.resolve()
+    for candidate in (start, *start.parents):
+        if (candidate / "metadata").is_dir():
+            return candidate / "metadata"
+    return None
+
+
+def iter_operator_dirs(root: Path) -> list[Path]:
+    """Every operator directory below ``root``, sorted: the same order on every xdist worker."""
+    root = root.resolve()
+    if looks_like_operator_dir(root):
+        return [root]
+    return sorted(p.parent for p in root.rglob("proto.yaml") if looks_like_operator_dir(p.parent))
