@@ -56,7 +56,7 @@ def compare_flags(task: OperatorTask, count: int) -> list[bool]:
 def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, candidate: list, service: GoldenService,
           settings: Settings) -> CaseOutcome:
     """The precision standard on every output, then the index self-consistency checks."""
-    from .precision import check_index_gather, compare_outputs
+    from .precision import compare_outputs
 
     golden, native, cand = data.golden, data.native, candidate
     if data.has_get_output:
@@ -65,9 +65,13 @@ def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, candidate: list,
     count = len(golden)
     names = output_names(task, count)
     expected = [n.dtype if n is not None else None for n in native] if native is not None else None
-    verdicts = compare_outputs(cand, golden, native, names=names, expected_dtypes=expected,
-                               overrides=task.spec.precision_thresholds, compare_flags=compare_flags(task, count),
-                               checker=settings.checker)
+    try:
+        verdicts = compare_outputs(cand, golden, native, names=names, expected_dtypes=expected,
+                                   overrides=task.spec.precision_thresholds,
+                                   compare_flags=compare_flags(task, count), checker=settings.checker)
+    except (TypeError, ValueError) as exc:  # the golden side returned something unusable
+        return new_outcome(task, case, oc.ERROR, oc.GOLDEN_ERROR,
+                           f"{task.op_dir / 'golden.py'}: case_id {case.case_id}: unusable reference: {exc}")
     result = new_outcome(task, case, oc.PASSED)
     result.accuracy = [v.to_dict() for v in verdicts]
     failed = [v for v in verdicts if not v.passed]

@@ -15,6 +15,9 @@ from typing import Any, Optional
 from . import wire
 
 
+STARTUP_TIMEOUT_S = 300.0  # python + torch import of a fresh worker, on a loaded machine
+
+
 class GoldenWorkerFailure(RuntimeError):
     """The worker timed out or died; ``kind`` is ``timeout``, ``oom`` or ``crashed``."""
 
@@ -38,14 +41,16 @@ class GoldenWorker:
 
     log_path: Path
     memory_bytes: int = 0
+    threads: int = 1
     proc: Optional[subprocess.Popen] = None
     starts: int = 0
 
     def _start(self) -> subprocess.Popen:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
-        cmd = [sys.executable, "-m", "pytest_cannbench.golden_worker", "--memory-bytes", str(self.memory_bytes)]
-        env = dict(os.environ)
+        cmd = [sys.executable, "-m", "pytest_cannbench.golden_worker", "--memory-bytes", str(self.memory_bytes),
+               "--threads", str(self.threads)]
+        env = dict(os.environ, OMP_NUM_THREADS=str(self.threads))
         package_root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH", "")) if p)
         try:
@@ -54,10 +59,19 @@ class GoldenWorker:
         finally:
             log.close()
         self.starts += 1
+        # The worker imports torch before it reads a request. That start-up is not the golden's time:
+        # wait for it here, under its own limit, so --cann-golden-timeout counts the golden alone
+        # (a short timeout would otherwise fail the first case after every (re)start).
+        self._exchange(self.proc, {"op": "ping"}, STARTUP_TIMEOUT_S,
+                       f"golden worker did not start within {STARTUP_TIMEOUT_S:g} s; it was killed")
         return self.proc
 
     def request(self, message: dict, timeout: float) -> dict:
         proc = self.proc if self.proc and self.proc.poll() is None else self._start()
+        return self._exchange(proc, message, timeout, f"golden did not finish within {timeout:g} s "
+                                                      "(--cann-golden-timeout); its worker was killed")
+
+    def _exchange(self, proc: subprocess.Popen, message: dict, timeout: float, timeout_message: str) -> dict:
         try:
             wire.send(proc.stdin, message)
         except (BrokenPipeError, OSError):
@@ -68,8 +82,7 @@ class GoldenWorker:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
-                raise GoldenWorkerFailure("timeout", f"golden did not finish within {timeout:g} s "
-                                                     "(--cann-golden-timeout); its worker was killed")
+                raise GoldenWorkerFailure("timeout", timeout_message)
             ready, _, _ = select.select([fd], [], [], min(left, 1.0))
             if ready:
                 break

@@ -153,7 +153,12 @@ HANDLERS = {"prepare": prepare, "candidate": candidate_only, "postprocess": post
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--memory-bytes", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.threads > 0:
+        import torch
+
+        torch.set_num_threads(args.threads)
     if args.memory_bytes > 0:
         resource.setrlimit(resource.RLIMIT_AS, (args.memory_bytes, args.memory_bytes))
     # Frames go to the original stdout; whatever goldens print lands on stderr.

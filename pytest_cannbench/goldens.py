@@ -7,10 +7,9 @@ cache entries hold only outputs, the parameter binding and hook-made inputs.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from .golden_cache import GoldenCache, cache_key
 from .golden_client import GoldenWorker, GoldenWorkerFailure
@@ -24,7 +23,7 @@ class GoldenFailure(RuntimeError):
 
 @dataclass
 class GoldenData:
-    inputs: list  # what the candidate is called with, in golden tensor-parameter order (native dtypes)
+    make_inputs: Callable[[], list]  # what the candidate is called with (native dtypes), built on first use
     binding: tuple  # (param, "input", index) | (param, "attr", value)
     golden: list
     native: Optional[list]
@@ -34,6 +33,14 @@ class GoldenData:
     seconds: dict[str, float] = field(default_factory=dict)
     candidate: Optional[list] = None  # self-check only
     candidate_error: Optional[str] = None
+    _inputs: Optional[list] = None
+
+    @property
+    def inputs(self) -> list:
+        """Generated on demand: a self-check never needs them in the judge, and large cases cost seconds."""
+        if self._inputs is None:
+            self._inputs = self.make_inputs()
+        return self._inputs
 
     def kwargs(self) -> dict[str, Any]:
         return {name: (self.inputs[value] if source == "input" else value) for name, source, value in self.binding}
@@ -80,22 +87,17 @@ class GoldenService:
         key = self._key(task, case, seed) if self.cache else None
         entry = self.cache.load(key) if self.cache and key else None
         if entry is not None:
-            t0 = time.perf_counter()
-            inputs = entry["hooked"] if entry["hooked"] is not None else self._generic_inputs(task, case, seed)
-            data = GoldenData(inputs=inputs, binding=tuple(tuple(e) for e in entry["binding"]),
+            data = GoldenData(make_inputs=self._inputs_maker(task, case, seed, entry["hooked"]), binding=tuple(tuple(e) for e in entry["binding"]),
                               golden=entry["golden"], native=entry["native"], native_error=entry["native_error"],
-                              has_get_output=entry["has_get_output"], cached=True,
-                              seconds={"inputs": time.perf_counter() - t0})
+                              has_get_output=entry["has_get_output"], cached=True)
             if self.settings.self_check:
                 response = self._call({**request, "op": "candidate", "binding": data.binding,
                                        "hooked": entry["hooked"]})
                 data.candidate, data.candidate_error = response.get("candidate"), response.get("candidate_error")
             return data
         response = self._call({**request, "op": "prepare", "self_check": self.settings.self_check})
-        t0 = time.perf_counter()
-        inputs = response["hooked"] if response["hooked"] is not None else self._generic_inputs(task, case, seed)
-        seconds = dict(response["seconds"], judge_inputs=time.perf_counter() - t0)
-        data = GoldenData(inputs=inputs, binding=tuple(tuple(e) for e in response["binding"]),
+        seconds = dict(response["seconds"])
+        data = GoldenData(make_inputs=self._inputs_maker(task, case, seed, response["hooked"]), binding=tuple(tuple(e) for e in response["binding"]),
                           golden=response["golden"], native=response["native"],
                           native_error=response["native_error"], has_get_output=response["has_get_output"],
                           cached=False, seconds=seconds, candidate=response.get("candidate"),
@@ -106,12 +108,21 @@ class GoldenService:
                                    "has_get_output": data.has_get_output})
         return data
 
-    def _generic_inputs(self, task: OperatorTask, case: CaseSpec, seed: int) -> list:
-        from .inputs import generate_inputs, plan_inputs
+    def _inputs_maker(self, task: OperatorTask, case: CaseSpec, seed: int,
+                      hooked: Optional[list]) -> Callable[[], list]:
+        """Hook-made inputs come from the worker; generic ones are regenerated here, bit for bit."""
+        if hooked is not None:
+            return lambda: hooked
+        settings = self.settings
 
-        raw = case.raw
-        plans = plan_inputs(task.spec.input_names, raw["input_shape"], raw["dtype"], raw.get("value_range"))
-        return generate_inputs(plans, seed, dist=self.settings.input_dist, compat=self.settings.input_compat)
+        def generate() -> list:
+            from .inputs import generate_inputs, plan_inputs
+
+            raw = case.raw
+            plans = plan_inputs(task.spec.input_names, raw["input_shape"], raw["dtype"], raw.get("value_range"))
+            return generate_inputs(plans, seed, dist=settings.input_dist, compat=settings.input_compat)
+
+        return generate
 
     def postprocess(self, task: OperatorTask, case: CaseSpec, outputs: dict[str, Optional[list]]) -> dict:
         response = self._call({"op": "postprocess", "op_dir": str(task.op_dir), "rel_path": task.rel_path,
@@ -123,11 +134,11 @@ class GoldenService:
         self.worker.close()
 
 
-def make_service(settings: Settings, log_dir: Path, processes: int) -> GoldenService:
+def make_service(settings: Settings, log_dir: Path, processes: int, threads: int) -> GoldenService:
     from .golden_client import default_memory_bytes
 
     memory = (int(settings.golden_memory_gib * (1 << 30)) if settings.golden_memory_gib
               else default_memory_bytes(processes))
-    worker = GoldenWorker(log_path=log_dir / "golden-worker.log", memory_bytes=memory)
+    worker = GoldenWorker(log_path=log_dir / "golden-worker.log", memory_bytes=memory, threads=threads)
     cache = GoldenCache(Path(settings.golden_cache)) if settings.golden_cache else None
     return GoldenService(settings=settings, worker=worker, cache=cache)

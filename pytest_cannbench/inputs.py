@@ -182,8 +182,8 @@ def plan_inputs(
     names = [str(n) for n in input_names]
     shapes = _shape_entries(input_shape, names)
     m = len(shapes)
-    dtypes = _dtype_entries(dtype, m, names)
-    ranges = _range_entries(value_range, m, names)
+    dtypes = _dtype_entries(dtype, m)
+    ranges = _range_entries(value_range, m)
 
     plans: List[InputPlan] = []
     for i, name in enumerate(names):
@@ -263,7 +263,7 @@ def _dims(shape: list, label: str) -> Tuple[int, ...]:
     return tuple(shape)
 
 
-def _dtype_entries(raw: Any, m: int, names: List[str]) -> list:
+def _dtype_entries(raw: Any, m: int) -> list:
     """Per-shape dtype entries: str shorthand, missing/[] -> float32, short lists padded with the last.
 
     Entries beyond the given shapes are ignored, as the official generator does.
@@ -315,7 +315,7 @@ def _is_flat_pair(v: Any) -> bool:
     return isinstance(v, list) and bool(v) and v[0] is not None and not isinstance(v[0], list)
 
 
-def _range_entries(raw: Any, m: int, names: List[str]) -> list:
+def _range_entries(raw: Any, m: int) -> list:
     """Per-shape raw value_range entries.
 
     A flat pair is broadcast; a short list repeats its last entry; entries
@@ -527,7 +527,7 @@ def _make_tensor(torch: Any, shape: tuple, dtype: str, rng: Optional[Range], gen
         a, b = b, a
     if a == b:
         return torch.full(shape, bool(a), dtype=torch.bool)
-    return torch.randint(a, b + 1, shape, generator=gen, dtype=torch.int32).to(torch.bool)
+    return torch.randint(a, b + 1, shape, generator=gen, dtype=torch.int64).to(torch.bool)
 
 
 def _random_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen: Any, dist: str) -> Any:

@@ -113,6 +113,8 @@ class CaseItem(_CannItem):
         result.golden_cached = data.cached
         result.seconds = dict(data.seconds)
         self._record(result)
+        if result.status == oc.ERROR:
+            raise GoldenSideError(f"{result.failure_type}: {result.message}")
         if result.status != oc.PASSED:
             raise CaseFailed(f"{result.failure_type}: {result.message}")
 

@@ -52,6 +52,10 @@ def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> Option
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
     if isinstance(item, (items.CaseItem, items.InvalidTaskItem)):
+        if call.when == "setup" and call.excinfo is not None and isinstance(call.excinfo.value, items.CaseFailed):
+            # pytest renders setup errors without Item.repr_failure: a golden_error would print
+            # pytest's own runner frames instead of its one-line verdict.
+            report.longrepr = item.repr_failure(call.excinfo)
         results.attach(item, report, item.stash.get(items.OUTCOME_KEY, None))
     return report
 

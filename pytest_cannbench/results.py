@@ -24,7 +24,7 @@ def _case_key(report: pytest.TestReport) -> str:
     return report.nodeid
 
 
-@dataclass
+@dataclass(eq=False)  # registered as a plugin: pluggy needs identity hashing
 class ResultCollector:
     """Registered as a plugin on the controller (or the only process without xdist)."""
 

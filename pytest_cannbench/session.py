@@ -26,13 +26,31 @@ def log_dir(config: pytest.Config) -> Path:
     return Path(config.rootpath) / "reports" / "logs"
 
 
+def processes() -> int:
+    """pytest processes of this run (xdist workers, or 1)."""
+    return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+
+
+def cpu_threads() -> int:
+    """Intra-op threads per process: the cores shared by the run's processes, at least one.
+
+    Oversubscribed OpenMP pools are not just slower but pathological: on the 2-core CI
+    machine two busy processes with 2 threads each ran element-wise ops 8-15x slower
+    than with 1 thread each.
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // processes())
+
+
 def golden_service(config: pytest.Config):  # -> GoldenService, imported lazily (torch)
     service = config.stash.get(SERVICE_KEY, None)
     if service is None:
+        import torch
+
         from .goldens import make_service
 
-        processes = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
-        service = make_service(settings(config), log_dir(config), processes)
+        torch.set_num_threads(cpu_threads())  # the judge's own comparisons
+        service = make_service(settings(config), log_dir(config), processes(), cpu_threads())
         service.worker.log_path = log_dir(config) / f"golden-worker-{worker_id(config)}.log"
         config.stash[SERVICE_KEY] = service
     return service

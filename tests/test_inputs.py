@@ -173,12 +173,13 @@ def test_constant_range_consumes_no_random_numbers():
     assert_same(b, uniform(gen(42), (4,), -1.0, 1.0, torch.float32))
 
 
-def test_normal_distribution():
-    out = one(plan_inputs(["x"], [[100]], ["float32"], [-3, 5]), seed=17, dist="normal")
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_normal_distribution(dtype):
+    out = one(plan_inputs(["x"], [[100]], [dtype], [0.1, 0.7]), seed=17, dist="normal")
     g = gen(17)
-    lo, hi = -3.0, 5.0
+    lo, hi = 0.1, 0.7
     x = torch.randn(100, dtype=torch.float64, generator=g) * ((hi - lo) / 6.0) + (lo + (hi - lo) / 2.0)
-    assert_same(out, torch.clamp(x, lo, hi).to(torch.float32))
+    assert_same(out, torch.clamp(x, lo, hi).to(getattr(torch, dtype)))
 
 
 def test_tensorlist_in_both_compat_modes():
