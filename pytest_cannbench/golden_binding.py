@@ -7,7 +7,8 @@ worker). The binding rules are the official ones (anchor §1.4-§1.5):
   ``<fn>_oracle`` replaces it for the fp64 truth, ``<fn>_bench`` for the same-precision reference;
 * a parameter is a tensor if its annotation text contains ``Tensor`` (a TensorList if it also
   contains ``List[``); tensor parameters take the generated inputs by position, in signature order;
-  every other parameter is an attr, filled by name from the case, else from the Python default;
+  every other parameter is an attr, filled by name from the case, else from the Python default
+  (passed explicitly, so the candidate receives the same value the golden used);
 * ``get_input`` receives the proto input names and the case attrs and returns the inputs, in the
   order of the golden's tensor parameters; ``get_output`` post-processes all outputs alike.
 
@@ -132,6 +133,15 @@ class Binding:
         return out
 
 
+def _plain(value: Any) -> bool:
+    """Builtin data only: it is cached and sent between processes."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_plain(v) for v in value)
+    return False
+
+
 def bind(func: Callable, inputs: list, attrs: dict[str, Any]) -> Binding:
     """Tensors by position in signature order, attrs by name, defaults for the rest."""
     entries: list[tuple[str, str, Any]] = []
@@ -150,7 +160,10 @@ def bind(func: Callable, inputs: list, attrs: dict[str, Any]) -> Binding:
                     missing.append(p.name)
         elif p.name in attrs:
             entries.append((p.name, "attr", convert_attr(attrs[p.name])))
-        elif not p.has_default:
+        elif p.has_default:
+            if _plain(p.default):  # passed explicitly, as the official calling convention does
+                entries.append((p.name, "attr", p.default))
+        else:
             missing.append(p.name)
     if missing:
         raise GoldenError(f"golden parameter(s) {', '.join(map(repr, missing))} get no value: not enough "

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-FORMAT = 1
+FORMAT = 2
 
 
 def cache_key(*, golden_sha: str, case: dict, seed: int, dist: str, compat: str, precision: str,

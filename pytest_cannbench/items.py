@@ -58,7 +58,7 @@ class InvalidTaskItem(_CannItem):
         raise TaskInputError(self.error)
 
     def reportinfo(self) -> tuple[Any, Optional[int], str]:
-        return self.path, None, f"{self.rel_path}: invalid task"
+        return self.path, 0, f"{self.rel_path}: invalid task"
 
 
 class CaseItem(_CannItem):
@@ -73,7 +73,10 @@ class CaseItem(_CannItem):
         self.user_properties.append(("cann_case", key))
 
     def reportinfo(self) -> tuple[Any, Optional[int], str]:
-        return self.path, None, f"{self.task.rel_path} case {self.case.case_id}"
+        # A line number is required: Node.warn() asserts one, and a CannTaskWarning on a case
+        # would otherwise abort the whole collection. 0 is the top of cases.yaml.
+        label = self.case.case_id if self.case.case_id is not None else f"#{self.case.index}"
+        return self.path, 0, f"{self.task.rel_path} case {label}"
 
     def _record(self, result: CaseOutcome) -> CaseOutcome:
         self.stash[OUTCOME_KEY] = result

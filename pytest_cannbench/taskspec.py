@@ -377,6 +377,9 @@ def parse_cases(path: Path, spec: OperatorSpec) -> list[CaseSpec]:
             continue
         if case.case_id in seen:
             case.error = f"{label}: duplicate case_id (also cases[{seen[case.case_id]}])"
+            # The id belongs to the first case: keyed by it, this one would replace that case's
+            # outcome in the results (one case lost from every count). It is keyed by position.
+            case.case_id = None
             continue
         seen[case.case_id] = index
         operator = raw.get("operator")
