@@ -44,6 +44,7 @@ class GoldenWorker:
     threads: int = 1
     proc: Optional[subprocess.Popen] = None
     starts: int = 0
+    log_mark: int = 0  # size of the log when the last request was sent: what follows is that golden's
 
     def _start(self) -> subprocess.Popen:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,6 +73,10 @@ class GoldenWorker:
                                                       "(--cann-golden-timeout); its worker was killed")
 
     def _exchange(self, proc: subprocess.Popen, message: dict, timeout: float, timeout_message: str) -> dict:
+        try:
+            self.log_mark = self.log_path.stat().st_size
+        except OSError:
+            self.log_mark = 0
         try:
             wire.send(proc.stdin, message)
         except (BrokenPipeError, OSError):
@@ -105,12 +110,17 @@ class GoldenWorker:
         how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
         return GoldenWorkerFailure("crashed", f"golden worker died ({how}); log {self.log_path}{tail}")
 
-    def log_tail(self, lines: int = 8) -> str:
+    def log_tail(self, lines: int = 8, chars: int = 2000) -> str:
+        """The end of what the worker logged since the last request was sent (not an earlier golden's
+        output), at most ``lines`` lines and ``chars`` characters: it goes into a one-line verdict."""
         try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:]
+            with open(self.log_path, "rb") as fh:
+                fh.seek(max(self.log_mark, fh.seek(0, os.SEEK_END) - 16 * chars))
+                data = fh.read()
         except OSError:
             return ""
-        return ("\n" + "\n".join(text)) if text else ""
+        text = "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])[-chars:]
+        return ("\n" + text) if text.strip() else ""
 
     def kill(self) -> None:
         proc, self.proc = self.proc, None
