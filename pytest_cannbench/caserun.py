@@ -24,10 +24,15 @@ def new_outcome(task: OperatorTask, case: CaseSpec, status: str, failure_type: O
                        status=status, failure_type=failure_type, message=message, warnings=list(case.warnings))
 
 
+def seed_of(task: OperatorTask, case: CaseSpec, settings: Settings) -> int:
+    """The case's input seed: SHA-256 of the official case key mixed with ``--cann-seed``."""
+    assert case.case_id is not None
+    return case_seed(task.case_key(case.case_id), settings.seed)
+
+
 def prepare(task: OperatorTask, case: CaseSpec, service: GoldenService, settings: Settings) -> GoldenData:
     """Golden data for the case; raises :class:`GoldenFailure` naming the case on any golden-side problem."""
-    assert case.case_id is not None
-    seed = case_seed(task.case_key(case.case_id), settings.seed)
+    seed = seed_of(task, case, settings)
     try:
         return service.fetch(task, case, seed)
     except GoldenFailure as exc:

@@ -30,9 +30,8 @@ class GoldenData:
     native_error: Optional[str]
     has_get_output: bool
     cached: bool
+    hooked: Optional[list] = None  # inputs made by the golden's get_input hook, else None
     seconds: dict[str, float] = field(default_factory=dict)
-    candidate: Optional[list] = None  # self-check only
-    candidate_error: Optional[str] = None
     _inputs: Optional[list] = None
 
     @property
@@ -89,19 +88,14 @@ class GoldenService:
         if entry is not None:
             data = GoldenData(make_inputs=self._inputs_maker(task, case, seed, entry["hooked"]), binding=tuple(tuple(e) for e in entry["binding"]),
                               golden=entry["golden"], native=entry["native"], native_error=entry["native_error"],
-                              has_get_output=entry["has_get_output"], cached=True)
-            if self.settings.self_check:
-                response = self._call({**request, "op": "candidate", "binding": data.binding,
-                                       "hooked": entry["hooked"]})
-                data.candidate, data.candidate_error = response.get("candidate"), response.get("candidate_error")
+                              has_get_output=entry["has_get_output"], cached=True, hooked=entry["hooked"])
             return data
-        response = self._call({**request, "op": "prepare", "self_check": self.settings.self_check})
+        response = self._call({**request, "op": "prepare"})
         seconds = dict(response["seconds"])
         data = GoldenData(make_inputs=self._inputs_maker(task, case, seed, response["hooked"]), binding=tuple(tuple(e) for e in response["binding"]),
                           golden=response["golden"], native=response["native"],
                           native_error=response["native_error"], has_get_output=response["has_get_output"],
-                          cached=False, seconds=seconds, candidate=response.get("candidate"),
-                          candidate_error=response.get("candidate_error"))
+                          cached=False, seconds=seconds, hooked=response["hooked"])
         if self.cache and key:
             self.cache.store(key, {"binding": [list(e) for e in data.binding], "hooked": response["hooked"],
                                    "golden": data.golden, "native": data.native, "native_error": data.native_error,
@@ -123,6 +117,13 @@ class GoldenService:
             return generate_inputs(plans, seed, dist=settings.input_dist, compat=settings.input_compat)
 
         return generate
+
+    def self_candidate(self, task: OperatorTask, case: CaseSpec, seed: int, data: GoldenData) -> dict:
+        """The golden in native dtypes, called like a candidate (keyword arguments), in the worker."""
+        response = self._call({**self._request(task, case, seed), "op": "candidate",
+                               "binding": [list(e) for e in data.binding], "hooked": data.hooked})
+        return {"outputs": response.get("candidate"), "error": response.get("candidate_error"),
+                "seconds": response.get("candidate_seconds")}
 
     def postprocess(self, task: OperatorTask, case: CaseSpec, outputs: dict[str, Optional[list]]) -> dict:
         response = self._call({"op": "postprocess", "op_dir": str(task.op_dir), "rel_path": task.rel_path,

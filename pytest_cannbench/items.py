@@ -107,14 +107,21 @@ class CaseItem(_CannItem):
             self._record(caserun.new_outcome(self.task, self.case, oc.ERROR, oc.TASK_ERROR, self.case.error))
             raise TaskInputError(f"task_error: {self.case.error}")
         data = self.golden_data
-        if data.candidate is None:
-            message = f"candidate raised: {data.candidate_error}"
+        service, settings = session.golden_service(self.config), session.settings(self.config)
+        seed = caserun.seed_of(self.task, self.case, settings)
+        from .goldens import GoldenFailure
+
+        try:
+            candidate = service.self_candidate(self.task, self.case, seed, data)
+        except GoldenFailure as exc:  # the candidate (a golden here) hung or killed its worker
+            candidate = {"outputs": None, "error": str(exc), "seconds": None}
+        if candidate["outputs"] is None:
+            message = f"candidate raised: {candidate['error']}"
             self._record(caserun.new_outcome(self.task, self.case, oc.FAILED, oc.STRUCTURAL, message))
             raise CaseFailed(f"{oc.STRUCTURAL}: {message}")
-        result = caserun.judge(self.task, self.case, data, data.candidate, session.golden_service(self.config),
-                               session.settings(self.config))
+        result = caserun.judge(self.task, self.case, data, candidate["outputs"], service, settings)
         result.golden_cached = data.cached
-        result.seconds = dict(data.seconds)
+        result.seconds = dict(data.seconds, candidate=candidate["seconds"] or 0.0)
         self._record(result)
         if result.status == oc.ERROR:
             raise GoldenSideError(f"{result.failure_type}: {result.message}")
