@@ -26,22 +26,19 @@ def looks_like_operator_dir(path: Path) -> bool:
 
 
 def find_bench_root(op_dir: Path) -> Path:
-    """The bench root of an operator directory, by the official rules plus two fallbacks.
+    """The bench root of an operator directory: the nearest ancestor that is one of
 
-    1. the nearest ancestor named ``tasks`` (the official rule);
-    2. the nearest ancestor holding a ``metadata/`` directory;
+    1. a directory named ``tasks`` (the official rule);
+    2. a directory holding ``metadata/``;
     3. the parent of a ``levelN`` directory;
-    4. the operator's parent (a flat suite).
+
+    else the operator's parent (a flat suite). Nearest first, so a checkout that happens to live
+    below some far-away ``tasks`` directory still gets its own suite's root.
     """
     op_dir = op_dir.resolve()
-    ancestors = list(op_dir.parents)
-    for parent in ancestors:
-        if parent.name == "tasks":
+    for parent in op_dir.parents:
+        if parent.name == "tasks" or (parent / "metadata").is_dir():
             return parent
-    for parent in ancestors:
-        if (parent / "metadata").is_dir():
-            return parent
-    for parent in ancestors:
         if _LEVEL_DIR.fullmatch(parent.name):
             return parent.parent
     return op_dir.parent

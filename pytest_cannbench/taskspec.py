@@ -428,6 +428,8 @@ def _case_warnings(case: CaseSpec, label: str, spec: OperatorSpec, attr_names: s
         if len(dtypes) not in (1, len(shapes)):
             case.warnings.append(f"{label}: dtype has {len(dtypes)} entries for {len(shapes)} input shapes")
     allowed = {d.name: set(d.dtypes) for d in spec.inputs}
+    if isinstance(dtypes, list) and len(dtypes) == 1 and len(spec.inputs) > 1 and isinstance(dtypes[0], str):
+        dtypes = dtypes * len(spec.inputs)  # the shorthand stands for every input
     if isinstance(dtypes, list) and len(dtypes) == len(spec.inputs):
         for decl, value in zip(spec.inputs, dtypes):
             names = [value] if isinstance(value, str) else value if isinstance(value, list) else []

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import shutil
 from pathlib import Path
 
 import pytest
+
+# Imported before pytester snapshots sys.modules: inline_run drops every module first imported
+# inside an inner session. Importing torch a second time in one process crashes it, and a plugin
+# submodule re-imported next to its stale copy (still an attribute of the package) yields two
+# versions of its exception classes, so an ``except`` in one module misses what the other raises.
+import torch  # noqa: F401
+
+import pytest_cannbench
+
+for _module in pkgutil.iter_modules(pytest_cannbench.__path__):
+    importlib.import_module(f"pytest_cannbench.{_module.name}")
 
 pytest_plugins = ["pytester"]
 
