@@ -91,7 +91,8 @@ def attach(item: pytest.Item, report: pytest.TestReport, outcome: Optional[CaseO
         extra = [("cann_status", outcome.status)]
         if outcome.failure_type:
             extra.append(("cann_failure_type", outcome.failure_type))
-        report.user_properties = [*report.user_properties, *extra]  # a copy: the item's list is shared
+        # on the item, so the teardown report (what junit-xml writes) carries them too
+        item.user_properties.extend(p for p in extra if p not in item.user_properties)
 
 
 def render_summary(terminalreporter: Any, collector: ResultCollector) -> None:

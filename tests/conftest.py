@@ -14,6 +14,7 @@ import pytest
 # submodule re-imported next to its stale copy (still an attribute of the package) yields two
 # versions of its exception classes, so an ``except`` in one module misses what the other raises.
 import torch  # noqa: F401
+import yaml  # noqa: F401
 
 import pytest_cannbench
 

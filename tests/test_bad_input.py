@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+# Imported before any inner session: pytester.inline_run drops modules first imported inside it, and
+# taskspec keeps a loader class built on the yaml module it first saw; a re-imported yaml would raise
+# errors that ``except yaml.YAMLError`` of the new module does not catch (in later tests of this run).
+import yaml  # noqa: F401
 
 from pytest_cannbench.items import CannTaskWarning
 

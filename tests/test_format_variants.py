@@ -408,9 +408,12 @@ def _op(path: Path) -> Path:
 
 
 def test_find_bench_root_rules(tmp_path: Path) -> None:
-    # 1. the nearest ancestor named tasks, even when a metadata/ sits closer
+    # nearest first: a suite with its own metadata/ below a far-away "tasks" keeps its own root
     (tmp_path / "a/tasks/suite/metadata").mkdir(parents=True)
-    assert find_bench_root(_op(tmp_path / "a/tasks/suite/level1/op")) == tmp_path / "a/tasks"
+    assert find_bench_root(_op(tmp_path / "a/tasks/suite/level1/op")) == tmp_path / "a/tasks/suite"
+    # 1. an ancestor named tasks (the official rule)
+    assert find_bench_root(_op(tmp_path / "a2/tasks/level1/op")) == tmp_path / "a2/tasks"
+    assert find_bench_root(_op(tmp_path / "a3/tasks/op")) == tmp_path / "a3/tasks"
     # 2. else the nearest ancestor holding metadata/
     (tmp_path / "b/suite/metadata").mkdir(parents=True)
     assert find_bench_root(_op(tmp_path / "b/suite/level2/op")) == tmp_path / "b/suite"

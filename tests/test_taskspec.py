@@ -781,19 +781,24 @@ def op(path: Path, golden: bool = True) -> Path:
     return path
 
 
-def test_find_bench_root_prefers_a_tasks_ancestor(tmp_path):
+def test_find_bench_root_official_layout(tmp_path):
     root = tmp_path / "tasks"
-    (root / "bench" / "metadata").mkdir(parents=True)
+    (root / "metadata").mkdir(parents=True)
     assert find_bench_root(op(root / "level1" / "exp")) == root.resolve()
-    assert find_bench_root(op(root / "bench" / "level3" / "gelu")) == root.resolve()
+    assert find_bench_root(op(root / "mish")) == root.resolve()  # an operator right under tasks/
 
 
-def test_find_bench_root_fallbacks(tmp_path):
-    suite = tmp_path / "bench_lab" / "kernel_bench"
+def test_find_bench_root_is_the_nearest_match(tmp_path):
+    far = tmp_path / "tasks" / "checkout"
+    suite = far / "bench_lab" / "kernel_bench"
     (suite / "metadata").mkdir(parents=True)
-    assert find_bench_root(op(suite / "level5" / "attn")) == suite.resolve()  # metadata/ beats levelN
-    plain = tmp_path / "plain"
-    assert find_bench_root(op(plain / "level2" / "gather")) == plain.resolve()
+    assert find_bench_root(op(suite / "attn")) == suite.resolve()  # metadata/ nearer than tasks/
+    assert find_bench_root(op(suite / "level5" / "attn")) == suite.resolve()  # levelN: its parent
+    assert find_bench_root(op(far / "plain" / "level2" / "gather")) == (far / "plain").resolve()
+    assert find_bench_root(op(far / "ops" / "tasks" / "softmax")) == (far / "ops" / "tasks").resolve()
+
+
+def test_find_bench_root_flat_suite(tmp_path):
     assert find_bench_root(op(tmp_path / "flat" / "mish")) == (tmp_path / "flat").resolve()
 
 
