@@ -36,7 +36,10 @@ def prepare(task: OperatorTask, case: CaseSpec, service: GoldenService, settings
     try:
         return service.fetch(task, case, seed)
     except GoldenFailure as exc:
-        raise GoldenFailure(f"{task.op_dir / 'golden.py'}: case_id {case.case_id}: {exc}") from None
+        golden = str(task.op_dir / "golden.py")
+        text = str(exc)
+        text = text[len(golden) + 2:] if text.startswith(golden + ": ") else text  # say the path once
+        raise GoldenFailure(f"{golden}: case_id {case.case_id}: {text}") from None
 
 
 def output_names(task: OperatorTask, count: int) -> list[str]:

@@ -15,6 +15,7 @@ from typing import Any, Optional
 from . import wire
 
 
+LOG_ROTATE_BYTES = 8 << 20  # a chatty golden must not grow the log without bound
 STARTUP_TIMEOUT_S = 300.0  # python + torch import of a fresh worker, on a loaded machine
 
 
@@ -48,6 +49,8 @@ class GoldenWorker:
 
     def _start(self) -> subprocess.Popen:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.log_path.is_file() and self.log_path.stat().st_size > LOG_ROTATE_BYTES:
+            os.replace(self.log_path, self.log_path.with_suffix(".log.1"))  # keep one old generation
         log = open(self.log_path, "ab")
         cmd = [sys.executable, "-m", "pytest_cannbench.golden_worker", "--memory-bytes", str(self.memory_bytes),
                "--threads", str(self.threads)]

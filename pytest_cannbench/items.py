@@ -3,7 +3,8 @@
 Node ids read ``level1/exp/cases.yaml::exp[03]``: ``-k exp`` selects the
 operator, ``-k "exp and 03"`` one case (ids are zero-padded so ``03`` never
 matches ``13``). Levels are markers (``-m level2``), dtypes and the category
-are keywords (``-k bfloat16``). A broken operator becomes one failing item and
+are keywords (``-k bfloat16``; ``-k`` matches substrings, so ``float16`` also
+selects ``bfloat16`` cases: write ``"float16 and not bfloat16"``). A broken operator becomes one failing item and
 a broken case one failing item; neither stops the session.
 """
 
@@ -148,10 +149,11 @@ class OperatorFile(pytest.File):
         except TaskFormatError as exc:
             yield InvalidTaskItem.from_parent(self, name=f"{op_dir.name}[task]", error=str(exc), rel_path=rel_path)
             return
-        for message in task.warnings:
+        warn = _warns(self.config)
+        for message in task.warnings if warn else ():
             self.warn(CannTaskWarning(message))
         csv_path = op_dir / "cases.csv"
-        if csv_path.is_file():
+        if warn and csv_path.is_file():
             problems = compare_csv(csv_path, [c.raw for c in task.cases])
             if problems:
                 more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
@@ -176,9 +178,15 @@ class OperatorFile(pytest.File):
             item.extra_keyword_matches.update(case.dtype_names)
             if task.spec.category:
                 item.extra_keyword_matches.add(task.spec.category)
-            for message in case.warnings:
+            for message in case.warnings if warn else ():
                 item.warn(CannTaskWarning(message))
             yield item
+
+
+def _warns(config: pytest.Config) -> bool:
+    """Task warnings come from one collector: every xdist worker collects, the first one speaks."""
+    workerinput = getattr(config, "workerinput", None)
+    return workerinput is None or workerinput.get("workerid") == "gw0"
 
 
 def _registered_markers(config: pytest.Config) -> set[str]:

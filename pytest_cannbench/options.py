@@ -22,6 +22,7 @@ CHECKERS = ("relative_error", "allclose")
 
 DEFAULT_GOLDEN_TIMEOUT_S = 600.0
 DEFAULT_GOLDEN_CACHE = ".cannbench-cache/golden"
+MIN_GOLDEN_MEMORY_GIB = 1.0
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -130,8 +131,9 @@ def settings_from_config(config: pytest.Config) -> Settings:
     memory = _number(config, "golden_memory", float, None)
     if timeout <= 0:
         raise pytest.UsageError("--cann-golden-timeout must be positive")
-    if memory is not None and memory <= 0:
-        raise pytest.UsageError("--cann-golden-memory must be positive")
+    if memory is not None and memory < MIN_GOLDEN_MEMORY_GIB:
+        raise pytest.UsageError(f"--cann-golden-memory must be at least {MIN_GOLDEN_MEMORY_GIB:g} GiB: it limits "
+                                "address space, and torch alone reserves about 0.6 GiB of it")
     return Settings(
         tasks=str(tasks) if tasks else None,
         self_check=_flag(config, "self_check"),
