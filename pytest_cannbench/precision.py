@@ -837,6 +837,19 @@ def check_index_gather(spec: Any, *, inputs: Mapping[str, Any], attrs: Mapping[s
     return _check_reduce(tag, x, d, idx, attrs, spec["value_reduce"], spec.get("keepdim_attr"))
 
 
+def _gather_check(tag: str, x: torch.Tensor, d: int, idx: torch.Tensor, target: torch.Tensor,
+                  what: str) -> tuple[bool, str]:
+    """In bounds, and ``x.gather(d, idx)`` equal to ``target`` (NaN == NaN): the tie-order-free test."""
+    bounds = _bounds_problem(idx, x.size(d))
+    if bounds:
+        return False, f"{tag}: {bounds}"
+    eq = _nan_equal(torch.gather(x, d, idx), target)
+    bad = _n(~eq)
+    if bad:
+        return False, f"{tag}: {bad} of {eq.numel()} indices do not point at {what}"
+    return True, f"{tag}: all {eq.numel()} indices point at {what}"
+
+
 def _check_pairing(tag: str, x: torch.Tensor, d: int, idx: torch.Tensor,
                    outputs: Mapping[str, Any], value_name: str) -> tuple[bool, str]:
     values = outputs.get(value_name)
@@ -850,14 +863,7 @@ def _check_pairing(tag: str, x: torch.Tensor, d: int, idx: torch.Tensor,
     for k in range(x.dim()):
         if k != d and idx.size(k) > x.size(k):
             return False, f"{tag}: index size {idx.size(k)} on dim {k} exceeds input size {x.size(k)}"
-    bounds = _bounds_problem(idx, x.size(d))
-    if bounds:
-        return False, f"{tag}: {bounds}"
-    eq = _nan_equal(torch.gather(x, d, idx), values)
-    bad = _n(~eq)
-    if bad:
-        return False, f"{tag}: {bad} of {eq.numel()} indices do not point at the value in {value_name!r}"
-    return True, f"{tag}: all {eq.numel()} indices point at the values in {value_name!r}"
+    return _gather_check(tag, x, d, idx, values, f"the values in {value_name!r}")
 
 
 def _check_reduce(tag: str, x: torch.Tensor, d: int, idx: torch.Tensor, attrs: Mapping[str, Any],
@@ -876,11 +882,4 @@ def _check_reduce(tag: str, x: torch.Tensor, d: int, idx: torch.Tensor, attrs: M
     ref = _REDUCERS[reduce](x, dim=d, keepdim=True)
     if tuple(idx.shape) != tuple(ref.shape):
         return False, f"{tag}: index shape {tuple(idx.shape)} != {reduce} result shape {tuple(ref.shape)} (keepdim form)"
-    bounds = _bounds_problem(idx, x.size(d))
-    if bounds:
-        return False, f"{tag}: {bounds}"
-    eq = _nan_equal(torch.gather(x, d, idx), ref)
-    bad = _n(~eq)
-    if bad:
-        return False, f"{tag}: {bad} of {eq.numel()} indices do not point at a slice {reduce}"
-    return True, f"{tag}: all {eq.numel()} indices point at a slice {reduce}"
+    return _gather_check(tag, x, d, idx, ref, f"a slice {reduce}")
