@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-FORMAT = 2
+FORMAT = 3
 
 
 def cache_key(*, golden_sha: str, case: dict, seed: int, dist: str, compat: str, precision: str,
@@ -28,9 +29,17 @@ def cache_key(*, golden_sha: str, case: dict, seed: int, dist: str, compat: str,
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+class GoldenCacheWarning(UserWarning):
+    """The cache stopped writing; grading goes on without it."""
+
+
+MIN_FREE_BYTES = 4 << 30  # never fill the disk with cache entries
+
+
 @dataclass
 class GoldenCache:
     root: Path
+    disabled_reason: Optional[str] = None  # set once the cache stops writing (disk full, unwritable)
 
     def _path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.pt"
@@ -46,19 +55,30 @@ class GoldenCache:
         except Exception:  # noqa: BLE001 - a damaged entry is a miss
             return None
 
-    def store(self, key: str, entry: dict[str, Any]) -> None:
+    def store(self, key: str, entry: dict[str, Any]) -> bool:
+        """Write an entry; a cache that cannot be written stops writing but never fails a case."""
         import torch
 
+        if self.disabled_reason:
+            return False
         path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pt")
+        tmp = None
         try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            free = shutil.disk_usage(path.parent).free
+            if free < MIN_FREE_BYTES:
+                self.disabled_reason = f"less than {MIN_FREE_BYTES >> 30} GiB free on {path.parent}"
+                return False
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pt")
             with os.fdopen(fd, "wb") as fh:
                 torch.save(entry, fh)
             os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+            return True
+        except OSError as exc:
+            self.disabled_reason = f"cannot write {path.parent}: {exc.strerror or exc}"
+            if tmp:
+                try:
+                    os.unlink(tmp)
+                except OSError:
+                    pass
+            return False

@@ -94,10 +94,31 @@ def prepare(req: dict) -> dict:
         except BaseException as exc:  # noqa: BLE001 - a missing reference only makes the check strict
             native_error = _error(exc, "same-precision reference")["error"]
     seconds["native"] = time.perf_counter() - t0
+    if native is not None and gm.get_output is None:
+        golden = truncate_to_reference(golden, native)
     _LAST.clear()
     _LAST[_case_key(req)] = inputs  # the self-check candidate that follows reuses them
     return {"ok": True, "binding": binding.entries, "hooked": hooked, "golden": golden, "native": native,
             "native_error": native_error, "has_get_output": gm.get_output is not None, "seconds": seconds}
+
+
+def truncate_to_reference(golden: list, native: list) -> list:
+    """The fp64 truth rounded to each output's expected dtype (the reference's).
+
+    The precision standard only ever reads the golden truncated to the candidate's dtype, and a
+    candidate whose dtype differs from the reference's fails structurally before any number is
+    read, so this loses nothing, and it makes what crosses the pipe and lands in the cache 2-4x
+    smaller (71 GB for the official tree in fp64). Integer and bool outputs are left as they are.
+    """
+    import torch
+
+    out = []
+    for g, n in zip(golden, native):
+        if (isinstance(g, torch.Tensor) and isinstance(n, torch.Tensor) and g.is_floating_point()
+                and n.is_floating_point() and g.shape == n.shape and n.dtype != g.dtype):
+            g = g.to(n.dtype)
+        out.append(g)
+    return out + golden[len(out):]
 
 
 _LAST: dict[tuple, list] = {}

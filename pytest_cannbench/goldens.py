@@ -7,11 +7,12 @@ cache entries hold only outputs, the parameter binding and hook-made inputs.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from .golden_cache import GoldenCache, cache_key
+from .golden_cache import GoldenCache, GoldenCacheWarning, cache_key
 from .golden_client import GoldenWorker, GoldenWorkerFailure
 from .options import Settings
 from .taskspec import CaseSpec, OperatorTask
@@ -51,6 +52,7 @@ class GoldenService:
     worker: GoldenWorker
     cache: Optional[GoldenCache]
     _golden_sha: dict[str, str] = field(default_factory=dict)
+    _cache_warned: bool = False
 
     def _request(self, task: OperatorTask, case: CaseSpec, seed: int) -> dict[str, Any]:
         return {"op_dir": str(task.op_dir), "rel_path": task.rel_path, "function_name": task.spec.function_name,
@@ -82,25 +84,28 @@ class GoldenService:
                          torch_version=torch.__version__, input_names=task.spec.input_names)
 
     def fetch(self, task: OperatorTask, case: CaseSpec, seed: int) -> GoldenData:
-        request = self._request(task, case, seed)
         key = self._key(task, case, seed) if self.cache else None
         entry = self.cache.load(key) if self.cache and key else None
         if entry is not None:
-            data = GoldenData(make_inputs=self._inputs_maker(task, case, seed, entry["hooked"]), binding=tuple(tuple(e) for e in entry["binding"]),
-                              golden=entry["golden"], native=entry["native"], native_error=entry["native_error"],
-                              has_get_output=entry["has_get_output"], cached=True, hooked=entry["hooked"])
-            return data
-        response = self._call({**request, "op": "prepare"})
-        seconds = dict(response["seconds"])
-        data = GoldenData(make_inputs=self._inputs_maker(task, case, seed, response["hooked"]), binding=tuple(tuple(e) for e in response["binding"]),
-                          golden=response["golden"], native=response["native"],
-                          native_error=response["native_error"], has_get_output=response["has_get_output"],
-                          cached=False, seconds=seconds, hooked=response["hooked"])
+            return self._data(task, case, seed, entry, cached=True)
+        response = self._call({**self._request(task, case, seed), "op": "prepare"})
+        data = self._data(task, case, seed, response, cached=False)
         if self.cache and key:
-            self.cache.store(key, {"binding": [list(e) for e in data.binding], "hooked": response["hooked"],
-                                   "golden": data.golden, "native": data.native, "native_error": data.native_error,
-                                   "has_get_output": data.has_get_output})
+            fields = ("hooked", "golden", "native", "native_error", "has_get_output")
+            stored = self.cache.store(key, {"binding": [list(e) for e in data.binding],
+                                            **{name: response[name] for name in fields}})
+            if not stored and not self._cache_warned:
+                self._cache_warned = True
+                warnings.warn(GoldenCacheWarning(f"golden cache stopped writing: {self.cache.disabled_reason}"))
         return data
+
+    def _data(self, task: OperatorTask, case: CaseSpec, seed: int, source: dict, *, cached: bool) -> GoldenData:
+        """GoldenData from a worker response or a cache entry (the same fields)."""
+        return GoldenData(make_inputs=self._inputs_maker(task, case, seed, source["hooked"]),
+                          binding=tuple(tuple(e) for e in source["binding"]), golden=source["golden"],
+                          native=source["native"], native_error=source["native_error"],
+                          has_get_output=source["has_get_output"], cached=cached, hooked=source["hooked"],
+                          seconds=dict(source.get("seconds") or {}))
 
     def _inputs_maker(self, task: OperatorTask, case: CaseSpec, seed: int,
                       hooked: Optional[list]) -> Callable[[], list]:

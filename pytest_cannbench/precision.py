@@ -863,7 +863,7 @@ def _check_pairing(tag: str, x: torch.Tensor, d: int, idx: torch.Tensor,
     for k in range(x.dim()):
         if k != d and idx.size(k) > x.size(k):
             return False, f"{tag}: index size {idx.size(k)} on dim {k} exceeds input size {x.size(k)}"
-    return _gather_check(tag, x, d, idx, values, f"the values in {value_name!r}")
+    return _gather_check(tag, x, d, idx, values, f"the value in {value_name!r}")
 
 
 def _check_reduce(tag: str, x: torch.Tensor, d: int, idx: torch.Tensor, attrs: Mapping[str, Any],
