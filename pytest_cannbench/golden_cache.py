@@ -41,17 +41,29 @@ class GoldenCache:
     root: Path
     disabled_reason: Optional[str] = None  # set once the cache stops writing (disk full, unwritable)
 
-    def _path(self, key: str) -> Path:
+    def path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.pt"
+
+    def writable(self) -> bool:
+        """Still writing, with room left on the disk (checked before each entry)."""
+        if self.disabled_reason:
+            return False
+        probe = self.root if self.root.exists() else self.root.parent
+        try:
+            if shutil.disk_usage(probe).free < MIN_FREE_BYTES:
+                self.disabled_reason = f"less than {MIN_FREE_BYTES >> 30} GiB free on {probe}"
+        except OSError:
+            pass
+        return self.disabled_reason is None
 
     def load(self, key: str) -> Optional[dict[str, Any]]:
         import torch
 
-        path = self._path(key)
+        path = self.path(key)
         if not path.is_file():
             return None
         try:
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except Exception:  # noqa: BLE001 - a damaged entry is a miss
             return None
 
@@ -61,7 +73,7 @@ class GoldenCache:
 
         if self.disabled_reason:
             return False
-        path = self._path(key)
+        path = self.path(key)
         tmp = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

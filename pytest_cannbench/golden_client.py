@@ -27,13 +27,19 @@ class GoldenWorkerFailure(RuntimeError):
         self.kind = kind
 
 
-def default_memory_bytes(processes: int) -> int:
-    """80% of physical memory shared by the run's pytest processes: one golden cannot starve the others."""
+def default_memory_bytes() -> int:
+    """80% of physical memory for each golden worker.
+
+    Not divided by the number of pytest processes: heavy goldens rarely peak together, and the
+    official tree has goldens needing well over half of a 24 GiB machine. If they do collide,
+    the kernel's OOM killer takes a golden worker (``oom_score_adj`` 1000), never the judge,
+    and that case reports a golden_error.
+    """
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):
         return 0
-    return int(total * 0.8 / max(1, processes))
+    return int(total * 0.8)
 
 
 @dataclass
@@ -71,9 +77,28 @@ class GoldenWorker:
         return self.proc
 
     def request(self, message: dict, timeout: float) -> dict:
+        """Send one request; a reply written to ``message["reply_file"]`` is mapped back from disk.
+
+        With ``reply_keep`` false the file is removed once loaded (the mapping stays valid).
+        """
         proc = self.proc if self.proc and self.proc.poll() is None else self._start()
-        return self._exchange(proc, message, timeout, f"golden did not finish within {timeout:g} s "
-                                                      "(--cann-golden-timeout); its worker was killed")
+        response = self._exchange(proc, message, timeout, f"golden did not finish within {timeout:g} s "
+                                                          "(--cann-golden-timeout); its worker was killed")
+        path = response.get("reply_file")
+        if path is None:
+            return response
+        import torch
+
+        try:
+            loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        finally:
+            if not message.get("reply_keep"):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+        loaded["reply_file"] = path if message.get("reply_keep") else None
+        return loaded
 
     def _exchange(self, proc: subprocess.Popen, message: dict, timeout: float, timeout_message: str) -> dict:
         try:

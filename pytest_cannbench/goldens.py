@@ -7,6 +7,9 @@ cache entries hold only outputs, the parameter binding and hook-made inputs.
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,6 +56,8 @@ class GoldenService:
     cache: Optional[GoldenCache]
     _golden_sha: dict[str, str] = field(default_factory=dict)
     _cache_warned: bool = False
+    _scratch: Optional[str] = None
+    _replies: int = 0
 
     def _request(self, task: OperatorTask, case: CaseSpec, seed: int) -> dict[str, Any]:
         return {"op_dir": str(task.op_dir), "rel_path": task.rel_path, "function_name": task.spec.function_name,
@@ -88,9 +93,11 @@ class GoldenService:
         entry = self.cache.load(key) if self.cache and key else None
         if entry is not None:
             return self._data(task, case, seed, entry, cached=True)
-        response = self._call({**self._request(task, case, seed), "op": "prepare"})
+        reply, keep = self._reply_file(key)
+        response = self._call({**self._request(task, case, seed), "op": "prepare", "reply_file": reply,
+                               "reply_keep": keep})
         data = self._data(task, case, seed, response, cached=False)
-        if self.cache and key:
+        if self.cache and key and not response.get("reply_file"):  # not written by the worker: store here
             fields = ("hooked", "golden", "native", "native_error", "has_get_output")
             stored = self.cache.store(key, {"binding": [list(e) for e in data.binding],
                                             **{name: response[name] for name in fields}})
@@ -99,13 +106,22 @@ class GoldenService:
                 warnings.warn(GoldenCacheWarning(f"golden cache stopped writing: {self.cache.disabled_reason}"))
         return data
 
+    def _reply_file(self, key: Optional[str]) -> tuple[str, bool]:
+        """Where the worker writes its answer: the cache entry itself when caching, else a scratch file."""
+        if self.cache and key and self.cache.writable():
+            return str(self.cache.path(key)), True
+        if self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="cannbench-golden-")
+        self._replies += 1
+        return os.path.join(self._scratch, f"reply-{self._replies}.pt"), False
+
     def _data(self, task: OperatorTask, case: CaseSpec, seed: int, source: dict, *, cached: bool) -> GoldenData:
         """GoldenData from a worker response or a cache entry (the same fields)."""
         return GoldenData(make_inputs=self._inputs_maker(task, case, seed, source["hooked"]),
                           binding=tuple(tuple(e) for e in source["binding"]), golden=source["golden"],
                           native=source["native"], native_error=source["native_error"],
                           has_get_output=source["has_get_output"], cached=cached, hooked=source["hooked"],
-                          seconds=dict(source.get("seconds") or {}))
+                          seconds={} if cached else dict(source.get("seconds") or {}))
 
     def _inputs_maker(self, task: OperatorTask, case: CaseSpec, seed: int,
                       hooked: Optional[list]) -> Callable[[], list]:
@@ -138,13 +154,15 @@ class GoldenService:
 
     def close(self) -> None:
         self.worker.close()
+        if self._scratch:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
 
-def make_service(settings: Settings, log_dir: Path, processes: int, threads: int) -> GoldenService:
+def make_service(settings: Settings, log_dir: Path, threads: int) -> GoldenService:
     from .golden_client import default_memory_bytes
 
     memory = (int(settings.golden_memory_gib * (1 << 30)) if settings.golden_memory_gib
-              else default_memory_bytes(processes))
+              else default_memory_bytes())
     worker = GoldenWorker(log_path=log_dir / "golden-worker.log", memory_bytes=memory, threads=threads)
     cache = GoldenCache(Path(settings.golden_cache)) if settings.golden_cache else None
     return GoldenService(settings=settings, worker=worker, cache=cache)

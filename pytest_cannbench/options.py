@@ -57,8 +57,8 @@ def add_options(parser: pytest.Parser) -> None:
            help=f"seconds a golden may take for one case before it fails as golden_error "
                 f"(default {DEFAULT_GOLDEN_TIMEOUT_S:g}).")
     option("golden-memory", type=float, metavar="GIB",
-           help="address-space budget of the golden worker in GiB (default: 80%% of RAM shared by the "
-                "pytest processes of the run).")
+           help="address-space budget of each golden worker in GiB (default: 80%% of RAM; the kernel's "
+                "OOM killer is pointed at golden workers, never at pytest).")
     option("checker", choices=CHECKERS,
            help="accuracy checker: relative_error (the CANN precision standard, default) or allclose.")
 

@@ -50,7 +50,7 @@ def golden_service(config: pytest.Config):  # -> GoldenService, imported lazily 
         from .goldens import make_service
 
         torch.set_num_threads(cpu_threads())  # the judge's own comparisons
-        service = make_service(settings(config), log_dir(config), processes(), cpu_threads())
+        service = make_service(settings(config), log_dir(config), cpu_threads())
         service.worker.log_path = log_dir(config) / f"golden-worker-{worker_id(config)}.log"
         config.stash[SERVICE_KEY] = service
     return service
