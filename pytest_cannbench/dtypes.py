@@ -18,20 +18,13 @@ DECLARED_ONLY_DTYPES = ("hifloat8", "hifloat32", "int4")
 
 KNOWN_DTYPES = frozenset(FLOAT_DTYPES + FLOAT8_DTYPES + INT_DTYPES + OTHER_DTYPES + DECLARED_ONLY_DTYPES)
 
-_ALIASES = {
-    "fp16": "float16", "half": "float16",
-    "bf16": "bfloat16",
-    "fp32": "float32", "float": "float32",
-    "fp64": "float64", "double": "float64",
-}
-
-
 def canonical_dtype(name: str) -> Optional[str]:
-    """The canonical lower-case name for ``name`` (``torch.`` prefix and case ignored), or None."""
+    """The canonical lower-case name for ``name`` (case ignored), or None.
+
+    No aliases (``fp16``, ``half``): case dtypes accept none (as the official loader), and a proto
+    must not declare a name its cases cannot use.
+    """
     key = name.strip().lower()
-    if key.startswith("torch."):
-        key = key[len("torch."):]
-    key = _ALIASES.get(key, key)
     return key if key in KNOWN_DTYPES else None
 
 

@@ -15,8 +15,8 @@ from typing import Any, Optional
 
 import pytest
 
-INPUT_DISTS = ("uniform", "normal")
-INPUT_COMPATS = ("fixed", "official")
+from .inputs import INPUT_COMPAT_MODES, INPUT_DISTS
+
 GOLDEN_PRECISIONS = ("fp64_cpu", "native_cpu")
 CHECKERS = ("relative_error", "allclose")
 
@@ -44,7 +44,7 @@ def add_options(parser: pytest.Parser) -> None:
            help="evaluation seed mixed into every case seed (default 0, as the official harness).")
     option("input-dist", choices=INPUT_DISTS,
            help="distribution of generated float inputs inside value_range (default uniform).")
-    option("input-compat", choices=INPUT_COMPATS,
+    option("input-compat", choices=INPUT_COMPAT_MODES,
            help="'fixed' (default) honours TensorList value ranges; 'official' reproduces the official "
                 "generator bit for bit, including its TensorList range bug.")
     option("golden-precision", choices=GOLDEN_PRECISIONS,
@@ -131,15 +131,18 @@ def settings_from_config(config: pytest.Config) -> Settings:
     memory = _number(config, "golden_memory", float, None)
     if timeout <= 0:
         raise pytest.UsageError("--cann-golden-timeout must be positive")
+    seed = _number(config, "seed", int, 0)
+    if seed < 0:
+        raise pytest.UsageError("--cann-seed must be >= 0 (inputs are always seeded, so runs reproduce)")
     if memory is not None and memory < MIN_GOLDEN_MEMORY_GIB:
         raise pytest.UsageError(f"--cann-golden-memory must be at least {MIN_GOLDEN_MEMORY_GIB:g} GiB: it limits "
                                 "address space, and torch alone reserves about 0.6 GiB of it")
     return Settings(
         tasks=str(tasks) if tasks else None,
         self_check=_flag(config, "self_check"),
-        seed=_number(config, "seed", int, 0),
+        seed=seed,
         input_dist=_choice(config, "input_dist", INPUT_DISTS),
-        input_compat=_choice(config, "input_compat", INPUT_COMPATS),
+        input_compat=_choice(config, "input_compat", INPUT_COMPAT_MODES),
         golden_precision=_choice(config, "golden_precision", GOLDEN_PRECISIONS),
         golden_cache=_golden_cache(config),
         golden_timeout_s=timeout,

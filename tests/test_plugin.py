@@ -42,6 +42,7 @@ def test_header_and_help(pytester: pytest.Pytester, task_tree) -> None:
     (["--cann-golden-timeout=0"], "--cann-golden-timeout must be positive"),
     (["--cann-golden-memory=-1"], "--cann-golden-memory must be at least 1 GiB*"),
     (["--cann-golden-memory=0.5"], "--cann-golden-memory must be at least 1 GiB*"),
+    (["--cann-seed=-1"], "--cann-seed must be >= 0*"),
     (["-o", "cann_checker=exact"], "cann_checker = 'exact': expected one of relative_error, allclose"),
 ])
 def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: list[str], message: str) -> None:

@@ -123,7 +123,7 @@ def test_parse_proto_output_flags_and_thresholds(tmp_path):
         operator:
           name: TopK
           schema: "top_k(Tensor x, int k, int dim=-1) -> (Tensor values, Tensor indices)"
-          precision_thresholds: {fp16: 0.01, float32: 0.005, bfloat16: 1}
+          precision_thresholds: {Float16: 0.01, float32: 0.005, bfloat16: 1}
           inputs:
             - {name: x, dtype: [float16]}
           outputs:
@@ -237,11 +237,16 @@ def test_unknown_proto_dtype_lists_the_known_ones(tmp_path):
     assert exc.fix.startswith("use one of ") and "bfloat16" in exc.fix and "int8" in exc.fix
 
 
-def test_proto_dtype_aliases_are_canonical(tmp_path):
-    spec, _ = spec_of(tmp_path, "operator:\n  name: X\n  inputs: [{name: x, dtype: [fp16, BF16, torch.float32]}]\n"
-                                "  outputs: [{name: y, dtype: half}]\n")
+def test_proto_dtype_names_ignore_case_but_take_no_aliases(tmp_path):
+    spec, _ = spec_of(tmp_path, "operator:\n  name: X\n  inputs: [{name: x, dtype: [FLOAT16, BFloat16, float32]}]\n"
+                                "  outputs: [{name: y, dtype: Float16}]\n")
     assert spec.inputs[0].dtypes == ("float16", "bfloat16", "float32")
     assert spec.outputs[0].dtypes == ("float16",)
+    # an alias a case could not use is refused in the proto too
+    path = proto_with(tmp_path, "operator:\n  name: X\n  inputs: [{name: x, dtype: [fp16]}]\n"
+                                "  outputs: [{name: y, dtype: float16}]\n")
+    exc = format_error(parse_proto, path, [])
+    assert "unknown dtype 'fp16'" in exc.problem
 
 
 def test_proto_yaml_syntax_error_names_line_and_column(tmp_path):
