@@ -475,18 +475,18 @@ def _region_failures(v: OutputVerdict, st: _Stats, th: DtypeThresholds, actual: 
     """Region analysis: count ratio err_cand / max(err_native, 1) <= 2 per region, plus
     the magnitude bounds of FIX small-bound / cancel-bound, plus the strict normal rule."""
     out: list[str] = []
-    if v.small_value_count:
-        if v.small_value_err / max(v.small_value_native_err, 1) > 2:
-            out.append(f"small-value region: {v.small_value_err} errors (|a-g| > {_fmt(th.small_error)}) "
-                       f"vs native {v.small_value_native_err}, ratio > 2")
-        out.extend(_bound_failure("small", "small-value", st, th.small_threshold, "small_threshold",
-                                  actual, golden, native, th))
-    if v.cancel_count:
-        if v.cancel_err / max(v.cancel_native_err, 1) > 2:
-            out.append(f"cancellation region: {v.cancel_err} errors (rel > {_fmt(th.mare)}) "
-                       f"vs native {v.cancel_native_err}, ratio > 2")
-        out.extend(_bound_failure("cancel", "cancellation", st, th.cancel_boundary, "cancel_boundary",
-                                  actual, golden, native, th))
+    bounded = (  # region, label, (count, candidate errors, native errors), error rule, size floor
+        ("small", "small-value", (v.small_value_count, v.small_value_err, v.small_value_native_err),
+         f"|a-g| > {_fmt(th.small_error)}", th.small_threshold, "small_threshold"),
+        ("cancel", "cancellation", (v.cancel_count, v.cancel_err, v.cancel_native_err),
+         f"rel > {_fmt(th.mare)}", th.cancel_boundary, "cancel_boundary"),
+    )
+    for region, label, (count, err, native_err), rule, floor, floor_name in bounded:
+        if not count:
+            continue
+        if err / max(native_err, 1) > 2:
+            out.append(f"{label} region: {err} errors ({rule}) vs native {native_err}, ratio > 2")
+        out.extend(_bound_failure(region, label, st, floor, floor_name, actual, golden, native, th))
     if v.normal_err:
         if v.normal_native_err == 0:
             out.append(f"normal region: {v.normal_err} of {v.normal_count} points exceed rel "
