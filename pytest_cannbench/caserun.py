@@ -19,8 +19,7 @@ from .taskspec import CaseSpec, OperatorTask
 
 def new_outcome(task: OperatorTask, case: CaseSpec, status: str, failure_type: Optional[str] = None,
                 message: str = "") -> CaseOutcome:
-    key = task.case_key(case.case_id) if case.case_id is not None else f"{task.rel_path}_#{case.index}"
-    return CaseOutcome(key=key, rel_path=task.rel_path, operator=task.spec.name, case_id=case.case_id,
+    return CaseOutcome(key=task.result_key(case), rel_path=task.rel_path, operator=task.spec.name, case_id=case.case_id,
                        status=status, failure_type=failure_type, message=message, warnings=list(case.warnings))
 
 

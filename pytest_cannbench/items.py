@@ -70,8 +70,7 @@ class CaseItem(_CannItem):
         self.task = task
         self.case = case
         self.golden_data: Any = None
-        key = task.case_key(case.case_id) if case.case_id is not None else f"{task.rel_path}_#{case.index}"
-        self.user_properties.append(("cann_case", key))
+        self.user_properties.append(("cann_case", task.result_key(case)))
 
     def reportinfo(self) -> tuple[Any, Optional[int], str]:
         # A line number is required: Node.warn() asserts one, and a CannTaskWarning on a case

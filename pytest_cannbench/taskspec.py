@@ -150,6 +150,10 @@ class OperatorTask:
         """The official case key, e.g. ``level1/exp_1``: it seeds the inputs and keys the metadata."""
         return f"{self.rel_path}_{case_id}"
 
+    def result_key(self, case: "CaseSpec") -> str:
+        """The key results are filed under: the case key, or the file position of a case with no usable id."""
+        return self.case_key(case.case_id) if case.case_id is not None else f"{self.rel_path}_#{case.index}"
+
 
 # --------------------------------------------------------------------------------------------
 # YAML
