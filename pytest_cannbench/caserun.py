@@ -107,9 +107,10 @@ def _index_checks(task: OperatorTask, case: CaseSpec, data: GoldenData, candidat
     for position, name in enumerate(task.spec.input_names):
         if position < len(data.inputs) and data.inputs[position] is not None:
             inputs.setdefault(name, data.inputs[position])
-    inputs.update({k: v for k, v in data.kwargs().items() if hasattr(v, "shape")})
+    kwargs = data.kwargs()
+    inputs.update({k: v for k, v in kwargs.items() if hasattr(v, "shape")})
     outputs = {name: candidate[i] for i, name in enumerate(task.spec.output_names) if i < len(candidate)}
-    attrs = {**{k: v for k, v in data.kwargs().items() if not hasattr(v, "shape")}, **case.attrs}
+    attrs = {**{k: v for k, v in kwargs.items() if not hasattr(v, "shape")}, **case.attrs}
     problems = []
     for name, spec in specs:
         ok, message = check_index_gather(spec, inputs=inputs, attrs=attrs, outputs=outputs, index_output=name)
