@@ -7,6 +7,8 @@ candidate's verdict from the precision standard and the index checks).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 from . import outcome as oc
@@ -41,6 +43,63 @@ def prepare(task: OperatorTask, case: CaseSpec, service: GoldenService, settings
         raise GoldenFailure(f"{golden}: case_id {case.case_id}: {text}") from None
 
 
+def provider(task: OperatorTask, state: Any) -> Optional[str]:
+    """The submission interface implementing the task's operator (None: missing)."""
+    from .interfaces import Interface, provider as find
+
+    return find([Interface(name, source) for name, source in state.interfaces], task.spec.name,
+                task.spec.function_name)
+
+
+def candidate_target(task: OperatorTask, settings: Settings) -> dict[str, Any]:
+    """What the candidate worker calls: the submission's operator, or the golden itself under self-check."""
+    if settings.self_check:
+        return {"kind": "golden", "op_dir": str(task.op_dir), "rel_path": task.rel_path,
+                "function_name": task.spec.function_name, "name_lower": task.spec.name.lower()}
+    return {"kind": "submission", "name": task.spec.name, "function_name": task.spec.function_name}
+
+
+@dataclass
+class CandidateAnswer:
+    outputs: Optional[list]  # views of the worker's shared memory, valid until its next call
+    failure: Optional[CaseOutcome]  # set when there is nothing to judge (raised, crashed, timed out...)
+    seconds: Optional[float]
+
+
+_CANDIDATE_FATES = {  # candidate_client status -> (case status, failure type)
+    "raised": (oc.FAILED, oc.STRUCTURAL),
+    "crashed": (oc.CRASHED, oc.CANDIDATE_CRASH),
+    "timeout": (oc.TIMEOUT, oc.CANDIDATE_TIMEOUT),
+    "oom_killed": (oc.OOM_KILLED, oc.OUT_OF_MEMORY),
+    "import_failed": (oc.IMPORT_FAILED, oc.IMPORT_FAILED),
+}
+
+
+def _expected_bytes(data: GoldenData) -> int:
+    ref = data.native if data.native is not None else data.golden
+    return sum(t.numel() * t.element_size() for t in ref if hasattr(t, "element_size"))
+
+
+def case_log_path(log_dir: Path, key: str) -> Path:
+    return log_dir / "cases" / f"{key.replace('..', '_')}.log"
+
+
+def run_candidate(task: OperatorTask, case: CaseSpec, data: GoldenData, worker: Any, settings: Settings,
+                  state: Any, log_dir: Path) -> CandidateAnswer:
+    """One call of the candidate in its worker; any misbehaviour becomes a failure outcome."""
+    key = task.result_key(case)
+    result = worker.call(candidate_target(task, settings), data.kwargs(), expected_out_bytes=_expected_bytes(data),
+                         timeout=settings.case_timeout_s, case_log=case_log_path(log_dir, key))
+    if result.status == "ok":
+        return CandidateAnswer(outputs=result.outputs, failure=None, seconds=result.seconds)
+    status, failure_type = _CANDIDATE_FATES.get(result.status, (oc.CRASHED, oc.CANDIDATE_CRASH))
+    message = result.message
+    if result.log_tail:
+        message += f"\n--- end of its output ({result.case_log or worker.log_path}):\n{result.log_tail}"
+    return CandidateAnswer(outputs=None, failure=new_outcome(task, case, status, failure_type, message),
+                           seconds=result.seconds)
+
+
 def output_names(task: OperatorTask, count: int) -> list[str]:
     """Names for flattened outputs: a single TensorList output ``y`` becomes ``y[0]``, ``y[1]``..."""
     names = task.spec.output_names
@@ -67,8 +126,13 @@ def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, candidate: list,
 
     golden, native, cand = data.golden, data.native, candidate
     if data.has_get_output:
-        processed = service.postprocess(task, case, {"golden": golden, "native": native, "candidate": cand})
-        golden, native, cand = processed["golden"], processed["native"], processed["candidate"]
+        from .tensor_wire import OutputProblem
+
+        broken = any(isinstance(c, OutputProblem) for c in cand)  # judged structurally as it is
+        processed = service.postprocess(task, case, {"golden": golden, "native": native,
+                                                     "candidate": None if broken else list(cand)})
+        golden, native = processed["golden"], processed["native"]
+        cand = cand if broken else processed["candidate"]
     count = len(golden)
     names = output_names(task, count)
     expected = [n.dtype if n is not None else None for n in native] if native is not None else None

@@ -50,7 +50,7 @@ def _error(exc: BaseException, stage: str) -> dict:
 
 
 def prepare(req: dict) -> dict:
-    """Inputs, binding, fp64 truth and same-precision reference for one case (plus the self-check candidate)."""
+    """Inputs, binding, fp64 truth and same-precision reference for one case."""
     from .golden_binding import bind, call_get_input, flatten_outputs, load_golden, upcast
     from .inputs import generate_inputs, plan_inputs
 
@@ -96,8 +96,6 @@ def prepare(req: dict) -> dict:
     seconds["native"] = time.perf_counter() - t0
     if native is not None and gm.get_output is None:
         golden = truncate_to_reference(golden, native)
-    _LAST.clear()
-    _LAST[_case_key(req)] = inputs  # the self-check candidate that follows reuses them
     return {"ok": True, "binding": binding.entries, "hooked": hooked, "golden": golden, "native": native,
             "native_error": native_error, "has_get_output": gm.get_output is not None, "seconds": seconds}
 
@@ -121,42 +119,6 @@ def truncate_to_reference(golden: list, native: list) -> list:
     return out + golden[len(out):]
 
 
-_LAST: dict[tuple, list] = {}
-
-
-def _case_key(req: dict) -> tuple:
-    return (req["op_dir"], req["seed"], req["dist"], req["compat"], repr(req["case"]))
-
-
-def self_candidate(gm: Any, binding: Any, inputs: list) -> dict:
-    """The golden in the case's native dtypes, called like a candidate: keyword arguments only."""
-    from .golden_binding import flatten_outputs
-
-    t0 = time.perf_counter()
-    try:
-        raw = gm.main(**binding.kwargs(_clone(inputs)))
-    except BaseException as exc:  # noqa: BLE001
-        return {"candidate_error": _error(exc, "self-check candidate")["error"]}
-    return {"candidate": flatten_outputs(raw), "candidate_seconds": time.perf_counter() - t0}
-
-
-def candidate(req: dict) -> dict:
-    """The self-check candidate for a case: inputs from the preceding prepare, else regenerated."""
-    from .golden_binding import Binding, load_golden
-    from .inputs import generate_inputs, plan_inputs
-
-    try:
-        gm = load_golden(Path(req["op_dir"]), req["rel_path"], req["function_name"], req["name_lower"])
-        inputs = req.get("hooked") or _LAST.get(_case_key(req))
-        if inputs is None:
-            raw = req["case"]
-            plans = plan_inputs(req["input_names"], raw["input_shape"], raw["dtype"], raw.get("value_range"))
-            inputs = generate_inputs(plans, req["seed"], dist=req["dist"], compat=req["compat"])
-    except BaseException as exc:  # noqa: BLE001
-        return _error(exc, "self-check inputs")
-    return {"ok": True, **self_candidate(gm, Binding(tuple(tuple(e) for e in req["binding"])), inputs)}
-
-
 def postprocess(req: dict) -> dict:
     """``get_output`` applied to each output list (golden, native, candidate) alike."""
     from .golden_binding import call_get_output, load_golden
@@ -172,7 +134,7 @@ def postprocess(req: dict) -> dict:
         return _error(exc, "get_output")
 
 
-HANDLERS = {"prepare": prepare, "candidate": candidate, "postprocess": postprocess,
+HANDLERS = {"prepare": prepare, "postprocess": postprocess,
             "ping": lambda req: {"ok": True, "pid": os.getpid()}}
 
 

@@ -139,13 +139,6 @@ class GoldenService:
 
         return generate
 
-    def self_candidate(self, task: OperatorTask, case: CaseSpec, seed: int, data: GoldenData) -> dict:
-        """The golden in native dtypes, called like a candidate (keyword arguments), in the worker."""
-        response = self._call({**self._request(task, case, seed), "op": "candidate",
-                               "binding": [list(e) for e in data.binding], "hooked": data.hooked})
-        return {"outputs": response.get("candidate"), "error": response.get("candidate_error"),
-                "seconds": response.get("candidate_seconds")}
-
     def postprocess(self, task: OperatorTask, case: CaseSpec, outputs: dict[str, Optional[list]]) -> dict:
         response = self._call({"op": "postprocess", "op_dir": str(task.op_dir), "rel_path": task.rel_path,
                                "function_name": task.spec.function_name, "name_lower": task.spec.name.lower(),

@@ -87,11 +87,18 @@ class CaseItem(_CannItem):
 
         if self.case.error:
             return
-        settings = session.settings(self.config)
-        if not settings.self_check:
+        settings, state = session.settings(self.config), session.submission(self.config)
+        if not settings.self_check and state is None:
             self._record(caserun.new_outcome(self.task, self.case, oc.SKIPPED, oc.NO_CANDIDATE,
-                                             "no candidate to grade: pass --cann-self-check"))
-            pytest.skip("no candidate to grade: pass --cann-self-check")
+                                             "no candidate to grade: pass --cann-source or --cann-self-check"))
+            pytest.skip("no candidate to grade: pass --cann-source or --cann-self-check")
+        if state is not None:
+            if not state.ok:
+                return  # runtest fails the case with the submission's status; no golden is needed
+            if caserun.provider(self.task, state) is None:
+                message = f"{self.task.spec.name} is not provided by the submission"
+                self._record(caserun.new_outcome(self.task, self.case, oc.MISSING, oc.NOT_PROVIDED, message))
+                pytest.skip(message)
         from .goldens import GoldenFailure
 
         try:
@@ -106,22 +113,20 @@ class CaseItem(_CannItem):
         if self.case.error:
             self._record(caserun.new_outcome(self.task, self.case, oc.ERROR, oc.TASK_ERROR, self.case.error))
             raise TaskInputError(f"task_error: {self.case.error}")
-        data = self.golden_data
-        service, settings = session.golden_service(self.config), session.settings(self.config)
-        seed = caserun.seed_of(self.task, self.case, settings)
-        from .goldens import GoldenFailure
-
+        settings, state = session.settings(self.config), session.submission(self.config)
+        if state is not None and not state.ok:
+            self._record(caserun.new_outcome(self.task, self.case, state.status, state.status, state.message))
+            raise CaseFailed(f"{state.status}: {state.message}")
+        data, service = self.golden_data, session.golden_service(self.config)
         try:
-            candidate = service.self_candidate(self.task, self.case, seed, data)
-        except GoldenFailure as exc:  # the candidate (a golden here) hung or killed its worker
-            candidate = {"outputs": None, "error": str(exc), "seconds": None}
-        if candidate["outputs"] is None:
-            message = f"candidate raised: {candidate['error']}"
-            self._record(caserun.new_outcome(self.task, self.case, oc.FAILED, oc.STRUCTURAL, message))
-            raise CaseFailed(f"{oc.STRUCTURAL}: {message}")
-        result = caserun.judge(self.task, self.case, data, candidate["outputs"], service, settings)
+            answer = caserun.run_candidate(self.task, self.case, data, session.candidate_worker(self.config),
+                                           settings, state, session.log_dir(self.config))
+        except pytest.fail.Exception as exc:  # pytest-timeout: the worker was killed, the case is lost
+            self._record(caserun.new_outcome(self.task, self.case, oc.TIMEOUT, oc.PYTEST_TIMEOUT, str(exc)))
+            raise
+        result = answer.failure or caserun.judge(self.task, self.case, data, answer.outputs, service, settings)
         result.golden_cached = data.cached
-        result.seconds = dict(data.seconds, candidate=candidate["seconds"] or 0.0)
+        result.seconds = dict(data.seconds, candidate=answer.seconds or 0.0)
         self._record(result)
         if result.status == oc.ERROR:
             raise GoldenSideError(f"{result.failure_type}: {result.message}")

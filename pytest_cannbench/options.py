@@ -21,6 +21,9 @@ GOLDEN_PRECISIONS = ("fp64_cpu", "native_cpu")
 CHECKERS = ("relative_error", "allclose")
 
 DEFAULT_GOLDEN_TIMEOUT_S = 600.0
+DEFAULT_BUILD_TIMEOUT_S = 600.0
+DEFAULT_CASE_TIMEOUT_S = 300.0
+DEFAULT_REPORT_DIR = "reports"
 DEFAULT_GOLDEN_CACHE = ".cannbench-cache/golden"
 MIN_GOLDEN_MEMORY_GIB = 1.0
 
@@ -40,6 +43,22 @@ def add_options(parser: pytest.Parser) -> None:
     option("self-check", ini_type="bool", action="store_true",
            help="grade the goldens themselves, computed in each case's native dtype, as the candidate: "
                 "how task authors validate a task tree.")
+    option("source", metavar="DIR",
+           help="submission to grade: a directory with a prebuilt dist/cann_bench*.whl (plus an optional "
+                "dist/cann_bench*.run) or a build.sh that makes one. Built and installed once per session, "
+                "privately; only candidate workers import it.")
+    option("no-install", ini_type="bool", action="store_true",
+           help="grade the cann_bench package already installed in this environment (no build, no install).")
+    option("build-timeout", type=float, metavar="SEC",
+           help=f"seconds build.sh may take (default {DEFAULT_BUILD_TIMEOUT_S:g}).")
+    option("case-timeout", type=float, metavar="SEC",
+           help=f"seconds one candidate call may take before its worker is killed and the case fails as "
+                f"timeout (default {DEFAULT_CASE_TIMEOUT_S:g}).")
+    option("worker-memory", type=float, metavar="GIB",
+           help="resident memory a candidate worker may use before it is killed and the case fails as "
+                "oom_killed (default: half of RAM).")
+    option("report-dir", metavar="DIR",
+           help=f"directory for logs and reports (default {DEFAULT_REPORT_DIR}/ under the rootdir).")
     option("seed", type=int, metavar="N",
            help="evaluation seed mixed into every case seed (default 0, as the official harness).")
     option("input-dist", choices=INPUT_DISTS,
@@ -69,6 +88,12 @@ class Settings:
 
     tasks: Optional[str]
     self_check: bool
+    source: Optional[str]
+    no_install: bool
+    build_timeout_s: float
+    case_timeout_s: float
+    worker_memory_gib: Optional[float]
+    report_dir: str
     seed: int
     input_dist: str
     input_compat: str
@@ -137,9 +162,35 @@ def settings_from_config(config: pytest.Config) -> Settings:
     if memory is not None and memory < MIN_GOLDEN_MEMORY_GIB:
         raise pytest.UsageError(f"--cann-golden-memory must be at least {MIN_GOLDEN_MEMORY_GIB:g} GiB: it limits "
                                 "address space, and torch alone reserves about 0.6 GiB of it")
+    source = _value(config, "source")
+    self_check, no_install = _flag(config, "self_check"), _flag(config, "no_install")
+    if self_check and (source or no_install):
+        raise pytest.UsageError("--cann-self-check grades the goldens; it cannot be combined with --cann-source "
+                                "or --cann-no-install")
+    if source and no_install:
+        raise pytest.UsageError("--cann-no-install grades the installed cann_bench; drop --cann-source")
+    if source:
+        source = os.path.abspath(str(source))
+        if not os.path.isdir(source):
+            raise pytest.UsageError(f"--cann-source {source}: not a directory")
+    build_timeout = _number(config, "build_timeout", float, DEFAULT_BUILD_TIMEOUT_S)
+    case_timeout = _number(config, "case_timeout", float, DEFAULT_CASE_TIMEOUT_S)
+    worker_memory = _number(config, "worker_memory", float, None)
+    if build_timeout <= 0 or case_timeout <= 0:
+        raise pytest.UsageError("--cann-build-timeout and --cann-case-timeout must be positive")
+    if worker_memory is not None and worker_memory <= 0:
+        raise pytest.UsageError("--cann-worker-memory must be positive")
+    report_dir = _value(config, "report_dir")
+    report_dir = os.path.abspath(str(report_dir)) if report_dir else str(Path(config.rootpath) / DEFAULT_REPORT_DIR)
     return Settings(
         tasks=str(tasks) if tasks else None,
-        self_check=_flag(config, "self_check"),
+        self_check=self_check,
+        source=source,
+        no_install=no_install,
+        build_timeout_s=build_timeout,
+        case_timeout_s=case_timeout,
+        worker_memory_gib=worker_memory,
+        report_dir=report_dir,
         seed=seed,
         input_dist=_choice(config, "input_dist", INPUT_DISTS),
         input_compat=_choice(config, "input_compat", INPUT_COMPAT_MODES),

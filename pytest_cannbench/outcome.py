@@ -12,6 +12,8 @@ from typing import Any, Optional
 
 # status: the case's fate in one word.
 PASSED, FAILED, ERROR, SKIPPED, CRASHED = "passed", "failed", "error", "skipped", "crashed"
+TIMEOUT, OOM_KILLED, MISSING = "timeout", "oom_killed", "missing"
+COMPILE_FAILED, INSTALL_FAILED, IMPORT_FAILED = "compile_failed", "install_failed", "import_failed"
 
 # failure_type: why. Candidate failures vs harness failures (reported apart, anchor §12.10).
 PRECISION = "precision_mismatch"
@@ -19,7 +21,13 @@ STRUCTURAL = "compile_runtime_error"  # output count/type/shape/dtype/layout: th
 TASK_ERROR = "task_error"  # malformed proto/cases/golden: the task author's problem
 GOLDEN_ERROR = "golden_error"  # the golden raised, timed out or ran out of memory
 NO_CANDIDATE = "no_candidate"
-WORKER_CRASH = "worker_crashed"
+WORKER_CRASH = "worker_crashed"  # the pytest-xdist worker itself died: the harness's problem
+CANDIDATE_CRASH = "candidate_crashed"  # the submission killed its candidate worker (signal or exit)
+CANDIDATE_TIMEOUT = "candidate_timeout"  # --cann-case-timeout
+PYTEST_TIMEOUT = "pytest_timeout"  # pytest-timeout interrupted the call
+OUT_OF_MEMORY = "out_of_memory"  # the candidate worker went over --cann-worker-memory or was OOM-killed
+NOT_PROVIDED = "not_provided"  # the submission has no interface for the operator
+# compile_failed, install_failed and import_failed are both a status and their own failure type.
 
 HARNESS_FAILURES = frozenset({TASK_ERROR, GOLDEN_ERROR, WORKER_CRASH})
 

@@ -10,7 +10,8 @@ from typing import Any, Optional
 
 import pytest
 
-from . import items, options, results, session
+from . import items, options, results, submission
+from . import session as state  # (pytest_sessionstart's parameter is named "session")
 
 COLLECTOR_KEY = pytest.StashKey[results.ResultCollector]()
 
@@ -24,20 +25,44 @@ def pytest_configure(config: pytest.Config) -> None:
     for level in range(1, 6):
         config.addinivalue_line("markers", f"level{level}: CANN Bench level {level} operators")
     settings = options.settings_from_config(config)
-    config.stash[session.SETTINGS_KEY] = settings
+    config.stash[state.SETTINGS_KEY] = settings
     if settings.tasks and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [settings.tasks]
     if not hasattr(config, "workerinput"):
         collector = results.ResultCollector()
         config.stash[COLLECTOR_KEY] = collector
         config.pluginmanager.register(collector, "cannbench-results")
+        if config.pluginmanager.hasplugin("xdist"):
+            config.pluginmanager.register(XdistHooks(), "cannbench-xdist")
+
+
+class XdistHooks:
+    """Registered only when pytest-xdist is present (its hooks fail validation otherwise)."""
+
+    @pytest.hookimpl
+    def pytest_configure_node(self, node: Any) -> None:
+        data = state.submission_for_workers(node.config)
+        if data is not None:
+            node.workerinput[state.WORKERINPUT_KEY] = data
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # tryfirst: xdist starts its workers in a trylast sessionstart, so the build happens once, before them
+    config = session.config
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    announce = (lambda line: reporter.write_line(line)) if reporter is not None else None
+    state.start_submission(config, announce)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    session.close(config)
+    state.close(config)
     collector = config.stash.get(COLLECTOR_KEY, None)
     if collector is not None:
         config.pluginmanager.unregister(collector)
+    xdist_hooks = config.pluginmanager.get_plugin("cannbench-xdist")
+    if xdist_hooks is not None:
+        config.pluginmanager.unregister(xdist_hooks)
 
 
 def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> Optional[pytest.Collector]:
@@ -61,13 +86,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    settings = session.settings(config)
-    mode = "self-check (goldens graded as the candidate)" if settings.self_check else "no candidate"
+    settings = state.settings(config)
+    if settings.self_check:
+        mode = "self-check (goldens graded as the candidate, in the candidate worker)"
+    elif settings.source or settings.no_install:
+        mode = "grading a submission"
+    else:
+        mode = "no candidate"
     lines = [f"cannbench: {mode}; seed {settings.seed}, inputs {settings.input_dist}/{settings.input_compat}, "
              f"golden {settings.golden_precision}, checker {settings.checker}",
-             f"cannbench: golden cache {settings.golden_cache or 'off'}"]
+             f"cannbench: golden cache {settings.golden_cache or 'off'}; logs {state.log_dir(config)}"]
     if settings.tasks:
         lines.insert(0, f"cannbench: tasks {settings.tasks}")
+    submitted = state.submission(config)
+    if submitted is not None:
+        lines += submission.header_lines(submitted)
     return lines
 
 

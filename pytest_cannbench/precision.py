@@ -31,6 +31,8 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
+from .tensor_wire import OutputProblem
+
 __all__ = [
     "THRESHOLDS",
     "DtypeThresholds",
@@ -239,6 +241,8 @@ def _n(mask: torch.Tensor) -> int:
 def _structural_error(actual: Any, golden: torch.Tensor, name: str, expected: str, *, full: bool) -> str | None:
     """First structural defect of ``actual`` or None.  Order: type, layout, shape, dtype,
     then (full only) contiguity and device.  FIX structure: dtype and device are checked."""
+    if isinstance(actual, OutputProblem):  # found while decoding the candidate worker's reply
+        return f"{name}: {actual.message}"
     if type(actual) is not torch.Tensor:
         if isinstance(actual, torch.Tensor):
             return (f"{name}: output is a {type(actual).__name__} (a torch.Tensor subclass); "
@@ -590,7 +594,8 @@ def _judge_integer(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor,
     over = diff > allowed
     v.mismatch_count = _n(over)
     if v.mismatch_count == 0:
-        return _ok(v, "integer", "exact match" if allowed == 0 else f"max |a-g| {_fmt(v.max_abs_err)} <= {_fmt(allowed)}")
+        return _ok(v, "integer",
+                   "exact match" if allowed == 0 else f"max |a-g| {_fmt(v.max_abs_err)} <= {_fmt(allowed)}")
     need = "must match exactly" if allowed == 0 else f"allowed max |a-g| {_fmt(allowed)}"
     return _fail(v, "precision", "integer",
                  f"{v.name} [{v.dtype}]: {v.mismatch_count} of {v.total_count} elements differ "
@@ -678,7 +683,7 @@ def compare_output(actual: Any, golden: Any, native: Any = None, *, index: int =
     else:
         expected = ""
     dtype = _dtype_name(actual.dtype) if isinstance(actual, torch.Tensor) else (
-        "none" if actual is None else type(actual).__name__)
+        "none" if actual is None else getattr(actual, "type_name", type(actual).__name__))
     v = OutputVerdict(index=index, name=name, dtype=dtype, expected_dtype=expected,
                       passed=False, compared=compare, checker=checker)
 
@@ -881,5 +886,6 @@ def _check_reduce(tag: str, x: torch.Tensor, d: int, idx: torch.Tensor, attrs: M
         return False, f"{tag}: keepdim=True expects a {x.dim()}-d index, got {idx.dim()}-d"
     ref = _REDUCERS[reduce](x, dim=d, keepdim=True)
     if tuple(idx.shape) != tuple(ref.shape):
-        return False, f"{tag}: index shape {tuple(idx.shape)} != {reduce} result shape {tuple(ref.shape)} (keepdim form)"
+        return False, (f"{tag}: index shape {tuple(idx.shape)} != {reduce} result shape {tuple(ref.shape)} "
+                       "(keepdim form)")
     return _gather_check(tag, x, d, idx, ref, f"a slice {reduce}")

@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Any, Optional
 
 import pytest
 
 from .options import Settings
+from .submission import SubmissionState
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 SERVICE_KEY = pytest.StashKey[object]()
+SUBMISSION_KEY = pytest.StashKey[SubmissionState]()
+OWNS_SUBMISSION_KEY = pytest.StashKey[bool]()
+CANDIDATE_KEY = pytest.StashKey[object]()
+WORKERINPUT_KEY = "cannbench_submission"
 
 
 def settings(config: pytest.Config) -> Settings:
@@ -22,8 +30,12 @@ def worker_id(config: pytest.Config) -> str:
     return workerinput["workerid"] if workerinput else "main"
 
 
+def report_dir(config: pytest.Config) -> Path:
+    return Path(settings(config).report_dir)
+
+
 def log_dir(config: pytest.Config) -> Path:
-    return Path(config.rootpath) / "reports" / "logs"
+    return report_dir(config) / "logs"
 
 
 def processes() -> int:
@@ -56,8 +68,75 @@ def golden_service(config: pytest.Config):  # -> GoldenService, imported lazily 
     return service
 
 
+# ---------------------------------------------------------------- the submission
+
+
+def start_submission(config: pytest.Config, announce: Any = None) -> None:
+    """Build, install and discover once: on the controller (before xdist starts workers) or from workerinput."""
+    s = settings(config)
+    if not (s.source or s.no_install):
+        return
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        data = workerinput.get(WORKERINPUT_KEY)
+        if data is not None:
+            config.stash[SUBMISSION_KEY] = SubmissionState.from_dict(data)
+        return
+    if config.option.collectonly:
+        return
+    from .submission import prepare
+
+    if announce is not None:
+        announce(f"cannbench: preparing submission {s.source or '(installed cann_bench)'} ...")
+    state = prepare(s.source, no_install=s.no_install, report_dir=report_dir(config),
+                    build_timeout=s.build_timeout_s)
+    config.stash[SUBMISSION_KEY] = state
+    config.stash[OWNS_SUBMISSION_KEY] = True
+
+
+def submission(config: pytest.Config) -> Optional[SubmissionState]:
+    return config.stash.get(SUBMISSION_KEY, None)
+
+
+def submission_for_workers(config: pytest.Config) -> Optional[dict]:
+    state = submission(config)
+    return state.to_dict() if state is not None else None
+
+
+def candidate_worker(config: pytest.Config):  # -> CandidateWorker
+    worker = config.stash.get(CANDIDATE_KEY, None)
+    if worker is None:
+        from .candidate_client import CandidateWorker, default_memory_bytes
+
+        s = settings(config)
+        state = submission(config)
+        base = Path(tempfile.mkdtemp(prefix="cannbench-worker-"))  # the worker's empty, private cwd
+        memory = int(s.worker_memory_gib * (1 << 30)) if s.worker_memory_gib else default_memory_bytes()
+        worker = CandidateWorker(
+            log_path=log_dir(config) / f"candidate-worker-{worker_id(config)}.log",
+            workdir=base / f"work-{worker_id(config)}",
+            mode="golden" if s.self_check else "submission",
+            site_dir=state.site_dir if state is not None else None,
+            env=dict(state.env) if state is not None else {},
+            threads=cpu_threads(), memory_bytes=memory,
+            startup_timeout_s=max(120.0, s.case_timeout_s))
+        config.stash[CANDIDATE_KEY] = worker
+    return worker
+
+
 def close(config: pytest.Config) -> None:
     service = config.stash.get(SERVICE_KEY, None)
     if service is not None:
         service.close()
         del config.stash[SERVICE_KEY]
+    worker = config.stash.get(CANDIDATE_KEY, None)
+    if worker is not None:
+        worker.close()
+        shutil.rmtree(worker.workdir.parent, ignore_errors=True)
+        del config.stash[CANDIDATE_KEY]
+    state = submission(config)
+    if state is not None and config.stash.get(OWNS_SUBMISSION_KEY, False):
+        from .submission import cleanup
+
+        cleanup(state)
+        del config.stash[OWNS_SUBMISSION_KEY]

@@ -55,7 +55,7 @@ def test_ini_keys_configure_the_run(pytester: pytest.Pytester, task_tree) -> Non
     pytester.makeini("[pytest]\ncann_tasks = tasks\ncann_self_check = true\ncann_golden_cache = off\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=3)
-    result.stdout.fnmatch_lines(["cannbench: golden cache off", "1 operators, 3 cases: 3 passed"])
+    result.stdout.fnmatch_lines(["cannbench: golden cache off; logs *", "1 operators, 3 cases: 3 passed"])
     assert not (pytester.path / ".cannbench-cache").exists()
 
 

@@ -1,0 +1,309 @@
+"""Judge side of the candidate worker: start it, call operators, and survive whatever it does.
+
+A crash, ``os._exit``, hang or memory blow-up in a submission ends in one
+:class:`CandidateResult` with a status; the worker is killed (with its whole
+process group) and the next call starts a fresh one. Between calls the worker
+is frozen with ``SIGSTOP``: it cannot change its outputs while the judge reads
+them, nor burn CPU the judge's checks need.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from . import wire
+from .tensor_wire import Region, decode_outputs, plan_call, write_inputs
+
+LOG_ROTATE_BYTES = 8 << 20
+CASE_LOG_BYTES = 1 << 20  # kept per case: the end of what the submission printed
+POLL_S = 0.05  # memory watchdog period while a call runs
+
+OK, RAISED, CRASHED, TIMEOUT, OOM_KILLED, IMPORT_FAILED = "ok", "raised", "crashed", "timeout", "oom_killed", \
+    "import_failed"
+
+
+@dataclass
+class CandidateResult:
+    status: str  # one of the constants above
+    outputs: Optional[list] = None  # tensors are views of the region: valid until the next call
+    message: str = ""
+    seconds: Optional[float] = None
+    log_tail: str = ""
+    case_log: Optional[str] = None
+
+
+class WorkerGone(Exception):
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def default_memory_bytes() -> int:
+    """Half of physical memory: room for any honest kernel, and the judge keeps the other half."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.5)
+    except (ValueError, OSError):
+        return 0
+
+
+@dataclass
+class CandidateWorker:
+    """One long-lived worker per pytest process; ``mode`` is ``submission`` or ``golden`` (self-check)."""
+
+    log_path: Path
+    workdir: Path
+    mode: str = "submission"
+    site_dir: Optional[str] = None
+    env: dict[str, str] = field(default_factory=dict)
+    threads: int = 1
+    device: str = "cpu"
+    memory_bytes: int = 0
+    startup_timeout_s: float = 300.0
+    proc: Optional[subprocess.Popen] = None
+    region: Optional[Region] = None
+    starts: int = 0
+    frozen: bool = False
+    log_mark: int = 0
+    _killed_for: Optional[str] = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _spawn(self) -> subprocess.Popen:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.log_path.is_file() and self.log_path.stat().st_size > LOG_ROTATE_BYTES:
+            os.replace(self.log_path, self.log_path.with_suffix(".log.1"))
+        if self.region is None:
+            self.region = Region()
+        cmd = [sys.executable, "-m", "pytest_cannbench.candidate_worker", "--region-fd", str(self.region.fd),
+               "--threads", str(self.threads), "--device", self.device, "--workdir", str(self.workdir)]
+        if self.site_dir:
+            cmd += ["--site", self.site_dir]
+        env = dict(os.environ)
+        env.update(self.env)
+        env["OMP_NUM_THREADS"] = str(self.threads)
+        package_root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+        with open(self.log_path, "ab") as log:
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                    start_new_session=True, env=env, pass_fds=(self.region.fd,),
+                                    cwd=str(self.workdir))
+        self.proc, self.frozen, self._killed_for = proc, False, None
+        self.starts += 1
+        return proc
+
+    def _ensure(self) -> dict:
+        """A running worker; returns its hello reply (raises WorkerGone when it cannot start)."""
+        if self.proc is not None and self.proc.poll() is None:
+            return {}
+        self._spawn()
+        try:
+            reply = self._exchange({"op": "hello", "mode": self.mode}, self.startup_timeout_s)
+        except WorkerGone as exc:
+            raise WorkerGone(IMPORT_FAILED if exc.status == TIMEOUT else exc.status,
+                              f"worker did not start: {exc}") from None
+        if not reply.get("ok"):
+            self.kill()
+            trace = "\n".join(str(reply.get("traceback") or "").strip().splitlines()[-6:])
+            raise WorkerGone(IMPORT_FAILED, f"{reply.get('stage')}: {reply.get('error')}\n{trace}"[:3000])
+        return reply
+
+    def start(self) -> float:
+        """Start the worker now (it is started lazily otherwise); returns the seconds it took."""
+        t0 = time.perf_counter()
+        self._ensure()
+        self._freeze()
+        return time.perf_counter() - t0
+
+    # ------------------------------------------------------------ requests
+
+    def discover(self) -> list:
+        """``[[name, source], ...]`` as the worker reports it (validate with interfaces.validate_names)."""
+        self._ensure()
+        reply = self._exchange({"op": "discover"}, self.startup_timeout_s)
+        self._freeze()
+        if not reply.get("ok"):
+            raise WorkerGone(CRASHED, str(reply.get("error")))
+        return reply.get("interfaces")
+
+    def call(self, target: dict, kwargs: dict[str, Any], *, expected_out_bytes: int, timeout: float,
+             case_log: Optional[Path] = None) -> CandidateResult:
+        """Run one operator call; never raises for anything the candidate does."""
+        layout, writes = plan_call(kwargs, expected_out_bytes)
+        self.log_mark = self._log_size()
+        try:
+            self._ensure()
+            write_inputs(self.region, layout, writes)
+            reply = self._exchange({"op": "call", "target": target, "args": layout.args,
+                                    "region_size": self.region.size, "out_offset": layout.out_offset,
+                                    "out_capacity": layout.out_capacity}, timeout)
+        except WorkerGone as exc:
+            return self._finish(CandidateResult(exc.status, message=str(exc)), case_log)
+        except BaseException:  # e.g. pytest-timeout interrupting the wait: the worker's state is unknown
+            self.kill()
+            raise
+        self._freeze()
+        if not reply.get("ok"):
+            return self._finish(CandidateResult(RAISED, message=f"candidate raised {reply.get('error')}"
+                                                if reply.get("stage") == "call" else
+                                                f"{reply.get('stage')}: {reply.get('error')}"), case_log)
+        outputs = decode_outputs(reply.get("outputs"), self.region, layout, self.device)
+        seconds = reply.get("seconds")
+        return self._finish(CandidateResult(OK, outputs=outputs,
+                                            seconds=float(seconds) if isinstance(seconds, (int, float)) else None),
+                            case_log)
+
+    def _finish(self, result: CandidateResult, case_log: Optional[Path]) -> CandidateResult:
+        segment = self._log_segment()
+        if segment.strip():
+            lines = [line for line in segment.decode("utf-8", errors="replace").splitlines()
+                     if line.strip() and not line.startswith("Extension modules:")]  # faulthandler's noise
+            result.log_tail = "\n".join(lines[-8:])[-2000:]
+            if case_log is not None:
+                try:
+                    case_log.parent.mkdir(parents=True, exist_ok=True)
+                    case_log.write_bytes(segment)
+                    result.case_log = str(case_log)
+                except OSError:
+                    pass
+        return result
+
+    # ------------------------------------------------------------ plumbing
+
+    def _exchange(self, message: dict, timeout: float) -> dict:
+        proc = self.proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        self._thaw()
+        try:
+            wire.send(proc.stdin, message)
+        except (BrokenPipeError, OSError):
+            raise self._gone(proc) from None
+        fd = proc.stdout.fileno()
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise WorkerGone(TIMEOUT, f"no answer within {timeout:g} s; the worker's process group was "
+                                           "killed")
+            ready, _, _ = select.select([fd], [], [], min(left, POLL_S))
+            if ready:
+                break
+            if self.memory_bytes and _rss_bytes(proc.pid) > self.memory_bytes:
+                used = _rss_bytes(proc.pid)
+                self._killed_for = (f"the worker used {used / 2**30:.1f} GiB, over its limit of "
+                                    f"{self.memory_bytes / 2**30:.1f} GiB (--cann-worker-memory)")
+                raise self._gone(proc, kill=True)
+        try:
+            return wire.receive_json(fd)
+        except wire.PeerClosed:
+            raise self._gone(proc) from None
+        except wire.BadFrame as exc:
+            self.kill()
+            raise WorkerGone(CRASHED, f"the worker broke the protocol: {exc}") from None
+
+    def _gone(self, proc: subprocess.Popen, kill: bool = False) -> WorkerGone:
+        if kill:
+            self._signal(signal.SIGKILL)
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._signal(signal.SIGKILL)
+            code = proc.wait()
+        self._close_pipes(proc)
+        self.proc = None
+        if self._killed_for:
+            return WorkerGone(OOM_KILLED, self._killed_for)
+        if code < 0 and -code == signal.SIGKILL:
+            return WorkerGone(OOM_KILLED, "the worker was killed by SIGKILL, most likely by the kernel's "
+                                           "out-of-memory killer")
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return WorkerGone(CRASHED, f"the worker died of {name}")
+        return WorkerGone(CRASHED, f"the worker exited with code {code} in the middle of a call")
+
+    def _signal(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def _freeze(self) -> None:
+        if self.proc is not None and not self.frozen:
+            self._signal(signal.SIGSTOP)
+            self.frozen = True
+
+    def _thaw(self) -> None:
+        if self.proc is not None and self.frozen:
+            self._signal(signal.SIGCONT)
+            self.frozen = False
+
+    def _log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except OSError:
+            return 0
+
+    def _log_segment(self) -> bytes:
+        """What the worker logged since the call began (at most CASE_LOG_BYTES, its end)."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                end = fh.seek(0, os.SEEK_END)
+                start = self.log_mark if self.log_mark <= end else 0  # rotated meanwhile
+                fh.seek(max(start, end - CASE_LOG_BYTES))
+                return fh.read()
+        except OSError:
+            return b""
+
+    @staticmethod
+    def _close_pipes(proc: subprocess.Popen) -> None:
+        for stream in (proc.stdin, proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+
+    def kill(self) -> None:
+        proc = self.proc
+        if proc is None:
+            return
+        self._signal(signal.SIGKILL)
+        proc.wait()
+        self._close_pipes(proc)
+        self.proc, self.frozen = None, False
+
+    def close(self) -> None:
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            self._thaw()
+            try:
+                wire.send(proc.stdin, {"op": "exit"})
+                proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
+        if self.region is not None:
+            self.region.close()
+            self.region = None

@@ -1,0 +1,216 @@
+"""The candidate worker: the only process that imports and runs submission code.
+
+One per pytest process, started lazily by :mod:`candidate_client`, in its own
+process group so the judge can kill it and everything it forked. It receives
+requests as pickles from the judge (trusted), tensors through the judge's
+shared-memory region (:mod:`tensor_wire`), and answers in JSON only: the judge
+never unpickles anything this process writes. stdout is reserved for frames;
+whatever the submission prints, from Python or C, lands in the log file the
+judge gave as stderr.
+
+In self-check mode the "submission" is the task's golden, run through exactly
+this path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import faulthandler
+import importlib
+import mmap
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from . import wire
+
+_clock = time.perf_counter  # bound before any submission code can replace it
+
+
+def _die_with_parent() -> None:
+    """If the judge dies (even while it holds this process stopped), the kernel kills this one."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() == 1:  # the judge was already gone
+            os._exit(1)
+    except (OSError, AttributeError):
+        pass
+
+
+def _error(stage: str, exc: BaseException) -> dict:
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = str(Path(__file__).resolve().parent)
+    theirs = [f for f in frames if not f.filename.startswith(ours)]
+    where = f" ({theirs[-1].filename}:{theirs[-1].lineno})" if theirs else ""
+    return {"ok": False, "stage": stage, "error_type": type(exc).__name__,
+            "error": f"{type(exc).__name__}: {str(exc)[:2000]}{where}",
+            "traceback": "".join(traceback.format_exception(exc))[-6000:]}
+
+
+class Worker:
+    def __init__(self, region_fd: int, device: str) -> None:
+        self.region_fd = region_fd
+        self.region_size = 0
+        self.mm: Any = None
+        self.device = device
+        self.module: Any = None
+        self.callables: dict[tuple, Callable] = {}
+
+    def map_region(self, size: int) -> None:
+        if size != self.region_size:
+            self.mm = mmap.mmap(self.region_fd, size)
+            self.region_size = size
+
+    def hello(self, req: dict) -> dict:
+        t0 = _clock()
+        if req.get("mode") == "submission":
+            try:
+                self.module = importlib.import_module("cann_bench")
+            except BaseException as exc:  # noqa: BLE001 - any import failure is the submission's
+                return _error("import cann_bench", exc)
+        return {"ok": True, "pid": os.getpid(), "import_seconds": _clock() - t0}
+
+    def discover(self, req: dict) -> dict:
+        import torch
+
+        found: list[list[str]] = []
+        try:
+            for op in torch._C._dispatch_get_all_op_names():
+                if op.startswith("cann_bench::"):
+                    found.append([op.split("::", 1)[1].split(".", 1)[0], "torch.ops"])
+        except Exception:  # noqa: BLE001 - a private API; the module path still works
+            pass
+        if self.module is not None:
+            for name in dir(self.module):
+                if name.startswith("_"):
+                    continue
+                try:
+                    value = getattr(self.module, name)
+                except Exception:  # noqa: BLE001
+                    continue
+                if callable(value) and not isinstance(value, type):
+                    found.append([name, "module"])
+        return {"ok": True, "interfaces": found}
+
+    def resolve(self, target: dict) -> Callable:
+        key = tuple(sorted((k, str(v)) for k, v in target.items()))
+        fn = self.callables.get(key)
+        if fn is not None:
+            return fn
+        if target["kind"] == "golden":
+            from .golden_binding import load_golden
+
+            fn = load_golden(Path(target["op_dir"]), target["rel_path"], target["function_name"],
+                             target["name_lower"]).main
+        else:
+            import torch
+
+            from .interfaces import call_candidates
+
+            names = call_candidates(target["name"], target.get("function_name"))
+            fn = None
+            namespace = getattr(torch.ops, "cann_bench", None)
+            for name in names:
+                fn = _lookup(namespace, name)
+                if fn is not None:
+                    break
+            if fn is None and self.module is not None:
+                for name in names:
+                    value = _lookup(self.module, name)
+                    if value is not None and not isinstance(value, type):
+                        fn = value
+                        break
+            if fn is None:
+                raise LookupError(f"no callable for {target['name']} (tried {', '.join(names)} in "
+                                  "torch.ops.cann_bench and cann_bench)")
+        self.callables[key] = fn
+        return fn
+
+    def call(self, req: dict) -> dict:
+        from .tensor_wire import flatten, read_args, write_outputs
+
+        self.map_region(req["region_size"])
+        try:
+            fn = self.resolve(req["target"])
+            kwargs = read_args(self.mm, req["args"], self.device)
+        except BaseException as exc:  # noqa: BLE001
+            return _error("prepare call", exc)
+        try:
+            t0 = _clock()
+            result = fn(**kwargs)
+            if self.device.startswith("cuda"):
+                import torch
+
+                torch.cuda.synchronize()
+            seconds = _clock() - t0
+        except BaseException as exc:  # noqa: BLE001 - the candidate's exception is its verdict
+            return _error("call", exc)
+        try:
+            outputs = write_outputs(self.mm, self.region_size, flatten(result), req["out_offset"],
+                                    req["out_capacity"])
+        except BaseException as exc:  # noqa: BLE001
+            return _error("return outputs", exc)
+        return {"ok": True, "outputs": outputs, "seconds": seconds}
+
+
+def _lookup(namespace: Any, name: str) -> Any:
+    if namespace is None:
+        return None
+    try:
+        value = getattr(namespace, name)
+    except Exception:  # noqa: BLE001 - torch.ops raises AttributeError or RuntimeError for unknown ops
+        return None
+    return value if callable(value) else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--region-fd", type=int, required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--site", default="")
+    parser.add_argument("--workdir", default="")
+    args = parser.parse_args(argv)
+    _die_with_parent()
+    try:  # if memory runs out machine-wide, the kernel kills a worker, never the judge
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write("1000")
+    except OSError:
+        pass
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    faulthandler.enable()  # a segfault leaves the Python stack in the log
+    if args.workdir:
+        os.chdir(args.workdir)
+    import torch
+
+    torch.set_num_threads(max(1, args.threads))
+    if args.site:
+        sys.path.insert(0, args.site)
+    worker = Worker(args.region_fd, args.device)
+    handlers = {"hello": worker.hello, "discover": worker.discover, "call": worker.call}
+    while True:
+        try:
+            req = wire.receive(0)
+        except wire.PeerClosed:
+            return 0
+        op = req.get("op")
+        if op == "exit":
+            return 0
+        handler = handlers.get(op)
+        reply = handler(req) if handler else {"ok": False, "stage": "protocol", "error": f"unknown request {op!r}"}
+        try:
+            wire.send_json(out, reply)
+        except (TypeError, ValueError) as exc:
+            wire.send_json(out, {"ok": False, "stage": "reply", "error": f"{type(exc).__name__}: {exc}"})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,322 @@
+"""Tensors between the judge and the candidate worker, through shared memory the judge owns.
+
+The judge writes each call's inputs into a :class:`Region` (an anonymous
+``memfd`` the worker inherits) and the worker writes the outputs back into the
+same region. Only small descriptions cross the pipe: the judge's request as a
+pickle (the judge is trusted), the worker's reply as JSON that
+:func:`decode_outputs` validates field by field before it builds a tensor.
+Nothing the worker sends is unpickled or evaluated.
+
+Outputs are zero-copy views of the region, valid until the next call: the
+client freezes the worker (``SIGSTOP``) while the judge reads them, so they
+cannot change under a check. Copies cost more than the 2 ms budget of a 4 MB
+call on these machines (a fresh 4 MB buffer costs ~2 ms in page faults alone).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+ALIGN = 64
+MIN_REGION = 1 << 20
+MAX_OUTPUTS = 4096
+MAX_NDIM = 16
+
+# The only dtypes a description may name (a fixed table, never getattr(torch, <worker text>)).
+DTYPE_NAMES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool",
+               "complex64", "complex128", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")
+
+
+def _dtypes() -> dict[str, Any]:
+    import torch
+
+    return {name: getattr(torch, name) for name in DTYPE_NAMES if hasattr(torch, name)}
+
+
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def _aligned(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass
+class OutputProblem:
+    """An output the judge cannot turn into a plain tensor; the precision checker reports ``message``."""
+
+    message: str
+    type_name: str = "object"
+
+
+class Region:
+    """Judge-owned shared memory, grown on demand; the worker maps the same file descriptor."""
+
+    def __init__(self, size: int = MIN_REGION) -> None:
+        if hasattr(os, "memfd_create"):
+            self.fd = os.memfd_create("cannbench-region", 0)  # never has a name to leak
+        else:  # pragma: no cover - non-Linux
+            import tempfile
+
+            fd, path = tempfile.mkstemp(prefix="cannbench-region-", dir="/dev/shm" if os.path.isdir("/dev/shm")
+                                        else None)
+            os.unlink(path)
+            self.fd = fd
+        self.size = 0
+        self.mm: Optional[mmap.mmap] = None
+        self.ensure(size)
+
+    def ensure(self, size: int) -> None:
+        """At least ``size`` bytes. The old mapping is dropped, not closed: views of it may still be alive."""
+        if size <= self.size:
+            return
+        new = max(_aligned(size), self.size * 3 // 2, MIN_REGION)
+        new = (new + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+        os.ftruncate(self.fd, new)
+        self.mm = mmap.mmap(self.fd, new)
+        self.size = new
+
+    def view(self, dtype: Any, shape: list[int], offset: int) -> Any:
+        import torch
+
+        numel = 1
+        for s in shape:
+            numel *= s
+        if numel == 0:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(self.mm, dtype=dtype, count=numel, offset=offset).view(shape)
+
+    def close(self) -> None:
+        self.mm = None
+        try:
+            os.close(self.fd)
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------- judge: inputs
+
+
+@dataclass
+class CallLayout:
+    """Where a call's tensors live in the region: inputs first, then room for the outputs."""
+
+    args: dict[str, Any]  # name -> ("v", value) | ("t", slot) | ("l", [slot | None, ...])
+    out_offset: int
+    out_capacity: int
+
+    @property
+    def size(self) -> int:
+        return self.out_offset + self.out_capacity
+
+
+def _slot(t: Any, offset: int) -> dict[str, Any]:
+    return {"dtype": dtype_name(t.dtype), "shape": list(t.shape), "offset": offset,
+            "nbytes": t.numel() * t.element_size()}
+
+
+def plan_call(kwargs: dict[str, Any], expected_out_bytes: int) -> tuple[CallLayout, list[tuple[Any, int]]]:
+    """Lay out the keyword arguments; returns the layout and the (tensor, offset) pairs to write.
+
+    The output area holds twice the expected outputs (a wrong-shape answer still arrives
+    whole and gets the precision checker's usual message) plus 1 MiB.
+    """
+    import torch
+
+    offset = 0
+    writes: list[tuple[Any, int]] = []
+
+    def place(t: Any) -> dict[str, Any]:
+        nonlocal offset
+        slot = _slot(t, offset)
+        writes.append((t, offset))
+        offset = _aligned(offset + slot["nbytes"])
+        return slot
+
+    args: dict[str, Any] = {}
+    for name, value in kwargs.items():
+        if isinstance(value, torch.Tensor):
+            args[name] = ("t", place(value))
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, torch.Tensor) or v is None
+                                                               for v in value):
+            args[name] = ("l", [place(v) if v is not None else None for v in value])
+        else:
+            args[name] = ("v", value)
+    capacity = _aligned(2 * expected_out_bytes + (1 << 20))
+    return CallLayout(args=args, out_offset=offset, out_capacity=capacity), writes
+
+
+def write_inputs(region: Region, layout: CallLayout, writes: list[tuple[Any, int]]) -> None:
+    import torch
+
+    region.ensure(layout.size)
+    for t, offset in writes:
+        n = t.numel() * t.element_size()
+        if n:
+            src = t.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+            torch.frombuffer(region.mm, dtype=torch.uint8, count=n, offset=offset).copy_(src)
+
+
+# ---------------------------------------------------------------- worker: both directions
+
+
+def read_args(region_mm: Any, args: dict[str, Any], device: str) -> dict[str, Any]:
+    """The worker's view of the judge's arguments: tensors backed by the region (moved if not on CPU)."""
+    import torch
+
+    dtypes = _dtypes()
+
+    def tensor(slot: dict[str, Any]) -> Any:
+        numel = 1
+        for s in slot["shape"]:
+            numel *= s
+        dtype = dtypes[slot["dtype"]]
+        if numel == 0:
+            t = torch.empty(slot["shape"], dtype=dtype)
+        else:
+            t = torch.frombuffer(region_mm, dtype=dtype, count=numel, offset=slot["offset"]).view(slot["shape"])
+        return t if device == "cpu" else t.to(device)
+
+    out: dict[str, Any] = {}
+    for name, (kind, value) in args.items():
+        if kind == "t":
+            out[name] = tensor(value)
+        elif kind == "l":
+            out[name] = [tensor(v) if v is not None else None for v in value]
+        else:
+            out[name] = value
+    return out
+
+
+def flatten(result: Any) -> list:
+    """A tuple or list of outputs (one TensorList level flattened), like the golden's outputs."""
+    items = list(result) if isinstance(result, (list, tuple)) else [result]
+    flat: list = []
+    for item in items:
+        flat.extend(item if isinstance(item, (list, tuple)) else [item])
+    return flat
+
+
+def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: int, out_capacity: int) -> list[dict]:
+    """Describe each output and copy the plain contiguous tensors that fit into the output area."""
+    import torch
+
+    descriptions = []
+    offset, end = out_offset, min(out_offset + out_capacity, region_size)
+    for value in outputs[:MAX_OUTPUTS]:
+        if value is None:
+            descriptions.append({"kind": "none"})
+            continue
+        if type(value) is not torch.Tensor:
+            kind = "subclass" if isinstance(value, torch.Tensor) else "object"
+            descriptions.append({"kind": kind, "type": type(value).__name__})
+            continue
+        if value.layout != torch.strided:
+            descriptions.append({"kind": "layout", "layout": str(value.layout)})
+            continue
+        t = value.detach()
+        entry = {"kind": "tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
+                 "device": str(t.device), "offset": offset, "nbytes": t.numel() * t.element_size(),
+                 "written": False}
+        if entry["nbytes"] and offset + entry["nbytes"] <= end:
+            src = t.contiguous() if t.device.type == "cpu" else t.cpu().contiguous()
+            torch.frombuffer(region_mm, dtype=torch.uint8, count=entry["nbytes"],
+                             offset=offset).copy_(src.reshape(-1).view(torch.uint8))
+            entry["written"] = True
+            offset = _aligned(offset + entry["nbytes"])
+        elif not entry["nbytes"]:
+            entry["written"] = True
+        descriptions.append(entry)
+    return descriptions
+
+
+# ---------------------------------------------------------------- judge: outputs
+
+
+def _int_list(value: Any, limit: int) -> Optional[list[int]]:
+    if not isinstance(value, list) or len(value) > limit:
+        return None
+    if not all(type(v) is int for v in value):
+        return None
+    return value
+
+
+def decode_outputs(descriptions: Any, region: Region, layout: CallLayout, device: str) -> list:
+    """Tensors (views of the region), None, or :class:`OutputProblem` for each described output.
+
+    Every field is checked before use: the description comes from the submission's process.
+    """
+    if not isinstance(descriptions, list) or len(descriptions) > MAX_OUTPUTS:
+        return [OutputProblem("the candidate worker sent an invalid output list")]
+    dtypes = _dtypes()
+    lo, hi = layout.out_offset, min(layout.out_offset + layout.out_capacity, region.size)
+    out: list = []
+    for d in descriptions:
+        out.append(_decode_one(d, region, dtypes, lo, hi, device))
+    return out
+
+
+def _decode_one(d: Any, region: Region, dtypes: dict[str, Any], lo: int, hi: int, device: str) -> Any:
+    import torch
+
+    if not isinstance(d, dict):
+        return OutputProblem("the candidate worker sent an invalid output description")
+    kind = d.get("kind")
+    if kind == "none":
+        return None
+    if kind == "object":
+        type_name = str(d.get("type"))[:80]
+        return OutputProblem(f"expected a torch.Tensor, got {type_name}", type_name)
+    if kind == "subclass":
+        type_name = str(d.get("type"))[:80]
+        return OutputProblem(f"output is a {type_name} (a torch.Tensor subclass); return a plain torch.Tensor",
+                             type_name)
+    if kind == "layout":
+        return OutputProblem(f"output layout {str(d.get('layout'))[:40]} is not torch.strided", "Tensor")
+    if kind != "tensor":
+        return OutputProblem("the candidate worker sent an output of unknown kind")
+    dtype = dtypes.get(d.get("dtype")) if isinstance(d.get("dtype"), str) else None
+    shape, stride = _int_list(d.get("shape"), MAX_NDIM), _int_list(d.get("stride"), MAX_NDIM)
+    offset, nbytes = d.get("offset"), d.get("nbytes")
+    if (dtype is None or shape is None or stride is None or len(stride) != len(shape) or any(s < 0 for s in shape)
+            or type(offset) is not int or type(nbytes) is not int):
+        return OutputProblem("the candidate worker sent an invalid tensor description")
+    numel = 1
+    for s in shape:
+        numel *= s
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    if nbytes != numel * itemsize:
+        return OutputProblem("the candidate worker sent an inconsistent tensor description")
+    where = str(d.get("device"))[:40]
+    if where.split(":")[0] != device.split(":")[0]:
+        return OutputProblem(f"output is on device {where}; expected {device}", "Tensor")
+    if not d.get("written"):
+        return OutputProblem(f"output of shape {tuple(shape)} and dtype {d.get('dtype')} "
+                             f"({nbytes} bytes) is far larger than the expected outputs", "Tensor")
+    if nbytes and not (lo <= offset and offset + nbytes <= hi):
+        return OutputProblem("the candidate worker sent an output outside its area", "Tensor")
+    contiguous = region.view(dtype, shape, offset) if nbytes else torch.empty(shape, dtype=dtype)
+    if numel == 0 or _is_contiguous(shape, stride):
+        return contiguous
+    # Rebuild the candidate's layout so the checker reports it in its usual order (shape, dtype, then layout).
+    span = 1 + sum((s - 1) * abs(st) for s, st in zip(shape, stride)) if numel else 0
+    if any(st < 0 for st in stride) or span > 2 * numel + 64:
+        return OutputProblem(f"output is not contiguous (shape {tuple(shape)}, stride {tuple(stride)})", "Tensor")
+    try:
+        rebuilt = torch.empty_strided(shape, stride, dtype=dtype)
+        rebuilt.copy_(contiguous)
+    except RuntimeError:  # overlapping strides (an expanded view): no plain tensor has this layout
+        return OutputProblem(f"output is not contiguous (shape {tuple(shape)}, stride {tuple(stride)})", "Tensor")
+    return rebuilt
+
+
+def _is_contiguous(shape: list[int], stride: list[int]) -> bool:
+    expected = 1
+    for size, st in zip(reversed(shape), reversed(stride)):
+        if size != 1 and st != expected:
+            return False
+        expected *= size
+    return True
