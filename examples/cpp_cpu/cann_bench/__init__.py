@@ -1,0 +1,28 @@
+"""CANN Bench operators implemented as C++ CPU kernels.
+
+Loading the shared library next to this file registers them as ``torch.ops.cann_bench.<name>``; the
+same callables are exposed here as attributes, so ``cann_bench.softplus(x=..., beta=...)`` works too.
+"""
+
+from pathlib import Path
+
+import torch
+
+
+def _load_library() -> None:
+    here = Path(__file__).resolve().parent
+    found = sorted(here.glob("_C*.so"))
+    if not found:
+        raise ImportError(f"cann_bench: no compiled library _C*.so in {here}; build the wheel with build.sh")
+    torch.ops.load_library(str(found[0]))
+
+
+_load_library()
+
+softplus = torch.ops.cann_bench.softplus
+leaky_relu = torch.ops.cann_bench.leaky_relu
+rms_scale = torch.ops.cann_bench.rms_scale
+log_softmax = torch.ops.cann_bench.log_softmax
+row_top_k = torch.ops.cann_bench.row_top_k
+
+__all__ = ["softplus", "leaky_relu", "rms_scale", "log_softmax", "row_top_k"]
