@@ -54,18 +54,22 @@ class ResultCollector:
                  + ", ".join(f"{n} {s}" for s, n in sorted(status.items(), key=lambda kv: -kv[1]))]
         candidate = Counter(r.failure_type for r in results
                             if r.failure_type and r.failure_type not in oc.HARNESS_FAILURES
-                            and r.status != oc.SKIPPED)
+                            and r.status not in (oc.SKIPPED, oc.MISSING))
         harness = Counter(r.failure_type for r in results if r.failure_type in oc.HARNESS_FAILURES)
         if candidate:
             lines.append("candidate failures: " + ", ".join(f"{t} {n}" for t, n in candidate.most_common()))
         if harness:
             lines.append("harness/task errors (not the candidate's): "
                          + ", ".join(f"{t} {n}" for t, n in harness.most_common()))
-        by_op: dict[str, list[CaseOutcome]] = defaultdict(list)
+        missing: dict[str, int] = defaultdict(int)
         for r in results:
-            by_op[r.rel_path].append(r)
+            if r.status == oc.MISSING:
+                missing[r.rel_path] += 1
+        if missing:
+            lines.append("not provided by the submission (score 0): "
+                         + ", ".join(f"{op} ({n} cases)" for op, n in sorted(missing.items())))
         bad = [r for r in sorted(results, key=lambda r: (r.rel_path, r.case_id or 0))
-               if r.status not in (oc.PASSED, oc.SKIPPED)]
+               if r.status not in (oc.PASSED, oc.SKIPPED, oc.MISSING)]
         limit = None if verbose else 30
         for r in bad[:limit]:
             lines.append(f"  {r.key}: {r.status} [{r.failure_type}] {_one_line(r.message)}")

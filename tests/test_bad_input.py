@@ -9,8 +9,7 @@ death, noise) have fixtures and sessions of their own.
 from __future__ import annotations
 
 import re
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -20,7 +19,7 @@ import pytest
 # errors that ``except yaml.YAMLError`` of the new module does not catch (in later tests of this run).
 import yaml  # noqa: F401
 
-from pytest_cannbench.items import CannTaskWarning
+from inner import InnerRun, run_inner
 
 BASE_ARGS = ("--cann-tasks=tasks", "--cann-self-check", "-p", "no:cacheprovider", "--cann-golden-cache=off")
 
@@ -125,66 +124,8 @@ def expected_items(tree: dict[str, dict[str, Optional[Bad]]]) -> dict[str, Optio
 # running an inner session
 
 
-@dataclass
-class Case:
-    outcome: str = "passed"
-    longrepr: str = ""
-    cann: Optional[dict] = None
-    cann_reports: int = 0
-
-
-@dataclass
-class InnerRun:
-    ret: int
-    text: str
-    tasks: Path
-    seconds: float
-    root: Path  # the inner session's rootdir: reports/logs/ is there
-    cases: dict[str, Case] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    collect_failures: list[str] = field(default_factory=list)
-
-    def section(self) -> list[str]:
-        """The lines of the terminal's "cannbench" section."""
-        lines = self.text.splitlines()
-        start = next(i for i, line in enumerate(lines) if re.fullmatch(r"=+ cannbench =+", line))
-        body = []
-        for line in lines[start + 1:]:
-            if re.fullmatch(r"=+ .* =+", line):
-                break
-            if line.strip():
-                body.append(line)
-        return body
-
-    def statuses(self) -> dict[str, tuple]:
-        return {name: (c.outcome, (c.cann or {}).get("status"), (c.cann or {}).get("failure_type"))
-                for name, c in self.cases.items()}
-
-
 def run_tasks(pytester: pytest.Pytester, capsys: pytest.CaptureFixture, tasks: Path, *args: str) -> InnerRun:
-    t0 = time.monotonic()
-    reprec = pytester.inline_run(*BASE_ARGS, *args)
-    seconds = time.monotonic() - t0
-    run = InnerRun(ret=int(reprec.ret), text=capsys.readouterr().out, tasks=tasks.resolve(), seconds=seconds,
-                   root=Path(pytester.path))
-    for rep in reprec.getreports("pytest_collectreport"):
-        if rep.failed:
-            run.collect_failures.append(f"{rep.nodeid}: {rep.longrepr}")
-    for rep in reprec.getreports("pytest_runtest_logreport"):
-        case = run.cases.setdefault(rep.nodeid.split("::")[-1], Case())
-        if rep.failed:
-            case.outcome = "failed" if rep.when == "call" else "error"
-            case.longrepr = str(rep.longrepr)
-        elif rep.skipped and case.outcome == "passed":
-            case.outcome = "skipped"
-        cann = getattr(rep, "cann", None)
-        if cann is not None:
-            case.cann = cann
-            case.cann_reports += 1
-    for call in reprec.getcalls("pytest_warning_recorded"):
-        if issubclass(call.warning_message.category, CannTaskWarning):
-            run.warnings.append(str(call.warning_message.message))
-    return run
+    return run_inner(pytester, capsys, tasks, *BASE_ARGS, *args)
 
 
 @pytest.fixture(scope="module")
