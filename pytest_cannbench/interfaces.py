@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,199}$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")  # used with fullmatch ($ would accept "op\n")
 MAX_INTERFACES = 10000
 
 
@@ -74,7 +74,7 @@ def validate_names(raw: object) -> list[Interface]:
         if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(x, str) for x in entry)):
             raise ValueError(f"malformed interface entry {str(entry)[:80]!r}")
         name, source = entry
-        if not _IDENTIFIER.match(name) or source not in ("torch.ops", "module"):
+        if not _IDENTIFIER.fullmatch(name) or source not in ("torch.ops", "module"):
             raise ValueError(f"invalid interface {name[:80]!r} from {source[:20]!r}")
         out.setdefault(name, set()).add(source)
     return [Interface(name, "+".join(sorted(sources, reverse=True))) for name, sources in sorted(out.items())]

@@ -24,6 +24,7 @@ ALIGN = 64
 MIN_REGION = 1 << 20
 MAX_OUTPUTS = 4096
 MAX_NDIM = 16
+MAX_DIM = 1 << 40  # any single size or stride beyond this is a lie (and would overflow torch's int64 maths)
 
 # The only dtypes a description may name (a fixed table, never getattr(torch, <worker text>)).
 DTYPE_NAMES = ("float16", "bfloat16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool",
@@ -281,12 +282,16 @@ def _decode_one(d: Any, region: Region, dtypes: dict[str, Any], lo: int, hi: int
     dtype = dtypes.get(d.get("dtype")) if isinstance(d.get("dtype"), str) else None
     shape, stride = _int_list(d.get("shape"), MAX_NDIM), _int_list(d.get("stride"), MAX_NDIM)
     offset, nbytes = d.get("offset"), d.get("nbytes")
-    if (dtype is None or shape is None or stride is None or len(stride) != len(shape) or any(s < 0 for s in shape)
+    if (dtype is None or shape is None or stride is None or len(stride) != len(shape)
+            or any(not 0 <= s <= MAX_DIM for s in shape) or any(abs(st) > MAX_DIM for st in stride)
             or type(offset) is not int or type(nbytes) is not int):
         return OutputProblem("the candidate worker sent an invalid tensor description")
-    numel = 1
+    numel, span = 1, 1
     for s in shape:
         numel *= s
+        span *= max(s, 1)
+    if span > MAX_DIM:  # even an empty tensor must have a shape torch can describe
+        return OutputProblem("the candidate worker sent an invalid tensor description")
     itemsize = torch.empty((), dtype=dtype).element_size()
     if nbytes != numel * itemsize:
         return OutputProblem("the candidate worker sent an inconsistent tensor description")
