@@ -10,7 +10,6 @@ them, nor burn CPU the judge's checks need.
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from . import wire
+from . import procs, wire
 from .tensor_wire import Region, decode_outputs, plan_call, write_inputs
 
 LOG_ROTATE_BYTES = 8 << 20
@@ -87,8 +86,7 @@ class CandidateWorker:
     def _spawn(self) -> subprocess.Popen:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.workdir.mkdir(parents=True, exist_ok=True)
-        if self.log_path.is_file() and self.log_path.stat().st_size > LOG_ROTATE_BYTES:
-            os.replace(self.log_path, self.log_path.with_suffix(".log.1"))
+        procs.rotate_log(self.log_path, LOG_ROTATE_BYTES)
         if self.region is None:
             self.region = Region()
         cmd = [sys.executable, "-m", "pytest_cannbench.candidate_worker", "--region-fd", str(self.region.fd),
@@ -146,7 +144,7 @@ class CandidateWorker:
              case_log: Optional[Path] = None) -> CandidateResult:
         """Run one operator call; never raises for anything the candidate does."""
         layout, writes = plan_call(kwargs, expected_out_bytes)
-        self.log_mark = self._log_size()
+        self.log_mark = procs.log_size(self.log_path)
         try:
             self._ensure()
             write_inputs(self.region, layout, writes)
@@ -170,7 +168,7 @@ class CandidateWorker:
                             case_log)
 
     def _finish(self, result: CandidateResult, case_log: Optional[Path]) -> CandidateResult:
-        segment = self._log_segment()
+        segment = procs.read_log_since(self.log_path, self.log_mark, CASE_LOG_BYTES)
         if segment.strip():
             lines = [line for line in segment.decode("utf-8", errors="replace").splitlines()
                      if line.strip() and not line.startswith("Extension modules:")]  # faulthandler's noise
@@ -195,21 +193,17 @@ class CandidateWorker:
         except (BrokenPipeError, OSError):
             raise self._gone(proc) from None
         fd = proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.kill()
-                raise WorkerGone(TIMEOUT, f"no answer within {timeout:g} s; the worker's process group was "
-                                           "killed")
-            ready, _, _ = select.select([fd], [], [], min(left, POLL_S))
-            if ready:
-                break
-            if self.memory_bytes and _rss_bytes(proc.pid) > self.memory_bytes:
-                used = _rss_bytes(proc.pid)
+
+        def watch_memory() -> None:
+            used = _rss_bytes(proc.pid)
+            if self.memory_bytes and used > self.memory_bytes:
                 self._killed_for = (f"the worker used {used / 2**30:.1f} GiB, over its limit of "
                                     f"{self.memory_bytes / 2**30:.1f} GiB (--cann-worker-memory)")
                 raise self._gone(proc, kill=True)
+
+        if not procs.wait_readable(fd, timeout, POLL_S, watch_memory):
+            self.kill()
+            raise WorkerGone(TIMEOUT, f"no answer within {timeout:g} s; the worker's process group was killed")
         try:
             return wire.receive_json(fd)
         except wire.PeerClosed:
@@ -220,34 +214,21 @@ class CandidateWorker:
 
     def _gone(self, proc: subprocess.Popen, kill: bool = False) -> WorkerGone:
         if kill:
-            self._signal(signal.SIGKILL)
-        try:
-            code = proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._signal(signal.SIGKILL)
-            code = proc.wait()
-        self._close_pipes(proc)
-        self.proc = None
+            procs.signal_group(proc, signal.SIGKILL)
+        code = procs.reap(proc)
+        self.proc, self.frozen = None, False
         if self._killed_for:
             return WorkerGone(OOM_KILLED, self._killed_for)
-        if code < 0 and -code == signal.SIGKILL:
+        if code == -signal.SIGKILL:
             return WorkerGone(OOM_KILLED, "the worker was killed by SIGKILL, most likely by the kernel's "
-                                           "out-of-memory killer")
+                                          "out-of-memory killer")
         if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            return WorkerGone(CRASHED, f"the worker died of {name}")
+            return WorkerGone(CRASHED, f"the worker died of {procs.how_it_ended(code)}")
         return WorkerGone(CRASHED, f"the worker exited with code {code} in the middle of a call")
 
     def _signal(self, sig: int) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        if self.proc is not None:
+            procs.signal_group(self.proc, sig)
 
     def _freeze(self) -> None:
         if self.proc is not None and not self.frozen:
@@ -259,51 +240,17 @@ class CandidateWorker:
             self._signal(signal.SIGCONT)
             self.frozen = False
 
-    def _log_size(self) -> int:
-        try:
-            return self.log_path.stat().st_size
-        except OSError:
-            return 0
-
-    def _log_segment(self) -> bytes:
-        """What the worker logged since the call began (at most CASE_LOG_BYTES, its end)."""
-        try:
-            with open(self.log_path, "rb") as fh:
-                end = fh.seek(0, os.SEEK_END)
-                start = self.log_mark if self.log_mark <= end else 0  # rotated meanwhile
-                fh.seek(max(start, end - CASE_LOG_BYTES))
-                return fh.read()
-        except OSError:
-            return b""
-
-    @staticmethod
-    def _close_pipes(proc: subprocess.Popen) -> None:
-        for stream in (proc.stdin, proc.stdout):
-            try:
-                if stream is not None:
-                    stream.close()
-            except OSError:
-                pass
-
     def kill(self) -> None:
-        proc = self.proc
-        if proc is None:
-            return
-        self._signal(signal.SIGKILL)
-        proc.wait()
-        self._close_pipes(proc)
-        self.proc, self.frozen = None, False
+        proc, self.proc, self.frozen = self.proc, None, False
+        if proc is not None:
+            procs.kill_group(proc)
 
     def close(self) -> None:
         proc = self.proc
-        if proc is not None and proc.poll() is None:
+        if proc is not None:
             self._thaw()
-            try:
-                wire.send(proc.stdin, {"op": "exit"})
-                proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self.kill()
+            self.proc, self.frozen = None, False
+            procs.stop(proc, lambda: wire.send(proc.stdin, {"op": "exit"}))
         if self.region is not None:
             self.region.close()
             self.region = None

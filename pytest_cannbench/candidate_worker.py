@@ -27,7 +27,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from . import wire
+from . import procs, wire
 
 _clock = time.perf_counter  # bound before any submission code can replace it
 
@@ -178,14 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", default="")
     args = parser.parse_args(argv)
     _die_with_parent()
-    try:  # if memory runs out machine-wide, the kernel kills a worker, never the judge
-        with open("/proc/self/oom_score_adj", "w") as fh:
-            fh.write("1000")
-    except OSError:
-        pass
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    procs.become_expendable()
+    out = procs.take_stdout_for_frames()
     faulthandler.enable()  # a segfault leaves the Python stack in the log
     if args.workdir:
         os.chdir(args.workdir)

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import os
-import select
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from . import wire
+from . import procs, wire
 
 
 LOG_ROTATE_BYTES = 8 << 20  # a chatty golden must not grow the log without bound
@@ -55,8 +53,7 @@ class GoldenWorker:
 
     def _start(self) -> subprocess.Popen:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.log_path.is_file() and self.log_path.stat().st_size > LOG_ROTATE_BYTES:
-            os.replace(self.log_path, self.log_path.with_suffix(".log.1"))  # keep one old generation
+        procs.rotate_log(self.log_path, LOG_ROTATE_BYTES)
         log = open(self.log_path, "ab")
         cmd = [sys.executable, "-m", "pytest_cannbench.golden_worker", "--memory-bytes", str(self.memory_bytes),
                "--threads", str(self.threads)]
@@ -101,78 +98,43 @@ class GoldenWorker:
         return loaded
 
     def _exchange(self, proc: subprocess.Popen, message: dict, timeout: float, timeout_message: str) -> dict:
-        try:
-            self.log_mark = self.log_path.stat().st_size
-        except OSError:
-            self.log_mark = 0
+        self.log_mark = procs.log_size(self.log_path)
         try:
             wire.send(proc.stdin, message)
         except (BrokenPipeError, OSError):
             raise self._died(proc) from None
         fd = proc.stdout.fileno()
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self.kill()
-                raise GoldenWorkerFailure("timeout", timeout_message)
-            ready, _, _ = select.select([fd], [], [], min(left, 1.0))
-            if ready:
-                break
+        if not procs.wait_readable(fd, timeout):
+            self.kill()
+            raise GoldenWorkerFailure("timeout", timeout_message)
         try:
             return wire.receive(fd)
         except wire.PeerClosed:
             raise self._died(proc) from None
 
     def _died(self, proc: subprocess.Popen) -> GoldenWorkerFailure:
-        try:
-            code = proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            code = proc.returncode
+        code = procs.reap(proc)
         self.proc = None
         tail = self.log_tail()
-        if code is not None and code < 0 and -code == signal.SIGKILL:
+        if code == -signal.SIGKILL:
             return GoldenWorkerFailure("oom", f"golden worker was killed by SIGKILL (likely out of memory); "
                                               f"log {self.log_path}{tail}")
-        how = f"signal {-code}" if code is not None and code < 0 else f"exit code {code}"
+        how = procs.how_it_ended(code)
         return GoldenWorkerFailure("crashed", f"golden worker died ({how}); log {self.log_path}{tail}")
 
     def log_tail(self, lines: int = 8, chars: int = 2000) -> str:
         """The end of what the worker logged since the last request was sent (not an earlier golden's
         output), at most ``lines`` lines and ``chars`` characters: it goes into a one-line verdict."""
-        try:
-            with open(self.log_path, "rb") as fh:
-                fh.seek(max(self.log_mark, fh.seek(0, os.SEEK_END) - 16 * chars))
-                data = fh.read()
-        except OSError:
-            return ""
+        data = procs.read_log_since(self.log_path, self.log_mark, 16 * chars)
         text = "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])[-chars:]
         return ("\n" + text) if text.strip() else ""
 
     def kill(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
-        for stream in (proc.stdin, proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
+        if proc is not None:
+            procs.kill_group(proc)
 
     def close(self) -> None:
-        proc = self.proc
-        if proc is None:
-            return
-        if proc.poll() is None:
-            try:
-                wire.send(proc.stdin, {"op": "exit"})
-                proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        self.kill()
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            procs.stop(proc, lambda: wire.send(proc.stdin, {"op": "exit"}))

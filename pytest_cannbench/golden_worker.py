@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from . import wire
+from . import procs, wire
 
 
 def _clone(values: list) -> list:
@@ -149,15 +149,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     if args.memory_bytes > 0:
         resource.setrlimit(resource.RLIMIT_AS, (args.memory_bytes, args.memory_bytes))
-    try:  # if memory runs out machine-wide, the kernel kills a golden worker, never the judge
-        with open("/proc/self/oom_score_adj", "w") as fh:
-            fh.write("1000")
-    except OSError:
-        pass
-    # Frames go to the original stdout; whatever goldens print lands on stderr.
-    out = os.fdopen(os.dup(1), "wb")
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
+    procs.become_expendable()
+    out = procs.take_stdout_for_frames()  # whatever goldens print lands on stderr, the judge's log
     in_fd = 0
     while True:
         try:

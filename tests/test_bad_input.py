@@ -294,7 +294,7 @@ def test_golden_that_ends_its_own_process(crash):
     check_bad(run, "self_kill[01]", "self_kill", "01", Bad("error", GOLDEN, "golden.py", (
         "case_id 1", f"golden worker died (exit code 3); log {log}")))
     check_bad(run, "self_kill[02]", "self_kill", "02", Bad("error", GOLDEN, "golden.py", (
-        "case_id 2", f"golden worker died (signal 11); log {log}")))
+        "case_id 2", f"golden worker died (SIGSEGV); log {log}")))
     assert run.cases["self_kill[03]"].outcome == "passed", run.cases["self_kill[03]"].longrepr
     assert run.section()[:2] == ["2 operators, 5 cases: 3 passed, 2 error",
                                  "harness/task errors (not the candidate's): golden_error 2"]

@@ -1,0 +1,128 @@
+"""Process plumbing shared by the golden and candidate workers and their clients.
+
+Judge side: wait for a worker's frame under a deadline, kill a worker's whole
+process group, describe how it ended, read what it logged since a request.
+Worker side: offer itself to the OOM killer first, and keep stdout for frames.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import BinaryIO, Callable, Optional
+
+
+def wait_readable(fd: int, timeout: float, poll_s: float = 1.0, tick: Optional[Callable[[], None]] = None) -> bool:
+    """True once ``fd`` has data, False when ``timeout`` passed first; ``tick`` runs every ``poll_s`` meanwhile.
+
+    Short select() steps keep pytest-timeout's signal and Ctrl-C responsive.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        ready, _, _ = select.select([fd], [], [], min(left, poll_s))
+        if ready:
+            return True
+        if tick is not None:
+            tick()
+
+
+def signal_group(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the worker and everything it started in its session, reap it, close our pipe ends."""
+    signal_group(proc, signal.SIGKILL)
+    proc.wait()
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+
+
+def stop(proc: subprocess.Popen, send_exit: Callable[[], None], grace_s: float = 5.0) -> None:
+    """Ask a worker to exit (``send_exit``), give it ``grace_s``, then kill its group whatever happened."""
+    if proc.poll() is None:
+        try:
+            send_exit()
+            proc.wait(timeout=grace_s)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    kill_group(proc)
+
+
+def reap(proc: subprocess.Popen, grace_s: float = 10.0) -> int:
+    """The exit code of a worker whose pipe closed (killing its group if it lingers)."""
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        pass
+    kill_group(proc)
+    return proc.returncode
+
+
+def how_it_ended(code: int) -> str:
+    """``SIGSEGV`` for a signal, ``exit code 3`` otherwise."""
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit code {code}"
+
+
+def log_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def read_log_since(path: Path, mark: int, limit: int) -> bytes:
+    """What was logged after byte ``mark`` (the end of it, at most ``limit`` bytes; all of it if rotated)."""
+    try:
+        with open(path, "rb") as fh:
+            end = fh.seek(0, os.SEEK_END)
+            fh.seek(max(mark if mark <= end else 0, end - limit))
+            return fh.read()
+    except OSError:
+        return b""
+
+
+def rotate_log(path: Path, limit: int) -> None:
+    """Keep one old generation once the log passes ``limit`` bytes: a chatty worker must not fill the disk."""
+    if log_size(path) > limit:
+        os.replace(path, path.with_suffix(".log.1"))
+
+
+# ---------------------------------------------------------------- worker side
+
+
+def become_expendable() -> None:
+    """If memory runs out machine-wide, the kernel kills a worker, never the judge."""
+    try:
+        with open("/proc/self/oom_score_adj", "w") as fh:
+            fh.write("1000")
+    except OSError:
+        pass
+
+
+def take_stdout_for_frames() -> BinaryIO:
+    """The original stdout, for frames only; fd 1 and ``sys.stdout`` now go to stderr (the judge's log file)."""
+    out = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return out
