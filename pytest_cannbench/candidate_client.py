@@ -90,7 +90,8 @@ class CandidateWorker:
         if self.region is None:
             self.region = Region()
         cmd = [sys.executable, "-m", "pytest_cannbench.candidate_worker", "--region-fd", str(self.region.fd),
-               "--threads", str(self.threads), "--device", self.device, "--workdir", str(self.workdir)]
+               "--threads", str(self.threads), "--device", self.device, "--workdir", str(self.workdir),
+               "--judge-pid", str(os.getpid())]
         if self.site_dir:
             cmd += ["--site", self.site_dir]
         env = dict(os.environ)

@@ -320,3 +320,32 @@ def test_collect_only_builds_nothing(pytester, capsys, task_tree):
     task_tree("submission")
     pytester.inline_run(*BASE, f"--cann-source={source}", "--collect-only")
     assert not counter.exists()
+
+
+def test_worker_dies_with_its_judge_even_while_frozen(tmp_path):
+    """A judge killed between calls (its worker SIGSTOP-frozen) leaves no worker behind."""
+    script = f'''
+import os, sys
+from pathlib import Path
+from pytest_cannbench.candidate_client import CandidateWorker
+w = CandidateWorker(log_path=Path({str(tmp_path / "w.log")!r}), workdir=Path({str(tmp_path / "work")!r}),
+                    mode="golden")
+w.start()
+assert w.frozen
+print(w.proc.pid, flush=True)
+os._exit(0)
+'''
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    pid = int(done.stdout.split()[-1])
+    for _ in range(100):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        with open(f"/proc/{pid}/stat") as fh:  # a zombie awaiting its reaper counts as gone
+            if fh.read().split(")")[-1].split()[0] == "Z":
+                return
+        import time
+
+        time.sleep(0.1)
+    pytest.fail(f"worker {pid} outlived its judge")
