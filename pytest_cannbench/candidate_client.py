@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from . import procs, wire
-from .tensor_wire import Region, decode_outputs, plan_call, write_inputs
+from .tensor_wire import Region, decode_outputs, plan_batch, plan_call, write_inputs
 
 LOG_ROTATE_BYTES = 8 << 20
 CASE_LOG_BYTES = 1 << 20  # kept per case: the end of what the submission printed
@@ -35,6 +35,22 @@ class CandidateResult:
     outputs: Optional[list] = None  # tensors are views of the region: valid until the next call
     message: str = ""
     seconds: Optional[float] = None
+    log_tail: str = ""
+    case_log: Optional[str] = None
+
+
+@dataclass
+class BatchResult:
+    """A timing batch as the judge sees it: per-call times and outputs, and what it observed itself."""
+
+    status: str
+    seconds: list[float] = field(default_factory=list)  # per timed call, as the worker reports them
+    outputs: list[list] = field(default_factory=list)  # per timed call: views of the region until the next request
+    phases: dict[str, float] = field(default_factory=dict)  # the worker's account of its time
+    wall_s: float = 0.0  # the judge's own clock around the whole exchange
+    timer: str = ""
+    notes: list[str] = field(default_factory=list)
+    message: str = ""
     log_tail: str = ""
     case_log: Optional[str] = None
 
@@ -168,7 +184,47 @@ class CandidateWorker:
                                             seconds=float(seconds) if isinstance(seconds, (int, float)) else None),
                             case_log)
 
-    def _finish(self, result: CandidateResult, case_log: Optional[Path]) -> CandidateResult:
+    def time_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
+                   expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
+                   case_log: Optional[Path] = None) -> BatchResult:
+        """``warmup`` calls on set 0, then one timed call per entry of ``call_sets``; never raises for the
+        candidate. The judge's wall clock brackets the exchange, for the plausibility check."""
+        layout, writes = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
+        self.log_mark = procs.log_size(self.log_path)
+        try:
+            self._ensure()
+            write_inputs(self.region, layout, writes)
+            message = {"op": "time", "target": target, "region_size": self.region.size, "sets": layout.sets,
+                       "calls": [{"set": i, "out_offset": c.out_offset, "out_capacity": c.out_capacity}
+                                 for i, c in zip(call_sets, layout.calls)],
+                       "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer}
+            t0 = time.perf_counter()
+            reply = self._exchange(message, timeout)
+            wall = time.perf_counter() - t0
+        except WorkerGone as exc:
+            return self._finish(BatchResult(exc.status, message=str(exc)), case_log)
+        except BaseException:
+            self.kill()
+            raise
+        self._freeze()
+        if not reply.get("ok"):
+            text = (f"candidate raised {reply.get('error')}" if reply.get("stage") == "call"
+                    else f"{reply.get('stage')}: {reply.get('error')}")
+            return self._finish(BatchResult(RAISED, message=text, wall_s=wall), case_log)
+        seconds, outputs, phases = reply.get("seconds"), reply.get("outputs"), reply.get("phases")
+        if (not isinstance(seconds, list) or len(seconds) != len(call_sets) or not isinstance(outputs, list)
+                or len(outputs) != len(call_sets) or not isinstance(phases, dict)
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in seconds)
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in phases.values())):
+            return self._finish(BatchResult(CRASHED, message="the worker sent a malformed timing reply",
+                                            wall_s=wall), case_log)
+        decoded = [decode_outputs(d, self.region, c, self.device) for d, c in zip(outputs, layout.calls)]
+        notes = [str(n)[:300] for n in reply.get("notes") or []][:10]
+        return self._finish(BatchResult(OK, seconds=[float(v) for v in seconds], outputs=decoded,
+                                        phases={str(k)[:20]: float(v) for k, v in phases.items()}, wall_s=wall,
+                                        timer=str(reply.get("timer"))[:40], notes=notes), case_log)
+
+    def _finish(self, result: Any, case_log: Optional[Path]) -> Any:
         segment = procs.read_log_since(self.log_path, self.log_mark, CASE_LOG_BYTES)
         if segment.strip():
             lines = [line for line in segment.decode("utf-8", errors="replace").splitlines()

@@ -61,6 +61,7 @@ class Worker:
         self.device = device
         self.module: Any = None
         self.callables: dict[tuple, Callable] = {}
+        self.flusher: Any = None
 
     def map_region(self, size: int) -> None:
         if size != self.region_size:
@@ -159,6 +160,38 @@ class Worker:
         return {"ok": True, "outputs": outputs, "seconds": seconds}
 
 
+    def time(self, req: dict) -> dict:
+        """A timing batch: warm-up calls, then flushed, synchronised, timed calls, outputs kept per call."""
+        from .tensor_wire import flatten, read_args, write_outputs
+        from .worker_timing import Flusher, run_batch
+
+        started = _clock()
+        self.map_region(req["region_size"])
+        try:
+            fn = self.resolve(req["target"])
+            sets = [read_args(self.mm, args, self.device) for args in req["sets"]]
+            if req.get("flush") and self.flusher is None:
+                self.flusher = Flusher(self.device)
+        except BaseException as exc:  # noqa: BLE001
+            return _error("prepare timing", exc)
+        calls = req["calls"]
+        try:
+            times = run_batch(fn, sets[req["warmup_set"]], [sets[c["set"]] for c in calls], req["warmup"],
+                              self.device, _clock, self.flusher if req.get("flush") else None,
+                              req.get("timer", "auto"))
+        except BaseException as exc:  # noqa: BLE001
+            return _error("call", exc)
+        t0 = _clock()
+        try:
+            outputs = [write_outputs(self.mm, self.region_size, flatten(result), c["out_offset"], c["out_capacity"])
+                       for result, c in zip(times.outputs, calls)]
+        except BaseException as exc:  # noqa: BLE001
+            return _error("return outputs", exc)
+        phases = dict(times.phases, write=_clock() - t0, prepare=times.started - started)
+        return {"ok": True, "seconds": times.seconds, "outputs": outputs, "phases": phases, "timer": times.timer,
+                "notes": times.notes}
+
+
 def _lookup(namespace: Any, name: str) -> Any:
     if namespace is None:
         return None
@@ -190,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.site:
         sys.path.insert(0, args.site)
     worker = Worker(args.region_fd, args.device)
-    handlers = {"hello": worker.hello, "discover": worker.discover, "call": worker.call}
+    handlers = {"hello": worker.hello, "discover": worker.discover, "call": worker.call, "time": worker.time}
     while True:
         try:
             req = wire.receive(0)

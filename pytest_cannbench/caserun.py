@@ -31,9 +31,17 @@ def seed_of(task: OperatorTask, case: CaseSpec, settings: Settings) -> int:
     return case_seed(task.case_key(case.case_id), settings.seed)
 
 
-def prepare(task: OperatorTask, case: CaseSpec, service: GoldenService, settings: Settings) -> GoldenData:
-    """Golden data for the case; raises :class:`GoldenFailure` naming the case on any golden-side problem."""
-    seed = seed_of(task, case, settings)
+def timed_seed(task: OperatorTask, case: CaseSpec, settings: Settings, index: int) -> int:
+    """The seed of timed input set ``index``: derived from the case key, never equal to the case's own."""
+    assert case.case_id is not None
+    return case_seed(f"{task.case_key(case.case_id)}/timed/{index}", settings.seed)
+
+
+def prepare(task: OperatorTask, case: CaseSpec, service: GoldenService, settings: Settings,
+            seed: Optional[int] = None) -> GoldenData:
+    """Golden data for the case (or one of its timed input sets, ``seed``); raises :class:`GoldenFailure`
+    naming the case on any golden-side problem."""
+    seed = seed_of(task, case, settings) if seed is None else seed
     try:
         return service.fetch(task, case, seed)
     except GoldenFailure as exc:
@@ -75,7 +83,7 @@ _CANDIDATE_FATES = {  # candidate_client status -> (case status, failure type)
 }
 
 
-def _expected_bytes(data: GoldenData) -> int:
+def expected_bytes(data: GoldenData) -> int:
     ref = data.native if data.native is not None else data.golden
     return sum(t.numel() * t.element_size() for t in ref if hasattr(t, "element_size"))
 
@@ -88,7 +96,7 @@ def run_candidate(task: OperatorTask, case: CaseSpec, data: GoldenData, worker: 
                   state: Any, log_dir: Path) -> CandidateAnswer:
     """One call of the candidate in its worker; any misbehaviour becomes a failure outcome."""
     key = task.result_key(case)
-    result = worker.call(candidate_target(task, settings), data.kwargs(), expected_out_bytes=_expected_bytes(data),
+    result = worker.call(candidate_target(task, settings), data.kwargs(), expected_out_bytes=expected_bytes(data),
                          timeout=settings.case_timeout_s, case_log=case_log_path(log_dir, key))
     if result.status == "ok":
         return CandidateAnswer(outputs=result.outputs, failure=None, seconds=result.seconds)

@@ -125,6 +125,18 @@ class CaseItem(_CannItem):
             self._record(caserun.new_outcome(self.task, self.case, oc.TIMEOUT, oc.PYTEST_TIMEOUT, str(exc)))
             raise
         result = answer.failure or caserun.judge(self.task, self.case, data, answer.outputs, service, settings)
+        if result.status == oc.PASSED and settings.perf:
+            from .perfrun import measure
+
+            timing, failure = measure(self.task, self.case, data, session.perf_context(self.config))
+            if failure is not None:
+                failure.accuracy = result.accuracy
+                result = failure
+            result.timing = timing
+        else:
+            from .timing import not_measured
+
+            result.timing = not_measured("--cann-no-perf" if not settings.perf else f"the case {result.status}")
         result.golden_cached = data.cached
         result.seconds = dict(data.seconds, candidate=answer.seconds or 0.0)
         self._record(result)

@@ -24,6 +24,9 @@ DEFAULT_GOLDEN_TIMEOUT_S = 600.0
 DEFAULT_BUILD_TIMEOUT_S = 600.0
 DEFAULT_CASE_TIMEOUT_S = 300.0
 DEFAULT_REPORT_DIR = "reports"
+DEFAULT_WARMUP = 3
+DEFAULT_REPEAT = 10  # docs/timing.md: the median of 10 is within the 3% CV target from 200 us up
+PROFILER_LEVELS = ("Level1", "Level0", "Level2")
 DEFAULT_GOLDEN_CACHE = ".cannbench-cache/golden"
 MIN_GOLDEN_MEMORY_GIB = 1.0
 
@@ -59,6 +62,21 @@ def add_options(parser: pytest.Parser) -> None:
                 "oom_killed (default: half of RAM).")
     option("report-dir", metavar="DIR",
            help=f"directory for logs and reports (default {DEFAULT_REPORT_DIR}/ under the rootdir).")
+    option("device", choices=("auto", "cpu", "cuda", "npu"),
+           help="device the candidate runs and is timed on (default auto: an NPU, else a CUDA GPU, else the CPU).")
+    option("device-ids", metavar="IDS",
+           help="comma-separated device ids; xdist worker gwK uses ids[K %% len(ids)] (default 0).")
+    option("warmup", type=int, metavar="N", help=f"untimed calls before timing (default {DEFAULT_WARMUP}).")
+    option("repeat", type=int, metavar="N",
+           help=f"timed calls per case, each on fresh inputs and verified (default {DEFAULT_REPEAT}).")
+    option("no-perf", ini_type="bool", action="store_true",
+           help="accuracy only: no timing (cases are 'not measured', never zero time).")
+    option("no-freq-boost", ini_type="bool", action="store_true",
+           help="NPU: skip the frequency-boost warm-up kernel before timing.")
+    option("profiler-level", choices=PROFILER_LEVELS, help="NPU profiler level (default Level1).")
+    option("hardware", metavar="KEY",
+           help="anchor hardware key for metadata/<KEY>.json (default: from the device; the CPU and most "
+                "GPUs have no metadata and get live anchors).")
     option("seed", type=int, metavar="N",
            help="evaluation seed mixed into every case seed (default 0, as the official harness).")
     option("input-dist", choices=INPUT_DISTS,
@@ -94,6 +112,14 @@ class Settings:
     case_timeout_s: float
     worker_memory_gib: Optional[float]
     report_dir: str
+    device: str
+    device_ids: tuple[int, ...]
+    warmup: int
+    repeat: int
+    perf: bool
+    freq_boost: bool
+    profiler_level: str
+    hardware: Optional[str]
     seed: int
     input_dist: str
     input_compat: str
@@ -182,6 +208,16 @@ def settings_from_config(config: pytest.Config) -> Settings:
         raise pytest.UsageError("--cann-worker-memory must be positive")
     report_dir = _value(config, "report_dir")
     report_dir = os.path.abspath(str(report_dir)) if report_dir else str(Path(config.rootpath) / DEFAULT_REPORT_DIR)
+    warmup, repeat = _number(config, "warmup", int, DEFAULT_WARMUP), _number(config, "repeat", int, DEFAULT_REPEAT)
+    if warmup < 0 or repeat < 1:
+        raise pytest.UsageError("--cann-warmup must be >= 0 and --cann-repeat >= 1")
+    from .devices import parse_ids
+
+    try:
+        device_ids = tuple(parse_ids(_value(config, "device_ids")))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    hardware = _value(config, "hardware")
     return Settings(
         tasks=str(tasks) if tasks else None,
         self_check=self_check,
@@ -191,6 +227,14 @@ def settings_from_config(config: pytest.Config) -> Settings:
         case_timeout_s=case_timeout,
         worker_memory_gib=worker_memory,
         report_dir=report_dir,
+        device=_choice(config, "device", ("auto", "cpu", "cuda", "npu")),
+        device_ids=device_ids,
+        warmup=warmup,
+        repeat=repeat,
+        perf=not _flag(config, "no_perf"),
+        freq_boost=not _flag(config, "no_freq_boost"),
+        profiler_level=_choice(config, "profiler_level", PROFILER_LEVELS),
+        hardware=str(hardware) if hardware else None,
         seed=seed,
         input_dist=_choice(config, "input_dist", INPUT_DISTS),
         input_compat=_choice(config, "input_compat", INPUT_COMPAT_MODES),

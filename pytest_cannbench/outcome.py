@@ -27,6 +27,8 @@ CANDIDATE_TIMEOUT = "candidate_timeout"  # --cann-case-timeout
 PYTEST_TIMEOUT = "pytest_timeout"  # pytest-timeout interrupted the call
 OUT_OF_MEMORY = "out_of_memory"  # the candidate worker went over --cann-worker-memory or was OOM-killed
 NOT_PROVIDED = "not_provided"  # the submission has no interface for the operator
+TIMED_OUTPUT_WRONG = "timed_output_wrong"  # right when checked, wrong when timed
+TIMING_IMPLAUSIBLE = "timing_implausible"  # the worker's times do not fit what the judge observed
 # compile_failed, install_failed and import_failed are both a status and their own failure type.
 
 HARNESS_FAILURES = frozenset({TASK_ERROR, GOLDEN_ERROR, WORKER_CRASH})
@@ -45,6 +47,7 @@ class CaseOutcome:
     seconds: dict[str, float] = field(default_factory=dict)
     golden_cached: bool = False
     warnings: list[str] = field(default_factory=list)
+    timing: dict[str, Any] = field(default_factory=dict)  # timing.CaseTiming as a dict; empty: not considered
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

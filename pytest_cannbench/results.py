@@ -78,7 +78,35 @@ class ResultCollector:
         cached = sum(1 for r in results if r.golden_cached)
         if cached:
             lines.append(f"golden outputs from cache: {cached}/{len(results)} cases")
+        lines += timing_lines(results, limit)
         return lines
+
+
+def _us(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+
+
+def timing_lines(results: list[CaseOutcome], limit: Optional[int]) -> list[str]:
+    """One line per timed case: T_cand (median and spread), T_baseline and T_HW with their sources."""
+    timed = sorted((r for r in results if r.timing.get("measured")), key=lambda r: (r.rel_path, r.case_id or 0))
+    if not timed:
+        return []
+    first = timed[0].timing
+    lines = [f"timing on {first.get('device')} ({first.get('timer')}; median of {first.get('input_sets')} "
+             f"verified calls on fresh inputs), microseconds:",
+             f"  {'case':<28} {'T_cand':>9} {'spread':>7} {'T_base':>9} {'T_HW':>9}  anchors"]
+    for r in timed[:limit]:
+        t = r.timing
+        spread = f"{t['cand']['spread'] * 100:.1f}%" if t.get("cand") else "-"
+        source = f"base {t.get('baseline_source') or '-'}, hw {t.get('t_hw_source') or '-'}"
+        flags = f" [{', '.join(t['flags'])}]" if t.get("flags") else ""
+        lines.append(f"  {r.key:<28} {_us(t.get('t_cand_us')):>9} {spread:>7} {_us(t.get('t_baseline_us')):>9} "
+                     f"{_us(t.get('t_hw_us')):>9}  {source}{flags}")
+    if limit is not None and len(timed) > limit:
+        lines.append(f"  ... {len(timed) - limit} more timed cases (-v lists all)")
+    return lines
 
 
 def _one_line(text: str, width: int = 160) -> str:

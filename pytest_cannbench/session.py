@@ -18,6 +18,9 @@ SERVICE_KEY = pytest.StashKey[object]()
 SUBMISSION_KEY = pytest.StashKey[SubmissionState]()
 OWNS_SUBMISSION_KEY = pytest.StashKey[bool]()
 CANDIDATE_KEY = pytest.StashKey[object]()
+BASELINE_KEY = pytest.StashKey[object]()
+DEVICE_KEY = pytest.StashKey[object]()
+PERF_KEY = pytest.StashKey[object]()
 WORKERINPUT_KEY = "cannbench_submission"
 
 
@@ -103,25 +106,63 @@ def submission_for_workers(config: pytest.Config) -> Optional[dict]:
     return state.to_dict() if state is not None else None
 
 
+def device(config: pytest.Config):  # -> devices.DevicePlan
+    plan = config.stash.get(DEVICE_KEY, None)
+    if plan is None:
+        from .devices import plan as make_plan
+
+        s = settings(config)
+        plan = config.stash[DEVICE_KEY] = make_plan(s.device, list(s.device_ids), worker_id(config))
+    return plan
+
+
+def _new_worker(config: pytest.Config, name: str, mode: str, state: Optional[SubmissionState]):
+    from .candidate_client import CandidateWorker, default_memory_bytes
+
+    s = settings(config)
+    plan = device(config)
+    base = Path(tempfile.mkdtemp(prefix="cannbench-worker-"))  # the worker's empty, private cwd
+    memory = int(s.worker_memory_gib * (1 << 30)) if s.worker_memory_gib else default_memory_bytes()
+    return CandidateWorker(
+        log_path=log_dir(config) / f"{name}-worker-{worker_id(config)}.log",
+        workdir=base / f"work-{worker_id(config)}", mode=mode,
+        site_dir=state.site_dir if state is not None else None,
+        env={**(state.env if state is not None else {}), **plan.env}, device=plan.worker_device,
+        threads=cpu_threads(), memory_bytes=memory, startup_timeout_s=max(120.0, s.case_timeout_s))
+
+
 def candidate_worker(config: pytest.Config):  # -> CandidateWorker
     worker = config.stash.get(CANDIDATE_KEY, None)
     if worker is None:
-        from .candidate_client import CandidateWorker, default_memory_bytes
+        mode = "golden" if settings(config).self_check else "submission"
+        worker = config.stash[CANDIDATE_KEY] = _new_worker(config, "candidate", mode, submission(config))
+    return worker
+
+
+def baseline_worker(config: pytest.Config):  # -> CandidateWorker that never imports the submission
+    worker = config.stash.get(BASELINE_KEY, None)
+    if worker is None:
+        worker = config.stash[BASELINE_KEY] = _new_worker(config, "baseline", "golden", None)
+    return worker
+
+
+def perf_context(config: pytest.Config):  # -> perfrun.PerfContext
+    ctx = config.stash.get(PERF_KEY, None)
+    if ctx is None:
+        from .anchoring import make_anchor_source
+        from .perfrun import PerfContext
 
         s = settings(config)
-        state = submission(config)
-        base = Path(tempfile.mkdtemp(prefix="cannbench-worker-"))  # the worker's empty, private cwd
-        memory = int(s.worker_memory_gib * (1 << 30)) if s.worker_memory_gib else default_memory_bytes()
-        worker = CandidateWorker(
-            log_path=log_dir(config) / f"candidate-worker-{worker_id(config)}.log",
-            workdir=base / f"work-{worker_id(config)}",
-            mode="golden" if s.self_check else "submission",
-            site_dir=state.site_dir if state is not None else None,
-            env=dict(state.env) if state is not None else {},
-            threads=cpu_threads(), memory_bytes=memory,
-            startup_timeout_s=max(120.0, s.case_timeout_s))
-        config.stash[CANDIDATE_KEY] = worker
-    return worker
+        ctx = config.stash[PERF_KEY] = PerfContext(
+            settings=s, device=device(config), service=golden_service(config), worker=candidate_worker(config),
+            baseline_worker=baseline_worker(config),
+            anchors=make_anchor_source(s, device(config), cache_dir(config), cpu_threads()), log_dir=log_dir(config))
+    return ctx
+
+
+def cache_dir(config: pytest.Config) -> Path:
+    """Per-machine data the plugin keeps between runs (the roofline calibration)."""
+    return Path(config.rootpath) / ".cannbench-cache"
 
 
 def close(config: pytest.Config) -> None:
@@ -129,11 +170,12 @@ def close(config: pytest.Config) -> None:
     if service is not None:
         service.close()
         del config.stash[SERVICE_KEY]
-    worker = config.stash.get(CANDIDATE_KEY, None)
-    if worker is not None:
-        worker.close()
-        shutil.rmtree(worker.workdir.parent, ignore_errors=True)
-        del config.stash[CANDIDATE_KEY]
+    for key in (CANDIDATE_KEY, BASELINE_KEY):
+        worker = config.stash.get(key, None)
+        if worker is not None:
+            worker.close()
+            shutil.rmtree(worker.workdir.parent, ignore_errors=True)
+            del config.stash[key]
     state = submission(config)
     if state is not None and config.stash.get(OWNS_SUBMISSION_KEY, False):
         from .submission import cleanup

@@ -119,16 +119,10 @@ def _slot(t: Any, offset: int) -> dict[str, Any]:
             "nbytes": t.numel() * t.element_size()}
 
 
-def plan_call(kwargs: dict[str, Any], expected_out_bytes: int) -> tuple[CallLayout, list[tuple[Any, int]]]:
-    """Lay out the keyword arguments; returns the layout and the (tensor, offset) pairs to write.
-
-    The output area holds twice the expected outputs (a wrong-shape answer still arrives
-    whole and gets the precision checker's usual message) plus 1 MiB.
-    """
+def _place_args(kwargs: dict[str, Any], offset: int,
+                writes: list[tuple[Any, int]]) -> tuple[dict[str, Any], int]:
+    """Slots for the tensors of one set of keyword arguments from ``offset`` on; returns the args and the end."""
     import torch
-
-    offset = 0
-    writes: list[tuple[Any, int]] = []
 
     def place(t: Any) -> dict[str, Any]:
         nonlocal offset
@@ -146,11 +140,54 @@ def plan_call(kwargs: dict[str, Any], expected_out_bytes: int) -> tuple[CallLayo
             args[name] = ("l", [place(v) if v is not None else None for v in value])
         else:
             args[name] = ("v", value)
+    return args, offset
+
+
+def plan_call(kwargs: dict[str, Any], expected_out_bytes: int) -> tuple[CallLayout, list[tuple[Any, int]]]:
+    """Lay out the keyword arguments; returns the layout and the (tensor, offset) pairs to write.
+
+    The output area holds twice the expected outputs (a wrong-shape answer still arrives
+    whole and gets the precision checker's usual message) plus 1 MiB.
+    """
+    writes: list[tuple[Any, int]] = []
+    args, offset = _place_args(kwargs, 0, writes)
     capacity = _aligned(2 * expected_out_bytes + (1 << 20))
     return CallLayout(args=args, out_offset=offset, out_capacity=capacity), writes
 
 
-def write_inputs(region: Region, layout: CallLayout, writes: list[tuple[Any, int]]) -> None:
+@dataclass
+class BatchLayout:
+    """Several input sets, then one output area per call: a timing batch in one request."""
+
+    sets: list[dict[str, Any]]  # the args of each input set
+    calls: list[CallLayout]  # per call: its set's args and its own output area
+    size: int
+
+
+def plan_batch(kwargs_sets: list[dict[str, Any]], call_sets: list[int],
+               expected_out_bytes: int) -> tuple[BatchLayout, list[tuple[Any, int]]]:
+    """Input sets first, then an output area for every call (``call_sets[i]`` = the set call i uses).
+
+    Every call keeps its outputs until the batch is over, so the judge checks all of them after
+    the timed loop instead of inside it. An output larger than expected does not fit and is
+    reported as such (a timed call has already answered correctly once).
+    """
+    writes: list[tuple[Any, int]] = []
+    offset = 0
+    sets = []
+    for kwargs in kwargs_sets:
+        args, offset = _place_args(kwargs, offset, writes)
+        sets.append(args)
+    capacity = _aligned(expected_out_bytes + 4096)
+    calls = []
+    for index in call_sets:
+        calls.append(CallLayout(args=sets[index], out_offset=offset, out_capacity=capacity))
+        offset += capacity
+    return BatchLayout(sets=sets, calls=calls, size=offset), writes
+
+
+def write_inputs(region: Region, layout: Any, writes: list[tuple[Any, int]]) -> None:
+    """Copy the planned tensors into the region (grown to ``layout.size`` first)."""
     import torch
 
     region.ensure(layout.size)

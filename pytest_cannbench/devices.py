@@ -1,0 +1,102 @@
+"""Which device a pytest process grades on, and the lock that keeps timed regions from overlapping.
+
+``--cann-device auto|cpu|cuda|npu`` and ``--cann-device-ids 0,1,...``: xdist
+worker ``gwK`` uses id ``ids[K % len(ids)]``. The candidate and baseline
+workers see only that device (``CUDA_VISIBLE_DEVICES`` /
+``ASCEND_RT_VISIBLE_DEVICES``) and address it as device 0, as the official
+harness does. Accuracy checks of several workers on one device run in
+parallel; timed batches take an exclusive per-device file lock, so no two
+processes, sessions included, time on one device at once. The whole CPU is one
+device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Optional
+
+DEVICE_KINDS = ("auto", "cpu", "cuda", "npu")
+VISIBILITY_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    kind: str  # cpu, cuda or npu
+    physical_id: Optional[int]  # None on the CPU
+    env: dict[str, str] = field(default_factory=dict)  # applied to the candidate and baseline workers only
+
+    @property
+    def worker_device(self) -> str:
+        """How the workers address it (the only device they can see)."""
+        return "cpu" if self.kind == "cpu" else f"{self.kind}:0"
+
+    @property
+    def label(self) -> str:
+        return "cpu" if self.kind == "cpu" else f"{self.kind}:{self.physical_id}"
+
+
+def detect_kind() -> str:
+    """auto: an Ascend NPU when torch_npu finds one, else a CUDA GPU, else the CPU."""
+    import importlib.util
+
+    import torch
+
+    if importlib.util.find_spec("torch_npu") is not None:
+        try:
+            import torch_npu  # noqa: F401
+
+            if torch.npu.is_available():  # type: ignore[attr-defined]
+                return "npu"
+        except Exception:  # noqa: BLE001 - a broken torch_npu install is "no NPU"
+            pass
+    if torch.cuda.is_available():
+        return "cuda"
+    return "cpu"
+
+
+def parse_ids(text: Optional[str]) -> list[int]:
+    if not text:
+        return [0]
+    try:
+        ids = [int(part) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--cann-device-ids {text!r}: expected comma-separated integers such as 0,1") from None
+    if not ids or any(i < 0 for i in ids):
+        raise ValueError(f"--cann-device-ids {text!r}: expected non-negative integers")
+    return ids
+
+
+def worker_index(worker_id: str) -> int:
+    """gw3 -> 3; the only process of a run without xdist -> 0."""
+    return int(worker_id[2:]) if worker_id.startswith("gw") and worker_id[2:].isdigit() else 0
+
+
+def plan(kind: str, ids: list[int], worker_id: str) -> DevicePlan:
+    if kind == "auto":
+        kind = detect_kind()
+    if kind == "cpu":
+        return DevicePlan("cpu", None)
+    physical = ids[worker_index(worker_id) % len(ids)]
+    return DevicePlan(kind, physical, {VISIBILITY_ENV[kind]: str(physical)})
+
+
+def lock_path(device: DevicePlan) -> Path:
+    base = Path(tempfile.gettempdir()) / f"cannbench-locks-{os.getuid()}"
+    base.mkdir(parents=True, exist_ok=True)
+    return base / f"{device.label.replace(':', '-')}.lock"
+
+
+@contextlib.contextmanager
+def timing_lock(device: DevicePlan) -> Iterator[None]:
+    """Exclusive use of the device for one timed batch (blocks until the other holder is done)."""
+    with open(lock_path(device), "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
