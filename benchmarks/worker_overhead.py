@@ -85,7 +85,8 @@ def main() -> int:
             local.append(time.perf_counter() - t0)
         print(f"round trip, {args.mib:g} MiB in and out, median of {args.calls}: "
               f"judge wall {statistics.median(walls) * 1e3:.2f} ms, operator (in worker) "
-              f"{statistics.median(ops) * 1e3:.2f} ms, same operator in-process {statistics.median(local) * 1e3:.2f} ms")
+              f"{statistics.median(ops) * 1e3:.2f} ms, "
+              f"same operator in-process {statistics.median(local) * 1e3:.2f} ms")
         print(f"overhead beyond the operator: median {statistics.median(overhead) * 1e3:.2f} ms, "
               f"p90 {sorted(overhead)[int(0.9 * len(overhead))] * 1e3:.2f} ms  [target < 2 ms]")
     return 0

@@ -186,7 +186,7 @@ class CandidateWorker:
 
     def time_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
                    expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
-                   case_log: Optional[Path] = None) -> BatchResult:
+                   npu: Optional[dict] = None, case_log: Optional[Path] = None) -> BatchResult:
         """``warmup`` calls on set 0, then one timed call per entry of ``call_sets``; never raises for the
         candidate. The judge's wall clock brackets the exchange, for the plausibility check."""
         layout, writes = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
@@ -197,7 +197,7 @@ class CandidateWorker:
             message = {"op": "time", "target": target, "region_size": self.region.size, "sets": layout.sets,
                        "calls": [{"set": i, "out_offset": c.out_offset, "out_capacity": c.out_capacity}
                                  for i, c in zip(call_sets, layout.calls)],
-                       "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer}
+                       "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer, "npu": npu}
             t0 = time.perf_counter()
             reply = self._exchange(message, timeout)
             wall = time.perf_counter() - t0

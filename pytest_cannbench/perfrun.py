@@ -35,6 +35,7 @@ class PerfContext:
     baseline_worker: Any  # CandidateWorker in golden mode, never saw the submission
     anchors: Callable[[OperatorTask, CaseSpec, GoldenData], dict[str, Any]]  # t_hw_us, sources, bytes, flops
     log_dir: Path
+    npu: Optional[dict] = None  # NPU timer settings: the session's secret cache-clean shape, boost, level
 
 
 def _tensor_bytes(kwargs: dict[str, Any]) -> int:
@@ -81,9 +82,10 @@ def measure(task: OperatorTask, case: CaseSpec, data: GoldenData,
         warmup = s.warmup if n == 0 else 1
         with timing_lock(ctx.device):
             batch = ctx.worker.time_batch(target, batch_sets, calls, warmup=warmup, expected_out_bytes=expected,
-                                          timeout=s.case_timeout_s, case_log=log)
+                                          timeout=s.case_timeout_s, npu=ctx.npu, case_log=log)
             base = None if base_problem else ctx.baseline_worker.time_batch(
-                golden, batch_sets, calls, warmup=warmup, expected_out_bytes=expected, timeout=s.case_timeout_s)
+                golden, batch_sets, calls, warmup=warmup, expected_out_bytes=expected, timeout=s.case_timeout_s,
+                npu=ctx.npu)
         if batch.status != "ok":
             status, failure = _FATES.get(batch.status, (oc.CRASHED, oc.CANDIDATE_CRASH))
             message = f"during timing: {batch.message}" + (f"\n--- end of its output:\n{batch.log_tail}"

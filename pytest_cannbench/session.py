@@ -156,8 +156,15 @@ def perf_context(config: pytest.Config):  # -> perfrun.PerfContext
         ctx = config.stash[PERF_KEY] = PerfContext(
             settings=s, device=device(config), service=golden_service(config), worker=candidate_worker(config),
             baseline_worker=baseline_worker(config),
-            anchors=make_anchor_source(s, device(config), cache_dir(config), cpu_threads()), log_dir=log_dir(config))
+            anchors=make_anchor_source(s, device(config), cache_dir(config), cpu_threads()), log_dir=log_dir(config),
+            npu=_npu_timer(s) if device(config).kind == "npu" else None)
     return ctx
+
+
+def _npu_timer(s: Settings) -> dict:
+    from .npu_profile import pick_secret_shape
+
+    return {"secret_shape": list(pick_secret_shape()), "freq_boost": s.freq_boost, "level": s.profiler_level}
 
 
 def cache_dir(config: pytest.Config) -> Path:

@@ -53,19 +53,19 @@ def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, t
     The worker's clock runs in the submission's process, so a submission could slow it down or
     patch it. The judge's own clock brackets the exchange: the worker's phases must fit in it and
     must account for it (prepare + warm-up + flushes + calls + output writes, plus a little pipe and
-    scheduling time), and the calls must account for the worker's own total.
+    scheduling time), and those phases must account for the worker's own total.
     """
     if not seconds or any(not math.isfinite(s) or s <= 0 for s in seconds):
         return f"non-positive or non-finite call times {seconds[:5]}"
-    total, prepare, write = phases.get("total", 0.0), phases.get("prepare", 0.0), phases.get("write", 0.0)
-    reported = prepare + total + write
+    total, prepare = phases.get("total", 0.0), phases.get("prepare", 0.0)
+    reported = prepare + total
     if reported > wall_s + 0.002:
         return f"the worker reports {reported * 1e3:.2f} ms for a batch the judge saw take {wall_s * 1e3:.2f} ms"
     if wall_s - reported > WALL_SLACK_S + WALL_SLACK_FRACTION * wall_s:
         return (f"the worker accounts for {reported * 1e3:.2f} ms of a batch the judge saw take "
                 f"{wall_s * 1e3:.2f} ms (its clock runs slow)")
     if timer in ("cpu_clock", "host_clock"):
-        inner = phases.get("warmup", 0.0) + phases.get("flush", 0.0) + phases.get("calls", 0.0)
+        inner = sum(phases.get(k, 0.0) for k in ("warmup", "flush", "calls", "write"))
         if abs(sum(seconds) - phases.get("calls", 0.0)) > 1e-6 + 1e-6 * abs(sum(seconds)):
             return "the call times do not add up to the reported calls phase"
         if total - inner > 0.002 + 0.02 * total:

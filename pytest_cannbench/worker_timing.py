@@ -70,7 +70,6 @@ def synchronize(device: str) -> None:
 @dataclass
 class BatchTimes:
     seconds: list[float] = field(default_factory=list)  # per timed call
-    outputs: list[Any] = field(default_factory=list)  # the raw result of every timed call
     phases: dict[str, float] = field(default_factory=dict)  # flush, warmup, calls, total (worker clock)
     timer: str = "cpu_clock"
     notes: list[str] = field(default_factory=list)
@@ -78,24 +77,31 @@ class BatchTimes:
 
 
 def run_batch(fn: Callable, warmup_kwargs: Any, timed_kwargs: list[Any], warmup: int, device: str,
-              clock: Callable[[], float], flusher: Flusher | None, timer: str = "auto") -> BatchTimes:
-    """Warm-up calls, then one flushed, synchronised, timed call per input set."""
+              clock: Callable[[], float], flusher: Flusher | None, sink: Callable[[int, Any], None],
+              timer: str = "auto", npu: dict | None = None) -> BatchTimes:
+    """Warm-up calls, then one flushed, synchronised, timed call per input set.
+
+    ``sink(i, result)`` takes call i's result right after it (outside the timed window) and
+    copies it out, so the result can be freed: holding every result until the end would make
+    each call allocate fresh pages and charge page faults a steady-state kernel never pays.
+    """
     out = BatchTimes()
     start = out.started = clock()
     for _ in range(warmup):
         fn(**warmup_kwargs)
     synchronize(device)
     out.phases["warmup"] = clock() - start
+    if device.startswith("npu"):
+        return _npu_profiled(fn, timed_kwargs, device, clock, sink, out, start, npu or {})
     if device.startswith("cuda") and timer in ("auto", "cuda_profiler"):
         try:
-            return _cuda_profiled(fn, timed_kwargs, device, clock, flusher, out, start)
+            return _cuda_profiled(fn, timed_kwargs, device, clock, flusher, sink, out, start)
         except Exception as exc:  # noqa: BLE001 - no CUPTI: fall back to events
             out.notes.append(f"profiler unavailable ({type(exc).__name__}: {exc}); timed with events")
             out.seconds.clear()
-            out.outputs.clear()
-        return _cuda_events(fn, timed_kwargs, device, clock, flusher, out, start)
-    flush_s = calls_s = 0.0
-    for kwargs in timed_kwargs:
+        return _cuda_events(fn, timed_kwargs, device, clock, flusher, sink, out, start)
+    flush_s = calls_s = sink_s = 0.0
+    for i, kwargs in enumerate(timed_kwargs):
         t0 = clock()
         if flusher is not None:
             flusher.flush()
@@ -104,20 +110,23 @@ def run_batch(fn: Callable, warmup_kwargs: Any, timed_kwargs: list[Any], warmup:
         result = fn(**kwargs)
         synchronize(device)
         t2 = clock()
+        sink(i, result)
+        del result
         flush_s += t1 - t0
         calls_s += t2 - t1
+        sink_s += clock() - t2
         out.seconds.append(t2 - t1)
-        out.outputs.append(result)
-    out.phases.update(flush=flush_s, calls=calls_s, total=clock() - start)
+    out.phases.update(flush=flush_s, calls=calls_s, write=sink_s, total=clock() - start)
     out.timer = "cpu_clock" if device == "cpu" else "host_clock"
     return out
 
 
 def _cuda_events(fn: Callable, timed_kwargs: list[Any], device: str, clock: Callable[[], float],
-                 flusher: Flusher | None, out: BatchTimes, start: float) -> BatchTimes:
+                 flusher: Flusher | None, sink: Callable[[int, Any], None], out: BatchTimes,
+                 start: float) -> BatchTimes:
     import torch
 
-    for kwargs in timed_kwargs:
+    for i, kwargs in enumerate(timed_kwargs):
         if flusher is not None:
             flusher.flush()
         torch.cuda.synchronize()
@@ -128,14 +137,15 @@ def _cuda_events(fn: Callable, timed_kwargs: list[Any], device: str, clock: Call
         end.record()
         end.synchronize()
         out.seconds.append(begin.elapsed_time(end) / 1e3)
-        out.outputs.append(result)
+        sink(i, result)
     out.phases["total"] = clock() - start
     out.timer = "cuda_events"
     return out
 
 
 def _cuda_profiled(fn: Callable, timed_kwargs: list[Any], device: str, clock: Callable[[], float],
-                   flusher: Flusher | None, out: BatchTimes, start: float) -> BatchTimes:
+                   flusher: Flusher | None, sink: Callable[[int, Any], None], out: BatchTimes,
+                   start: float) -> BatchTimes:
     """Kernel time per call from the profiler: the union of kernel intervals on all streams.
 
     The flush kernels are excluded by running them outside the ``cannbench_call`` ranges and
@@ -153,7 +163,7 @@ def _cuda_profiled(fn: Callable, timed_kwargs: list[Any], device: str, clock: Ca
             with record_function(f"cannbench_call_{i}"):
                 result = fn(**kwargs)
                 torch.cuda.synchronize()
-            out.outputs.append(result)
+            sink(i, result)
     events = prof.events()
     for i in range(len(timed_kwargs)):
         marks = [e for e in events if e.name == f"cannbench_call_{i}"]
@@ -180,3 +190,36 @@ def _union_us(spans: list[tuple[int, int]]) -> float:
             total += hi - end
             end = hi
     return total
+
+
+def _npu_profiled(fn: Callable, timed_kwargs: list[Any], device: str, clock: Callable[[], float],
+                  sink: Callable[[int, Any], None], out: BatchTimes, start: float, npu: dict) -> BatchTimes:
+    """Kernel time per step from ``kernel_details.csv``; the harness's cache-clean kernel, a reduction over
+    a tensor of a per-session secret shape, delimits the steps (never matched by name)."""
+    import tempfile
+
+    import torch
+
+    from .npu_profile import profile_steps, shape_key
+
+    shape = tuple(npu["secret_shape"])
+    clean_buffer = torch.ones(shape, dtype=torch.float16, device=device)
+    if npu.get("freq_boost", True):  # bring the clocks up before the first measured step
+        a = torch.ones((4096, 4096), dtype=torch.float16, device=device)
+        for _ in range(20):
+            a @ a
+    results: list[Any] = []
+    calls = iter(timed_kwargs)
+    steps = profile_steps(lambda: results.append(fn(**next(calls))), len(timed_kwargs),
+                          lambda: torch.amax(clean_buffer, dim=-1), lambda: synchronize(device),
+                          tempfile.mkdtemp(prefix="prof-", dir="."), secret_shapes=[shape_key(shape)],
+                          level=npu.get("level", "Level1"))
+    for i, result in enumerate(results):  # copied out after the session: no device-to-host copy is profiled
+        sink(i, result)
+    out.seconds = [us / 1e6 for us in steps.step_us]
+    out.notes += steps.notes[:5]
+    if any(steps.no_device_kernel):
+        out.notes.append(f"steps without a device kernel: {[i for i, e in enumerate(steps.no_device_kernel) if e]}")
+    out.phases["total"] = clock() - start
+    out.timer = "npu_profiler"
+    return out

@@ -1,0 +1,115 @@
+"""Timer fidelity on the CPU: accuracy against a known cost, run-to-run spread, and ranking power.
+
+Usage: python benchmarks/timer_fidelity.py [--runs 20] [--repeat 10] [--sizes 50,200,1000,5000]
+
+A kernel of known cost: ``passes(x, k)`` makes k read-modify-write passes over a buffer, so its
+cost is linear in k. For each target duration (microseconds) the buffer is sized so that k = 10
+passes take about that long. Side by side in one process:
+
+* "direct": the same kernel timed in this process with perf_counter after the same cache flush
+  (median of 50): the cost it should have;
+* "harness": ``--runs`` timing batches through the candidate worker, exactly as a case is timed
+  (warm-up, ``--repeat`` calls on fresh inputs, flush, median).
+
+Printed per size: the median error of the harness against the direct cost, the coefficient of
+variation of the run medians (target: at most 3% from 200 us up), and in how many of ``--runs``
+pairs a kernel 10% slower (11 passes instead of 10) is ranked slower (target: at least 19 of 20).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from pytest_cannbench.candidate_client import CandidateWorker
+from pytest_cannbench.worker_timing import Flusher
+
+SUBMISSION = '''import torch
+
+
+def passes(x, k):
+    out = torch.empty_like(x)
+    out.copy_(x)
+    for _ in range(k - 1):
+        out.mul_(1.0000001)
+    return out
+'''
+
+
+def passes(x: torch.Tensor, k: int) -> torch.Tensor:
+    out = torch.empty_like(x)
+    out.copy_(x)
+    for _ in range(k - 1):
+        out.mul_(1.0000001)
+    return out
+
+
+def direct_us(x: torch.Tensor, k: int, flusher: Flusher, n: int = 50) -> float:
+    samples = []
+    for _ in range(n):
+        flusher.flush()
+        t0 = time.perf_counter()
+        passes(x, k)
+        samples.append(time.perf_counter() - t0)
+    return statistics.median(samples) * 1e6
+
+
+def elements_for(target_us: float, flusher: Flusher) -> int:
+    """Buffer size making 10 passes last about target_us (found by doubling from a small buffer)."""
+    n = 1024
+    while True:
+        x = torch.rand(n)
+        if direct_us(x, 10, flusher, n=7) >= target_us or n >= 1 << 27:
+            return n
+        n *= 2
+
+
+def harness_median_us(worker: CandidateWorker, n: int, k: int, repeat: int, seed: int) -> float:
+    gen = torch.Generator().manual_seed(seed)
+    sets = [{"x": torch.rand(n, generator=gen), "k": k} for _ in range(repeat + 1)]
+    batch = worker.time_batch({"kind": "submission", "name": "Passes", "function_name": "passes"}, sets,
+                              list(range(1, repeat + 1)), warmup=3, expected_out_bytes=n * 4, timeout=120)
+    assert batch.status == "ok", batch.message
+    return statistics.median(batch.seconds) * 1e6
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--sizes", default="50,200,1000,5000", help="target kernel durations in microseconds")
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # the worker's budget on a 2-core machine running one process
+    flusher = Flusher("cpu")
+    with tempfile.TemporaryDirectory(prefix="cannbench-fidelity-") as tmp:
+        root = Path(tmp)
+        (root / "site" / "cann_bench").mkdir(parents=True)
+        (root / "site" / "cann_bench" / "__init__.py").write_text(SUBMISSION)
+        worker = CandidateWorker(log_path=root / "w.log", workdir=root / "work", site_dir=str(root / "site"))
+        worker.start()
+        print(f"{'target':>8} {'elements':>10} {'direct':>9} {'harness':>9} {'error':>7} {'CV':>6} {'ranked':>7}")
+        for target in (float(v) for v in args.sizes.split(",")):
+            n = elements_for(target, flusher)
+            x = torch.rand(n)
+            expected = direct_us(x, 10, flusher)
+            base, slower = [], []
+            for run in range(args.runs):
+                base.append(harness_median_us(worker, n, 10, args.repeat, seed=2 * run))
+                slower.append(harness_median_us(worker, n, 11, args.repeat, seed=2 * run + 1))
+            median = statistics.median(base)
+            cv = statistics.stdev(base) / statistics.mean(base)
+            ranked = sum(s > b for b, s in zip(base, slower))
+            print(f"{target:>8.0f} {n:>10} {expected:>9.1f} {median:>9.1f} {median / expected - 1:>+7.1%} "
+                  f"{cv:>6.1%} {ranked:>4}/{args.runs}")
+        worker.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
