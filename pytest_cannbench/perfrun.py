@@ -119,9 +119,12 @@ def measure(task: OperatorTask, case: CaseSpec, data: GoldenData,
         record.notes.append(base_problem)
     anchors = ctx.anchors(task, case, data)
     for key, value in anchors.items():
-        if key == "t_baseline_us":  # metadata replaces the live baseline
-            record.t_baseline_us, record.baseline_source = value, anchors.get("baseline_source", "metadata")
-        elif hasattr(record, key):
+        if key == "t_baseline_us":
+            if value is not None:  # metadata replaces the live baseline
+                record.t_baseline_us, record.baseline_source = value, anchors.get("baseline_source", "metadata")
+        elif key == "flags":
+            record.flags += list(value)
+        elif key != "baseline_source" and hasattr(record, key):
             setattr(record, key, value)
     if record.t_hw_us is not None and record.t_cand_us < record.t_hw_us:
         record.flags.append("implausible_time")  # faster than the hardware limit: the anchors or the timer lie

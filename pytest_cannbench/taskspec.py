@@ -84,6 +84,7 @@ class OperatorSpec:
     outputs: tuple[TensorDecl, ...]
     attrs: tuple[AttrDecl, ...]
     precision_thresholds: dict[str, float]
+    perf_model: Any = None  # perf_model.PerfModel: our proto extension (bytes and FLOPs of a case), or None
 
     @property
     def input_names(self) -> list[str]:
@@ -309,16 +310,24 @@ def parse_proto(path: Path, warnings: list[str]) -> OperatorSpec:
             raise TaskFormatError(path, f"operator.precision_thresholds.{key}",
                                   f"expected a known dtype mapped to a number >= 0, got {key!r}: {value!r}")
         clean[dtype] = float(value)
+    from .perf_model import parse_perf_model
+
+    inputs = _tensor_decls(path, "inputs", op.get("inputs"), outputs=False)
+    outputs = _tensor_decls(path, "outputs", op.get("outputs"), outputs=True)
+    attrs = _attr_decls(path, op.get("attrs"), warnings)
+    perf_model = parse_perf_model(op.get("perf_model"), str(path), inputs=[d.name for d in inputs],
+                                  outputs=[d.name for d in outputs], attrs=[a.name for a in attrs])
     return OperatorSpec(
         name=name.strip(),
         function_name=match.group(1) if match else name.strip().lower(),
         schema=schema.strip(),
         category=str(op.get("category") or ""),
         difficulty=str(op.get("difficulty") or ""),
-        inputs=_tensor_decls(path, "inputs", op.get("inputs"), outputs=False),
-        outputs=_tensor_decls(path, "outputs", op.get("outputs"), outputs=True),
-        attrs=_attr_decls(path, op.get("attrs"), warnings),
+        inputs=inputs,
+        outputs=outputs,
+        attrs=attrs,
         precision_thresholds=clean,
+        perf_model=perf_model,
     )
 
 
