@@ -168,8 +168,12 @@ def _npu_timer(s: Settings) -> dict:
 
 
 def cache_dir(config: pytest.Config) -> Path:
-    """Per-machine data the plugin keeps between runs (the roofline calibration)."""
-    return Path(config.rootpath) / ".cannbench-cache"
+    """Per-machine data the plugin keeps between runs and projects (the roofline calibration):
+    ``$CANNBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/pytest-cannbench``, else ``~/.cache/pytest-cannbench``."""
+    explicit = os.environ.get("CANNBENCH_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pytest-cannbench"
 
 
 def close(config: pytest.Config) -> None:

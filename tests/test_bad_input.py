@@ -21,7 +21,8 @@ import yaml  # noqa: F401
 
 from inner import InnerRun, run_inner
 
-BASE_ARGS = ("--cann-tasks=tasks", "--cann-self-check", "-p", "no:cacheprovider", "--cann-golden-cache=off")
+BASE_ARGS = ("--cann-tasks=tasks", "--cann-self-check", "-p", "no:cacheprovider", "--cann-golden-cache=off",
+             "--cann-no-perf")
 
 TASK, GOLDEN = "task_error", "golden_error"
 

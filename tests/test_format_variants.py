@@ -19,7 +19,7 @@ from pytest_cannbench.items import CannTaskWarning
 from pytest_cannbench.taskdirs import find_bench_root, find_metadata_dir, iter_operator_dirs
 from pytest_cannbench.taskspec import load_operator
 
-BASE_ARGS = ("--cann-self-check", "-p", "no:cacheprovider")
+BASE_ARGS = ("--cann-self-check", "-p", "no:cacheprovider", "--cann-no-perf")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -62,7 +62,8 @@ def test_ini_keys_configure_the_run(pytester: pytest.Pytester, task_tree) -> Non
 def test_golden_cache_second_run_computes_no_golden(pytester: pytest.Pytester, task_tree) -> None:
     tasks = task_tree("basic")
     cache = pytester.path / "gcache"
-    args = ("--cann-tasks=tasks", "--cann-self-check", f"--cann-golden-cache={cache}", "-p", "no:cacheprovider")
+    args = ("--cann-tasks=tasks", "--cann-self-check", f"--cann-golden-cache={cache}", "-p", "no:cacheprovider",
+            "--cann-no-perf")
     first = pytester.runpytest(*args)
     first.assert_outcomes(passed=3)
     first.stdout.no_fnmatch_line("golden outputs from cache*")

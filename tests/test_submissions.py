@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from inner import InnerRun, run_inner
 
-BASE = ("--cann-tasks=tasks", "-p", "no:cacheprovider", "--cann-golden-cache=off")
+BASE = ("--cann-tasks=tasks", "-p", "no:cacheprovider", "--cann-golden-cache=off", "--cann-no-perf")
 ALL = ("softplus[01]", "softplus[02]", "softplus[03]", "softplus[04]", "rms_scale[01]", "rms_scale[02]")
 SOFTPLUS_OK = '''import torch
 
