@@ -10,6 +10,7 @@ set before the next batch reuses the region.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -81,11 +82,14 @@ def measure(task: OperatorTask, case: CaseSpec, data: GoldenData,
         calls = list(range(1, len(chunk) + 1))
         warmup = s.warmup if n == 0 else 1
         with timing_lock(ctx.device):
+            window = [time.monotonic()]
             batch = ctx.worker.time_batch(target, batch_sets, calls, warmup=warmup, expected_out_bytes=expected,
                                           timeout=s.case_timeout_s, npu=ctx.npu, case_log=log)
             base = None if base_problem else ctx.baseline_worker.time_batch(
                 golden, batch_sets, calls, warmup=warmup, expected_out_bytes=expected, timeout=s.case_timeout_s,
                 npu=ctx.npu)
+            window.append(time.monotonic())
+        record.windows.append(window)
         if batch.status != "ok":
             status, failure = _FATES.get(batch.status, (oc.CRASHED, oc.CANDIDATE_CRASH))
             message = f"during timing: {batch.message}" + (f"\n--- end of its output:\n{batch.log_tail}"

@@ -101,6 +101,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     submitted = state.submission(config)
     if submitted is not None:
         lines += submission.header_lines(submitted)
+    if settings.self_check or submitted is not None:
+        lines += state.timing_header(config)
     return lines
 
 

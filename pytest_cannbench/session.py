@@ -161,6 +161,38 @@ def perf_context(config: pytest.Config):  # -> perfrun.PerfContext
     return ctx
 
 
+def timing_header(config: pytest.Config) -> list[str]:
+    """How cases will be timed and anchored; calibrates the roofline here, once per machine, when it is used."""
+    s = settings(config)
+    if not s.perf:
+        return ["cannbench: timing off (--cann-no-perf): cases are 'not measured'"]
+    from .anchoring import hardware_key, roofline_limits
+    from .worker_timing import MAX_FLUSH_BYTES, last_level_cache_bytes
+
+    plan = device(config)
+    flush = (f"cache flush {min(2 * last_level_cache_bytes(), MAX_FLUSH_BYTES) >> 20} MiB" if plan.kind == "cpu"
+             else "L2 flush" if plan.kind == "cuda" else "cache-clean kernel")
+    lines = [f"cannbench: timing on {plan.label}: warmup {s.warmup}, repeat {s.repeat} on fresh verified inputs, "
+             f"{flush}; T_baseline = the golden in native precision on the device, unless metadata has one"]
+    key = hardware_key(s, plan)
+    if key:
+        lines.append(f"cannbench: anchors from metadata/<{key}>.json where it has the case; else live")
+    if config.option.collectonly or not (s.source or s.no_install or s.self_check):
+        return lines
+    limits = roofline_limits(cache_dir(config), plan, _threads_of_workers(config))
+    lines.append(f"cannbench: T_HW from the {limits.describe()}")
+    return lines
+
+
+def _threads_of_workers(config: pytest.Config) -> int:
+    """The intra-op threads each pytest worker will use, seen from the xdist controller (or the only process)."""
+    if hasattr(config, "workerinput") or config.getoption("dist", "no") == "no":
+        return cpu_threads()
+    workers = len(getattr(config.option, "tx", None) or []) or 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // workers)
+
+
 def _npu_timer(s: Settings) -> dict:
     from .npu_profile import pick_secret_shape
 

@@ -94,6 +94,7 @@ class CaseTiming:
     input_sets: int = 0
     flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    windows: list[list[float]] = field(default_factory=list)  # time.monotonic() spans the device lock was held
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,9 +1,12 @@
-"""Running an inner pytest session and reading back what every case became."""
+"""Running an inner pytest session and reading back what every case became; hand-made submission wheels."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 import time
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -74,3 +77,23 @@ def run_inner(pytester: pytest.Pytester, capsys: pytest.CaptureFixture, tasks: P
         if issubclass(call.warning_message.category, CannTaskWarning):
             run.warnings.append(str(call.warning_message.message))
     return run
+
+
+def make_wheel(dist: Path, files: dict[str, str], version: str = "0.0.1") -> Path:
+    """A pure-Python cann_bench wheel written by hand (for contents setuptools would not produce)."""
+    dist.mkdir(parents=True, exist_ok=True)
+    info = f"cann_bench-{version}.dist-info"
+    files = dict(files)
+    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: cann_bench\nVersion: {version}\n"
+    files[f"{info}/WHEEL"] = "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+    record = []
+    for name, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{name},sha256={digest},{len(text.encode())}")
+    record.append(f"{info}/RECORD,,")
+    path = dist / f"cann_bench-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+        zf.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
+    return path

@@ -7,16 +7,13 @@ Example wheels are built once per machine and source version (``prebuilt`` in co
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import os
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
-from inner import InnerRun, run_inner
+from inner import InnerRun, make_wheel, run_inner
 
 BASE = ("--cann-tasks=tasks", "-p", "no:cacheprovider", "--cann-golden-cache=off", "--cann-no-perf")
 ALL = ("softplus[01]", "softplus[02]", "softplus[03]", "softplus[04]", "rms_scale[01]", "rms_scale[02]")
@@ -48,26 +45,6 @@ def assert_intact(run: InnerRun, broken: dict[str, tuple], missing: tuple[str, .
             assert status(run, name) == ("skipped", "missing", "not_provided"), name
         else:
             assert status(run, name) == ("passed", "passed", None), (name, run.cases[name].longrepr)
-
-
-def make_wheel(dist: Path, files: dict[str, str], version: str = "0.0.1") -> Path:
-    """A pure-Python cann_bench wheel written by hand (for contents setuptools would not produce)."""
-    dist.mkdir(parents=True, exist_ok=True)
-    info = f"cann_bench-{version}.dist-info"
-    files = dict(files)
-    files[f"{info}/METADATA"] = f"Metadata-Version: 2.1\nName: cann_bench\nVersion: {version}\n"
-    files[f"{info}/WHEEL"] = "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-    record = []
-    for name, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{name},sha256={digest},{len(text.encode())}")
-    record.append(f"{info}/RECORD,,")
-    path = dist / f"cann_bench-{version}-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w") as zf:
-        for name, text in files.items():
-            zf.writestr(name, text)
-        zf.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
-    return path
 
 
 # --------------------------------------------------------------------------------------------
