@@ -85,6 +85,8 @@ class CaseItem(_CannItem):
     def setup(self) -> None:
         from . import caserun, session
 
+        if self.task.result_key(self.case) in session.resume_keys(self.config):
+            pytest.skip("already recorded in results.jsonl by an identical run (--cann-resume)")
         if self.case.error:
             return
         settings, state = session.settings(self.config), session.submission(self.config)
@@ -212,6 +214,16 @@ def _registered_markers(config: pytest.Config) -> set[str]:
 def collect_file(file_path: Any, parent: pytest.Collector) -> Optional[OperatorFile]:
     if file_path.name != "cases.yaml" or not (file_path.parent / "proto.yaml").is_file():
         return None
+    from . import session
+
+    shard = session.settings(parent.config).shard
+    if shard is not None:
+        from .sharding import in_shard
+        from .taskdirs import find_bench_root
+
+        op_dir = file_path.parent.resolve()
+        if not in_shard(op_dir.relative_to(find_bench_root(op_dir)).as_posix(), *shard):
+            return None
     return OperatorFile.from_parent(parent, path=file_path)
 
 

@@ -77,6 +77,16 @@ def add_options(parser: pytest.Parser) -> None:
     option("hardware", metavar="KEY",
            help="anchor hardware key for metadata/<KEY>.json (default: from the device; the CPU and most "
                 "GPUs have no metadata and get live anchors).")
+    option("leaderboard", metavar="PATH",
+           help="leaderboard JSON written at session end (default <report dir>/leaderboard.json); every case "
+                "is also appended to results.jsonl beside it as it finishes.")
+    option("resume", ini_type="bool", action="store_true",
+           help="skip cases already recorded in results.jsonl for the same submission and configuration.")
+    option("hap-cap", ini_type="bool", action="store_true",
+           help="clip each case's HAP score at 1 (a bounded reward); the official formula has no cap.")
+    option("markdown", metavar="PATH", help="also write a Markdown summary (e.g. $GITHUB_STEP_SUMMARY).")
+    option("eval-report", metavar="PATH", help="also write the official EvalReport JSON shape.")
+    option("shard", metavar="K/N", help="grade only the K-th of N deterministic shares of the operators.")
     option("seed", type=int, metavar="N",
            help="evaluation seed mixed into every case seed (default 0, as the official harness).")
     option("input-dist", choices=INPUT_DISTS,
@@ -120,6 +130,12 @@ class Settings:
     freq_boost: bool
     profiler_level: str
     hardware: Optional[str]
+    leaderboard: str
+    resume: bool
+    hap_cap: bool
+    markdown: Optional[str]
+    eval_report: Optional[str]
+    shard: Optional[tuple[int, int]]
     seed: int
     input_dist: str
     input_compat: str
@@ -218,6 +234,16 @@ def settings_from_config(config: pytest.Config) -> Settings:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     hardware = _value(config, "hardware")
+    leaderboard = _value(config, "leaderboard")
+    shard = _value(config, "shard")
+    if shard:
+        from .sharding import parse_shard
+
+        try:
+            shard = parse_shard(str(shard))
+        except ValueError as exc:
+            raise pytest.UsageError(f"--cann-shard: {exc}") from None
+    markdown, eval_report = _value(config, "markdown"), _value(config, "eval_report")
     return Settings(
         tasks=str(tasks) if tasks else None,
         self_check=self_check,
@@ -235,6 +261,12 @@ def settings_from_config(config: pytest.Config) -> Settings:
         freq_boost=not _flag(config, "no_freq_boost"),
         profiler_level=_choice(config, "profiler_level", PROFILER_LEVELS),
         hardware=str(hardware) if hardware else None,
+        leaderboard=os.path.abspath(str(leaderboard)) if leaderboard else os.path.join(report_dir, "leaderboard.json"),
+        resume=_flag(config, "resume"),
+        hap_cap=_flag(config, "hap_cap"),
+        markdown=os.path.abspath(str(markdown)) if markdown else None,
+        eval_report=os.path.abspath(str(eval_report)) if eval_report else None,
+        shard=tuple(shard) if shard else None,
         seed=seed,
         input_dist=_choice(config, "input_dist", INPUT_DISTS),
         input_compat=_choice(config, "input_compat", INPUT_COMPAT_MODES),

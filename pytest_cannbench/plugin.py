@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 import pytest
 
-from . import items, options, results, submission
+from . import items, options, reporting, results, submission
 from . import session as state  # (pytest_sessionstart's parameter is named "session")
 
 COLLECTOR_KEY = pytest.StashKey[results.ResultCollector]()
@@ -44,6 +44,7 @@ class XdistHooks:
         data = state.submission_for_workers(node.config)
         if data is not None:
             node.workerinput[state.WORKERINPUT_KEY] = data
+        node.workerinput[state.RESUME_WORKERINPUT_KEY] = sorted(state.resume_keys(node.config))
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -53,6 +54,16 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     announce = (lambda line: reporter.write_line(line)) if reporter is not None else None
     state.start_submission(config, announce)
+    collector = config.stash.get(COLLECTOR_KEY, None)
+    if collector is not None:
+        reporting.start(config, collector)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    # normal priority: before pytest-html writes its page (trylast) and before the terminal summary
+    collector = session.config.stash.get(COLLECTOR_KEY, None)
+    if collector is not None:
+        reporting.finish(session.config, collector)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

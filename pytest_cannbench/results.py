@@ -24,11 +24,26 @@ def _case_key(report: pytest.TestReport) -> str:
     return report.nodeid
 
 
+def _split_key(key: str) -> tuple[str, Optional[int]]:
+    """``level1/exp_3`` -> (``level1/exp``, 3): what a crash report, which carries only the key, is about."""
+    rel_path, _, tail = key.rpartition("_")
+    return (rel_path, int(tail)) if rel_path and tail.isdigit() else (key, None)
+
+
 @dataclass(eq=False)  # registered as a plugin: pluggy needs identity hashing
 class ResultCollector:
     """Registered as a plugin on the controller (or the only process without xdist)."""
 
     outcomes: dict[str, CaseOutcome] = field(default_factory=dict)
+    journal: Any = None  # reporting.Journal once the run's identity is known
+    resumed: set[str] = field(default_factory=set)  # keys taken from an earlier run's results.jsonl
+    board: Optional[dict] = None  # the leaderboard, once built
+    written: list[str] = field(default_factory=list)  # files this session wrote, for the summary
+
+    def record(self, result: CaseOutcome) -> None:
+        self.outcomes[result.key] = result
+        if self.journal is not None:
+            self.journal.append(result.to_dict())
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -38,11 +53,12 @@ class ResultCollector:
             previous = self.outcomes.get(result.key)
             # the call verdict wins over a setup one; a setup error stands when there is no call
             if previous is None or report.when == "call" or previous.status == oc.SKIPPED:
-                self.outcomes[result.key] = result
+                self.record(result)
         elif report.when == "???":
             key = _case_key(report)
-            self.outcomes[key] = CaseOutcome(key=key, rel_path="", operator="", case_id=None, status=oc.CRASHED,
-                                             failure_type=oc.WORKER_CRASH, message=str(report.longrepr)[:500])
+            rel_path, case_id = _split_key(key)
+            self.record(CaseOutcome(key=key, rel_path=rel_path, operator="", case_id=case_id, status=oc.CRASHED,
+                                    failure_type=oc.WORKER_CRASH, message=str(report.longrepr)[:500]))
 
     def summary_lines(self, verbose: bool = False) -> list[str]:
         if not self.outcomes:
@@ -78,7 +94,13 @@ class ResultCollector:
         cached = sum(1 for r in results if r.golden_cached)
         if cached:
             lines.append(f"golden outputs from cache: {cached}/{len(results)} cases")
+        if self.resumed:
+            lines.append(f"resumed from results.jsonl: {len(self.resumed)} cases (--cann-resume)")
         lines += timing_lines(results, limit)
+        if self.board is not None:
+            lines += score_lines(self.board, limit)
+        if self.written:
+            lines.append("written: " + ", ".join(self.written))
         return lines
 
 
@@ -120,11 +142,63 @@ def attach(item: pytest.Item, report: pytest.TestReport, outcome: Optional[CaseO
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
         report.cann = outcome.to_dict()  # type: ignore[attr-defined]
-        extra = [("cann_status", outcome.status)]
+        extra = [("cann_status", outcome.status)] + junit_properties(outcome)
         if outcome.failure_type:
             extra.append(("cann_failure_type", outcome.failure_type))
         # on the item, so the teardown report (what junit-xml writes) carries them too
         item.user_properties.extend(p for p in extra if p not in item.user_properties)
+
+
+def score_lines(board: dict, limit: Optional[int]) -> list[str]:
+    """Per operator (passed/total, the three parts, score, speed-up), per level, total; failures by type."""
+    ops = board["operators"]
+    lines = [f"scores (compile {board['weights']['compile']:.0%} + function {board['weights']['function']:.0%} + "
+             f"performance {board['weights']['performance']:.0%}):",
+             f"  {'operator':<32} {'passed':>7} {'compile':>8} {'function':>9} {'perf':>7} {'score':>7} "
+             f"{'speed-up':>9}"]
+    for op in ops[:limit]:
+        speed = f"x{op['speedup_geomean']:.2f}" if op.get("speedup_geomean") else "-"
+        note = f"  [{op['score_error']}]" if op.get("score_error") else ""
+        lines.append(f"  {op['rel_path']:<32} {op['cases_passed']:>3}/{op['cases_total']:<3} "
+                     f"{op['compile_score']:>8.1f} {op['function_score']:>9.1f} {op['performance_score']:>7.1f} "
+                     f"{op['score']:>7.1f} {speed:>9}{note}")
+    if limit is not None and len(ops) > limit:
+        lines.append(f"  ... {len(ops) - limit} more operators (-v lists all)")
+    levels = ", ".join(f"{name} {entry['score']:.1f} ({entry['operators']} ops)"
+                       for name, entry in board["levels"].items())
+    lines.append(f"total score {board['total_score']:.1f} over {len(ops)} operators; levels: {levels or '-'}")
+    examples: dict[str, tuple[int, str]] = {}
+    for op in ops:
+        for case in op["cases"]:
+            ft = case.get("failure_type")
+            if ft and case["status"] not in (oc.PASSED, oc.SKIPPED, oc.MISSING):
+                count, example = examples.get(ft, (0, f"{case['key']}: {_one_line(case['message'], 120)}"))
+                examples[ft] = (count + 1, example)
+    if examples:
+        lines.append("failures by type (one example each):")
+        for ft, (count, example) in sorted(examples.items(), key=lambda kv: -kv[1][0]):
+            harness = " (harness/task, not the candidate's)" if ft in oc.HARNESS_FAILURES else ""
+            lines.append(f"  {ft} x{count}{harness}: {example}")
+    return lines
+
+
+def junit_properties(outcome: CaseOutcome) -> list[tuple[str, Any]]:
+    """Scalars CI tools read from junit-xml: HAP, the three times, the worst MERE/MARE over outputs."""
+    from .scoring import hap
+
+    props: list[tuple[str, Any]] = []
+    t = outcome.timing or {}
+    if t.get("measured"):
+        value, _ = hap(t.get("t_baseline_us"), t.get("t_cand_us"), t.get("t_hw_us"))
+        props.append(("cann_hap", "" if value is None else round(value, 6)))
+        for name in ("t_cand_us", "t_baseline_us", "t_hw_us"):
+            if t.get(name) is not None:
+                props.append((f"cann_{name}", round(float(t[name]), 3)))
+    for metric in ("mere", "mare"):
+        values = [v.get(metric) for v in outcome.accuracy if isinstance(v.get(metric), (int, float))]
+        if values:
+            props.append((f"cann_{metric}", max(values)))
+    return props
 
 
 def render_summary(terminalreporter: Any, collector: ResultCollector) -> None:

@@ -22,6 +22,8 @@ BASELINE_KEY = pytest.StashKey[object]()
 DEVICE_KEY = pytest.StashKey[object]()
 PERF_KEY = pytest.StashKey[object]()
 WORKERINPUT_KEY = "cannbench_submission"
+RESUME_WORKERINPUT_KEY = "cannbench_resume"
+RESUME_KEY = pytest.StashKey[frozenset]()
 
 
 def settings(config: pytest.Config) -> Settings:
@@ -99,6 +101,14 @@ def start_submission(config: pytest.Config, announce: Any = None) -> None:
 
 def submission(config: pytest.Config) -> Optional[SubmissionState]:
     return config.stash.get(SUBMISSION_KEY, None)
+
+
+def resume_keys(config: pytest.Config) -> frozenset:
+    """Cases an earlier identical run recorded (--cann-resume): from the stash, or from workerinput."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:
+        return frozenset(workerinput.get(RESUME_WORKERINPUT_KEY) or ())
+    return config.stash.get(RESUME_KEY, frozenset())
 
 
 def submission_for_workers(config: pytest.Config) -> Optional[dict]:

@@ -1,0 +1,143 @@
+"""The CANN Bench score, exactly as the official formula (anchor §3), in one place.
+
+Eq.3, per case: HAP = (T_base - T_hw) / ((T_cand - T_hw) + (T_base - T_hw)); 0.5 at the baseline, 1.0 at the
+hardware limit, above 1 when faster than T_hw (no clamp unless ``cap``). None when a time is NaN, T_cand or
+T_hw is not positive, or the denominator is not positive. A missing baseline (not positive) is replaced by
+the proxy max(10 * T_hw, 10).
+
+Eq.4, per operator over its N cases: compile = 100 w_c (N - compile/runtime failures) / N, function =
+100 w_f passed / N, performance = 100 w_p sum(HAP of passed cases, None as 0) / N; everything 0 when the
+submission did not build (or install, or import). A failed case deducts from the compile part unless it is a
+pure precision failure. Eq.5: level score = sum of its operators; total = sum of all operators.
+
+Used by the terminal, every report file and ``cannbench merge``: no other code computes a score.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Iterable, Optional
+
+W_COMPILE, W_FUNCTION, W_PERF = 0.2, 0.3, 0.5
+WEIGHTS = {"compile": W_COMPILE, "function": W_FUNCTION, "performance": W_PERF}
+
+# Failed cases of these types do not deduct from the compile/runtime part (the official "precision" family).
+PRECISION_FAILURES = frozenset({"precision_mismatch", "precision", "timed_output_wrong"})
+# A submission that never ran: the whole operator scores 0.
+BUILD_FAILURES = frozenset({"compile_failed", "install_failed", "import_failed"})
+
+
+def _bad(value: Optional[float]) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def baseline_proxy(t_hw: float) -> float:
+    return max(10.0 * t_hw, 10.0)
+
+
+def hap(t_base: Optional[float], t_cand: Optional[float], t_hw: Optional[float], *,
+        cap: bool = False) -> tuple[Optional[float], list[str]]:
+    """Eq.3 with every official edge case; returns the score and flags explaining it."""
+    flags: list[str] = []
+    if _bad(t_cand) or _bad(t_hw):
+        return None, ["missing_time"]
+    assert t_cand is not None and t_hw is not None
+    if t_cand <= 0 or t_hw <= 0:
+        return None, ["non_positive_time"]
+    if t_base is not None and math.isnan(t_base):
+        return None, ["missing_time"]
+    if t_base is None or t_base <= 0:  # missing: the official proxy
+        t_base = baseline_proxy(t_hw)
+        flags.append("baseline_proxy")
+    if t_base < t_hw:
+        flags.append("baseline_below_t_hw")
+    denom = (t_cand - t_hw) + (t_base - t_hw)
+    if denom <= 0:
+        return None, flags + ["degenerate_anchors"]
+    score = (t_base - t_hw) / denom
+    if t_cand < t_hw:
+        flags.append("implausible_time")
+    if cap and score > 1.0:
+        score = 1.0
+        flags.append("hap_capped")
+    return score, flags
+
+
+@dataclass
+class CaseScore:
+    """What scoring needs of one case (a subset of its outcome)."""
+
+    status: str
+    failure_type: Optional[str]
+    t_cand_us: Optional[float] = None
+    t_baseline_us: Optional[float] = None
+    t_hw_us: Optional[float] = None
+
+
+@dataclass
+class OperatorScore:
+    score: float
+    compile_score: float
+    function_score: float
+    performance_score: float
+    cases_total: int
+    cases_passed: int
+    compile_runtime_failures: int
+    haps: list[Optional[float]] = field(default_factory=list)  # per case, None when not passed or unmeasured
+    hap_flags: list[list[str]] = field(default_factory=list)
+    score_error: Optional[str] = None  # why the whole operator is 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def operator_score(cases: list[CaseScore], *, cap: bool = False) -> OperatorScore:
+    """Eq.4 over the operator's cases (every collected case, whatever happened to it)."""
+    n = max(len(cases), 1)
+    haps: list[Optional[float]] = []
+    flags: list[list[str]] = []
+    for c in cases:
+        if c.status == "passed":
+            value, why = hap(c.t_baseline_us, c.t_cand_us, c.t_hw_us, cap=cap)
+        else:
+            value, why = None, []
+        haps.append(value)
+        flags.append(why)
+    passed = sum(1 for c in cases if c.status == "passed")
+    build = next((c.status for c in cases if c.status in BUILD_FAILURES), None)
+    if build is not None or not cases:
+        return OperatorScore(0.0, 0.0, 0.0, 0.0, len(cases), passed, len(cases), haps, flags,
+                             score_error=build or "no cases")
+    if all(c.status == "missing" for c in cases):
+        return OperatorScore(0.0, 0.0, 0.0, 0.0, len(cases), 0, len(cases), haps, flags, score_error="missing")
+    runtime = sum(1 for c in cases if c.status != "passed" and c.failure_type not in PRECISION_FAILURES)
+    compile_part = 100.0 * W_COMPILE * (n - runtime) / n
+    function_part = 100.0 * W_FUNCTION * passed / n
+    perf_part = 100.0 * W_PERF * sum(h for h in haps if h is not None) / n
+    return OperatorScore(compile_part + function_part + perf_part, compile_part, function_part, perf_part,
+                         len(cases), passed, runtime, haps, flags)
+
+
+def level_of(rel_path: str) -> str:
+    """The level an operator counts towards: the first path segment (``level1``), or ``""`` for a flat suite."""
+    first = rel_path.split("/")[0]
+    return first if first.startswith("level") and first[5:].isdigit() else ""
+
+
+def totals(operators: Iterable[tuple[str, float]]) -> tuple[float, dict[str, dict[str, Any]]]:
+    """Eq.5: the total and per-level sums of (rel_path, operator score) pairs."""
+    total = 0.0
+    levels: dict[str, dict[str, Any]] = {}
+    for rel_path, score in operators:
+        total += score
+        entry = levels.setdefault(level_of(rel_path) or "other", {"score": 0.0, "operators": 0})
+        entry["score"] += score
+        entry["operators"] += 1
+    return total, dict(sorted(levels.items(), key=lambda kv: (len(kv[0]), kv[0])))
+
+
+def geometric_mean_speedup(pairs: Iterable[tuple[Optional[float], Optional[float]]]) -> Optional[float]:
+    """Diagnostics only: the geometric mean of T_base / T_cand over cases with both times."""
+    logs = [math.log(b / c) for b, c in pairs if b and c and b > 0 and c > 0 and not math.isnan(b / c)]
+    return math.exp(sum(logs) / len(logs)) if logs else None
