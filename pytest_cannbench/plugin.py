@@ -34,6 +34,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(collector, "cannbench-results")
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistHooks(), "cannbench-xdist")
+        if config.pluginmanager.hasplugin("html"):
+            from .html_report import HtmlHooks
+
+            config.pluginmanager.register(HtmlHooks(lambda: collector.board, cap=settings.hap_cap), "cannbench-html")
 
 
 class XdistHooks:
@@ -71,9 +75,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     collector = config.stash.get(COLLECTOR_KEY, None)
     if collector is not None:
         config.pluginmanager.unregister(collector)
-    xdist_hooks = config.pluginmanager.get_plugin("cannbench-xdist")
-    if xdist_hooks is not None:
-        config.pluginmanager.unregister(xdist_hooks)
+    for name in ("cannbench-xdist", "cannbench-html"):
+        hooks = config.pluginmanager.get_plugin(name)
+        if hooks is not None:
+            config.pluginmanager.unregister(hooks)
 
 
 def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> Optional[pytest.Collector]:
