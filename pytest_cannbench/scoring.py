@@ -139,5 +139,7 @@ def totals(operators: Iterable[tuple[str, float]]) -> tuple[float, dict[str, dic
 
 def geometric_mean_speedup(pairs: Iterable[tuple[Optional[float], Optional[float]]]) -> Optional[float]:
     """Diagnostics only: the geometric mean of T_base / T_cand over cases with both times."""
-    logs = [math.log(b / c) for b, c in pairs if b and c and b > 0 and c > 0 and not math.isnan(b / c)]
+    logs = [math.log(b / c) for b, c in pairs
+            if b and c and b > 0 and c > 0 and math.isfinite(b) and math.isfinite(c) and math.isfinite(b / c)
+            and b / c > 0]
     return math.exp(sum(logs) / len(logs)) if logs else None

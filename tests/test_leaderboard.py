@@ -123,3 +123,36 @@ def test_a_killed_session_keeps_what_it_finished(pytester, task_tree, prebuilt):
     keys = [json.loads(line)["outcome"]["key"] for line in journal.read_text().splitlines()]
     assert keys == ["level1/softplus_1"]
     assert not (pytester.path / "reports" / "leaderboard.json").exists()
+
+
+def test_merged_shards_score_like_the_unsharded_run(pytester, capsys, task_tree, prebuilt, tmp_path):
+    """Accuracy-only (deterministic) runs: the whole tree, then two shards merged by `cannbench merge`."""
+    import subprocess
+    import sys
+
+    tasks = task_tree("submission")
+    base = ("--cann-tasks=tasks", "-p", "no:cacheprovider", "--cann-golden-cache=off", "--cann-no-perf",
+            f"--cann-source={prebuilt('broken/segfault')}")
+    run_inner(pytester, capsys, tasks, *base, f"--cann-leaderboard={tmp_path / 'whole.json'}")
+    shards = []
+    for k in (1, 2):
+        out = tmp_path / f"shard{k}.json"
+        run_inner(pytester, capsys, tasks, *base, f"--cann-shard={k}/2", f"--cann-leaderboard={out}")
+        shards.append(json.loads(out.read_text()))
+    ops = [{o["rel_path"] for o in board["operators"]} for board in shards]
+    assert ops[0] | ops[1] == {"level1/softplus", "level2/rms_scale"} and not ops[0] & ops[1]
+    merged = tmp_path / "merged.json"
+    done = subprocess.run([sys.executable, "-m", "pytest_cannbench.merge", "merge", str(merged),
+                           str(tmp_path / "shard1.json"), str(tmp_path / "shard2.json")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    whole, joined = json.loads((tmp_path / "whole.json").read_text()), json.loads(merged.read_text())
+    assert joined["total_score"] == pytest.approx(whole["total_score"]) and whole["total_score"] > 0
+    assert joined["levels"].keys() == whole["levels"].keys()
+    for level, entry in whole["levels"].items():
+        assert joined["levels"][level]["operators"] == entry["operators"]
+        assert joined["levels"][level]["score"] == pytest.approx(entry["score"])
+    for a, b in zip(joined["operators"], whole["operators"]):
+        assert (a["rel_path"], a["status"]) == (b["rel_path"], b["status"])
+        assert a["score"] == pytest.approx(b["score"])
+        assert [(c["key"], c["status"]) for c in a["cases"]] == [(c["key"], c["status"]) for c in b["cases"]]

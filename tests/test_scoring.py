@@ -93,3 +93,4 @@ def test_totals_and_levels():
 def test_geometric_mean_speedup():
     assert geometric_mean_speedup([(100.0, 50.0), (10.0, 40.0)]) == pytest.approx(math.sqrt(2 * 0.25))
     assert geometric_mean_speedup([(None, 5.0), (5.0, 0.0)]) is None
+    assert geometric_mean_speedup([(5.0, float("inf")), (float("inf"), 5.0), (float("nan"), 1.0)]) is None

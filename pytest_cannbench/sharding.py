@@ -1,0 +1,50 @@
+"""``--cann-shard K/N``: a deterministic share of the operators, so N CI jobs grade disjoint parts of a task tree.
+
+The plugin decides per operator directory while collecting, without seeing the others, so a share cannot be a
+round robin over a sorted list: an operator goes to shard ``sha256(rel_path) mod N``. That is stable across
+processes, machines and Python versions (no ``hash()`` randomisation), keeps every case of an operator in one
+shard (its scores need all of them), and is balanced on average; ``cannbench merge`` joins the shards' boards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+_SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+def parse_shard(spec: str) -> tuple[int, int]:
+    """``"K/N"`` -> ``(K, N)`` with 1 <= K <= N; a ValueError that says what is wrong otherwise."""
+    match = _SPEC.match(str(spec))
+    if match is None:
+        raise ValueError(f"{spec!r} is not K/N (e.g. 1/4: the first of four shards)")
+    k, n = int(match.group(1)), int(match.group(2))
+    _check(k, n, spec)
+    return k, n
+
+
+def _check(k: int, n: int, spec: object = None) -> None:
+    what = repr(spec) if spec is not None else f"{k}/{n}"
+    if n < 1:
+        raise ValueError(f"{what}: N must be at least 1 (got {n})")
+    if not 1 <= k <= n:
+        raise ValueError(f"{what}: K must be between 1 and N={n} (shards are numbered from 1; got {k})")
+
+
+def normalise(rel_path: str) -> str:
+    """The operator's path relative to the bench root, in the one spelling every machine agrees on."""
+    return "/".join(part for part in str(rel_path).replace("\\", "/").split("/") if part not in ("", "."))
+
+
+def shard_of(rel_path: str, n: int) -> int:
+    """The 1-based shard of N that grades this operator."""
+    _check(1, n)
+    digest = hashlib.sha256(normalise(rel_path).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % n + 1
+
+
+def in_shard(rel_path: str, k: int, n: int) -> bool:
+    """Whether shard K of N grades the operator at ``rel_path`` (e.g. ``level1/exp``)."""
+    _check(k, n)
+    return shard_of(rel_path, n) == k
