@@ -240,7 +240,7 @@ def test_summary_separates_harness_errors_from_candidate_failures(malformed):
     assert section[1] == "candidate failures: precision_mismatch 1"
     assert section[2] == (f"harness/task errors (not the candidate's): task_error {harness[TASK]}, "
                           f"golden_error {harness[GOLDEN]}")
-    listed = [line for line in section[3:] if line.startswith("  ")]
+    listed = [line for line in section[3:] if re.match(r"  \S+: \w+ \[", line)]  # the per-case lines
     assert len(listed) == sum(bad is not None for bad in expected.values())
     for op, items in MALFORMED.items():
         for label, bad in items.items():
