@@ -27,6 +27,7 @@ POLL_S = 0.05  # memory watchdog period while a call runs
 
 OK, RAISED, CRASHED, TIMEOUT, OOM_KILLED, IMPORT_FAILED = "ok", "raised", "crashed", "timeout", "oom_killed", \
     "import_failed"
+INPUT_MUTATED, ASYNC_ESCAPE = "input_mutated", "async_escape"
 
 
 @dataclass
@@ -67,6 +68,53 @@ def _rss_bytes(pid: int) -> int:
             return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def process_snapshot(pid: int) -> tuple[int, frozenset[int]]:
+    """The worker's thread count and child processes, read by the judge from /proc (the worker cannot lie)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0, frozenset()
+    children: set[int] = set()
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                children.update(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return len(tids), frozenset(children)
+
+
+def escaped(before: tuple[int, frozenset[int]], after: tuple[int, frozenset[int]]) -> str:
+    """Work the call left running: threads or child processes that did not exist when it began."""
+    problems = []
+    if after[0] > before[0]:
+        problems.append(f"{after[0] - before[0]} new thread(s)")
+    if after[1] - before[1]:
+        problems.append(f"{len(after[1] - before[1])} new child process(es)")
+    return " and ".join(problems)
+
+
+def mutated_inputs(region: Region, args: dict[str, Any], kwargs: dict[str, Any]) -> list[str]:
+    """Inputs whose bytes in the region differ from what the judge wrote (compared in the judge, after the call)."""
+    import torch
+
+    changed = []
+    for name, (kind, value) in args.items():
+        if kind == "v":
+            continue
+        slots = [value] if kind == "t" else value
+        originals = [kwargs[name]] if kind == "t" else list(kwargs[name])
+        for slot, original in zip(slots, originals):
+            if slot is None or original is None or not slot["nbytes"]:
+                continue
+            now = torch.frombuffer(region.mm, dtype=torch.uint8, count=slot["nbytes"], offset=slot["offset"])
+            then = original.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+            if not torch.equal(now, then):
+                changed.append(name)
+                break
+    return changed
 
 
 def default_memory_bytes() -> int:
@@ -165,6 +213,7 @@ class CandidateWorker:
         try:
             self._ensure()
             write_inputs(self.region, layout, writes)
+            before = process_snapshot(self.proc.pid)
             reply = self._exchange({"op": "call", "target": target, "args": layout.args,
                                     "region_size": self.region.size, "out_offset": layout.out_offset,
                                     "out_capacity": layout.out_capacity}, timeout)
@@ -174,6 +223,9 @@ class CandidateWorker:
             self.kill()
             raise
         self._freeze()
+        problem = self._contract(before, layout.args, kwargs)
+        if problem is not None:
+            return self._finish(problem, case_log)
         if not reply.get("ok"):
             return self._finish(CandidateResult(RAISED, message=f"candidate raised {reply.get('error')}"
                                                 if reply.get("stage") == "call" else
@@ -183,6 +235,19 @@ class CandidateWorker:
         return self._finish(CandidateResult(OK, outputs=outputs,
                                             seconds=float(seconds) if isinstance(seconds, (int, float)) else None),
                             case_log)
+
+    def _contract(self, before: tuple[int, frozenset[int]], args: dict[str, Any],
+                  kwargs: dict[str, Any]) -> Optional[CandidateResult]:
+        """What the judge checks itself once the worker is frozen: inputs untouched, nothing left running."""
+        assert self.proc is not None
+        left = escaped(before, process_snapshot(self.proc.pid))
+        if left:
+            self.kill()  # the escaped work must not outlive the case
+            return CandidateResult(ASYNC_ESCAPE, message=f"the call returned with work still running ({left})")
+        changed = mutated_inputs(self.region, args, kwargs)
+        if changed:
+            return CandidateResult(INPUT_MUTATED, message=f"the call modified its input(s) {', '.join(changed)}")
+        return None
 
     def time_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
                    expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
@@ -198,6 +263,7 @@ class CandidateWorker:
                        "calls": [{"set": i, "out_offset": c.out_offset, "out_capacity": c.out_capacity}
                                  for i, c in zip(call_sets, layout.calls)],
                        "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer, "npu": npu}
+            before = process_snapshot(self.proc.pid)
             t0 = time.perf_counter()
             reply = self._exchange(message, timeout)
             wall = time.perf_counter() - t0
@@ -207,6 +273,10 @@ class CandidateWorker:
             self.kill()
             raise
         self._freeze()
+        for args, kwargs in zip(layout.sets, kwargs_sets):
+            problem = self._contract(before, args, kwargs)
+            if problem is not None:
+                return self._finish(BatchResult(problem.status, message=problem.message, wall_s=wall), case_log)
         if not reply.get("ok"):
             text = (f"candidate raised {reply.get('error')}" if reply.get("stage") == "call"
                     else f"{reply.get('stage')}: {reply.get('error')}")

@@ -136,7 +136,7 @@ class Worker:
         return fn
 
     def call(self, req: dict) -> dict:
-        from .tensor_wire import flatten, read_args, write_outputs
+        from .tensor_wire import flatten, poison, read_args, write_outputs
 
         self.map_region(req["region_size"])
         try:
@@ -155,8 +155,9 @@ class Worker:
         except BaseException as exc:  # noqa: BLE001 - the candidate's exception is its verdict
             return _error("call", exc)
         try:
-            outputs = write_outputs(self.mm, self.region_size, flatten(result), req["out_offset"],
-                                    req["out_capacity"])
+            flat = flatten(result)
+            outputs = write_outputs(self.mm, self.region_size, flat, req["out_offset"], req["out_capacity"], kwargs)
+            poison(flat)
         except BaseException as exc:  # noqa: BLE001
             return _error("return outputs", exc)
         return {"ok": True, "outputs": outputs, "seconds": seconds}
@@ -164,7 +165,7 @@ class Worker:
 
     def time(self, req: dict) -> dict:
         """A timing batch: warm-up calls, then flushed, synchronised, timed calls, outputs kept per call."""
-        from .tensor_wire import flatten, read_args, write_outputs
+        from .tensor_wire import flatten, poison, read_args, write_outputs
         from .worker_timing import Flusher, run_batch
 
         started = _clock()
@@ -181,7 +182,10 @@ class Worker:
 
         def sink(i: int, result: Any) -> None:
             c = calls[i]
-            outputs[i] = write_outputs(self.mm, self.region_size, flatten(result), c["out_offset"], c["out_capacity"])
+            flat = flatten(result)
+            outputs[i] = write_outputs(self.mm, self.region_size, flat, c["out_offset"], c["out_capacity"],
+                                       sets[c["set"]])
+            poison(flat)
 
         try:
             times = run_batch(fn, sets[req["warmup_set"]], [sets[c["set"]] for c in calls], req["warmup"],
@@ -220,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.workdir:
         os.chdir(args.workdir)
     import torch
+
+    from . import tensor_wire, worker_timing  # noqa: F401 - bound before any submission code runs
 
     torch.set_num_threads(max(1, args.threads))
     if args.site:

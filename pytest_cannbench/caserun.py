@@ -80,6 +80,8 @@ _CANDIDATE_FATES = {  # candidate_client status -> (case status, failure type)
     "timeout": (oc.TIMEOUT, oc.CANDIDATE_TIMEOUT),
     "oom_killed": (oc.OOM_KILLED, oc.OUT_OF_MEMORY),
     "import_failed": (oc.IMPORT_FAILED, oc.IMPORT_FAILED),
+    "input_mutated": (oc.FAILED, oc.INPUT_MUTATED),
+    "async_escape": (oc.FAILED, oc.ASYNC_ESCAPE),
 }
 
 

@@ -29,6 +29,8 @@ OUT_OF_MEMORY = "out_of_memory"  # the candidate worker went over --cann-worker-
 NOT_PROVIDED = "not_provided"  # the submission has no interface for the operator
 TIMED_OUTPUT_WRONG = "timed_output_wrong"  # right when checked, wrong when timed
 TIMING_IMPLAUSIBLE = "timing_implausible"  # the worker's times do not fit what the judge observed
+INPUT_MUTATED = "input_mutated"  # the call wrote into its inputs
+ASYNC_ESCAPE = "async_escape"  # the call returned with threads or processes of its own still running
 # compile_failed, install_failed and import_failed are both a status and their own failure type.
 
 HARNESS_FAILURES = frozenset({TASK_ERROR, GOLDEN_ERROR, WORKER_CRASH})

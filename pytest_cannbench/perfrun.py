@@ -55,7 +55,8 @@ def _chunks(count: int, per_call_bytes: int) -> list[list[int]]:
 
 _FATES = {"raised": (oc.FAILED, oc.STRUCTURAL), "crashed": (oc.CRASHED, oc.CANDIDATE_CRASH),
           "timeout": (oc.TIMEOUT, oc.CANDIDATE_TIMEOUT), "oom_killed": (oc.OOM_KILLED, oc.OUT_OF_MEMORY),
-          "import_failed": (oc.IMPORT_FAILED, oc.IMPORT_FAILED)}
+          "import_failed": (oc.IMPORT_FAILED, oc.IMPORT_FAILED), "input_mutated": (oc.FAILED, oc.INPUT_MUTATED),
+          "async_escape": (oc.FAILED, oc.ASYNC_ESCAPE)}
 
 
 def measure(task: OperatorTask, case: CaseSpec, data: GoldenData,

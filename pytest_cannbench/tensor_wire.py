@@ -238,10 +238,51 @@ def flatten(result: Any) -> list:
     return flat
 
 
-def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: int, out_capacity: int) -> list[dict]:
-    """Describe each output and copy the plain contiguous tensors that fit into the output area."""
+def _storage_span(t: Any) -> tuple[int, int]:
+    """The bytes of memory a tensor's storage covers, read through TensorBase (not overridable per instance)."""
     import torch
 
+    storage = torch._C.TensorBase.untyped_storage(t)
+    start = storage.data_ptr()
+    return start, start + storage.nbytes()
+
+
+def _instance_attributes(t: Any) -> list[str]:
+    try:
+        return sorted(object.__getattribute__(t, "__dict__"))
+    except (AttributeError, TypeError):
+        return []
+
+
+def poison(outputs: list) -> None:
+    """Overwrite the candidate's own output tensors once copied out: a cached tensor returned again is garbage."""
+    import torch
+
+    for value in outputs:
+        if type(value) is torch.Tensor and value.layout == torch.strided and value.numel():
+            try:
+                if value.is_floating_point() or value.is_complex():
+                    torch._C.TensorBase.fill_(value, float("nan"))
+                elif value.dtype != torch.bool:
+                    torch._C.TensorBase.fill_(value, 77)
+            except RuntimeError:  # an expanded (self-overlapping) view: flagged elsewhere
+                pass
+
+
+def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: int, out_capacity: int,
+                  inputs: Optional[dict[str, Any]] = None) -> list[dict]:
+    """Describe each output and copy the plain contiguous tensors that fit into the output area.
+
+    The output contract is checked here, before any value is read: a plain ``torch.Tensor``
+    (no subclass, no instance attributes), strided, and sharing no memory with an input.
+    """
+    import torch
+
+    spans = []
+    for name, value in (inputs or {}).items():
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(v, torch.Tensor) and v.numel():
+                spans.append((name, _storage_span(v)))
     descriptions = []
     offset, end = out_offset, min(out_offset + out_capacity, region_size)
     for value in outputs[:MAX_OUTPUTS]:
@@ -252,9 +293,19 @@ def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: i
             kind = "subclass" if isinstance(value, torch.Tensor) else "object"
             descriptions.append({"kind": kind, "type": type(value).__name__})
             continue
+        attrs = _instance_attributes(value)
+        if attrs:
+            descriptions.append({"kind": "attrs", "names": attrs[:10]})
+            continue
         if value.layout != torch.strided:
             descriptions.append({"kind": "layout", "layout": str(value.layout)})
             continue
+        if value.numel():
+            lo, hi = _storage_span(value)
+            shared = [name for name, (a, b) in spans if lo < b and a < hi]
+            if shared:
+                descriptions.append({"kind": "alias", "inputs": shared[:10]})
+                continue
         t = value.detach()
         entry = {"kind": "tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
                  "device": str(t.device), "offset": offset, "nbytes": t.numel() * t.element_size(),
@@ -272,6 +323,11 @@ def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: i
 
 
 # ---------------------------------------------------------------- judge: outputs
+
+
+def _names(value: Any) -> str:
+    """Names the worker listed, cut to size (its text, shown to people, never evaluated)."""
+    return ", ".join(str(n)[:40] for n in value[:10]) if isinstance(value, list) else ""
 
 
 def _int_list(value: Any, limit: int) -> Optional[list[int]]:
@@ -314,6 +370,12 @@ def _decode_one(d: Any, region: Region, dtypes: dict[str, Any], lo: int, hi: int
                              type_name)
     if kind == "layout":
         return OutputProblem(f"output layout {str(d.get('layout'))[:40]} is not torch.strided", "Tensor")
+    if kind == "attrs":
+        return OutputProblem(f"output carries instance attributes ({_names(d.get('names'))}); return a plain "
+                             "torch.Tensor", "Tensor")
+    if kind == "alias":
+        return OutputProblem(f"output shares memory with input {_names(d.get('inputs'))}; return a new tensor",
+                             "Tensor")
     if kind != "tensor":
         return OutputProblem("the candidate worker sent an output of unknown kind")
     dtype = dtypes.get(d.get("dtype")) if isinstance(d.get("dtype"), str) else None
