@@ -29,7 +29,7 @@ def submission_summary(state: Any, settings: Settings) -> dict[str, Any]:
             "status": state.status, "message": (state.message or "").splitlines()[0][:500] if state.message else "",
             "wheel": state.wheel, "wheel_sha256": state.wheel_sha256, "prebuilt": state.prebuilt,
             "run_package": state.run_package, "interfaces": [name for name, _ in state.interfaces],
-            "build_log": state.build_log, "seconds": state.seconds}
+            "build_log": state.build_log, "seconds": state.seconds, "scan": state.scan}
 
 
 def run_identity(submission: dict[str, Any], settings: Settings) -> str:

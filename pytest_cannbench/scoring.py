@@ -23,7 +23,8 @@ W_COMPILE, W_FUNCTION, W_PERF = 0.2, 0.3, 0.5
 WEIGHTS = {"compile": W_COMPILE, "function": W_FUNCTION, "performance": W_PERF}
 
 # Failed cases of these types do not deduct from the compile/runtime part (the official "precision" family).
-PRECISION_FAILURES = frozenset({"precision_mismatch", "precision", "timed_output_wrong"})
+# A kernel right when checked but wrong when timed (timed_output_wrong) is not a precision problem: it deducts.
+PRECISION_FAILURES = frozenset({"precision_mismatch", "precision"})
 # A submission that never ran: the whole operator scores 0.
 BUILD_FAILURES = frozenset({"compile_failed", "install_failed", "import_failed"})
 

@@ -51,6 +51,7 @@ class SubmissionState:
     site_dir: Optional[str] = None
     env: dict[str, str] = field(default_factory=dict)
     interfaces: list[list[str]] = field(default_factory=list)  # [name, source]
+    scan: dict[str, Any] = field(default_factory=dict)  # static-scan telemetry of the sources (never a verdict)
     build_log: Optional[str] = None
     session_dir: Optional[str] = None
     seconds: dict[str, float] = field(default_factory=dict)
@@ -257,6 +258,8 @@ def prepare(source: Optional[str], *, no_install: bool, report_dir: Path, build_
     work = Path(tempfile.mkdtemp(prefix="cannbench-session-"))
     log_dir = report_dir / "logs"
     state = SubmissionState(status=OK, source=source, installed=not no_install, session_dir=str(work))
+    if source:
+        state.scan = scan_summary(Path(source))
     if not no_install:
         assert source is not None
         packages = build(Path(source), state, work, log_dir / "build.log", build_timeout)
@@ -277,6 +280,18 @@ def prepare(source: Optional[str], *, no_install: bool, report_dir: Path, build_
     return state
 
 
+def scan_summary(source: Path) -> dict[str, Any]:
+    """Suspicious constructs in the submission's sources (static_scan): flags for the leaderboard, never a verdict."""
+    from .static_scan import flags_of, scan_tree, summarize
+
+    try:
+        hits = scan_tree(source)
+    except OSError as exc:
+        return {"error": str(exc)}
+    return {"flags": flags_of(hits), "counts": summarize(hits),
+            "hits": [{"rule": h.rule, "path": h.path, "line": h.line, "snippet": h.snippet} for h in hits[:50]]}
+
+
 def cleanup(state: SubmissionState) -> None:
     if state.session_dir:
         shutil.rmtree(state.session_dir, ignore_errors=True)
@@ -291,6 +306,9 @@ def header_lines(state: SubmissionState) -> list[str]:
     if state.run_package:
         what += f"; OPP package {state.run_package}"
     lines = [f"cannbench: submission {what}"]
+    if state.scan.get("counts"):
+        found = ", ".join(f"{rule} x{n}" for rule, n in sorted(state.scan["counts"].items()))
+        lines.append(f"cannbench: static scan (telemetry, not a verdict): {found}")
     if not state.ok:
         first = state.message.splitlines()[0] if state.message else ""
         lines.append(f"cannbench: SUBMISSION {state.status.upper()}: {first} - every case fails as {state.status}")

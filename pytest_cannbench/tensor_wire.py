@@ -254,11 +254,17 @@ def _instance_attributes(t: Any) -> list[str]:
         return []
 
 
-def poison(outputs: list) -> None:
-    """Overwrite the candidate's own output tensors once copied out: a cached tensor returned again is garbage."""
+def poison(outputs: list, descriptions: list[dict]) -> None:
+    """Overwrite the candidate's own output tensors once copied out: a cached tensor returned again is garbage.
+
+    Only outputs that passed the contract: one that aliases an input is reported as such, and poisoning
+    it would rewrite the judge's copy of that input.
+    """
     import torch
 
-    for value in outputs:
+    for value, desc in zip(outputs, descriptions):
+        if desc.get("kind") != "tensor":
+            continue
         if type(value) is torch.Tensor and value.layout == torch.strided and value.numel():
             try:
                 if value.is_floating_point() or value.is_complex():

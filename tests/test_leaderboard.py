@@ -27,8 +27,7 @@ def hand_operator_score(op: dict) -> float:
     if op["score_error"]:
         return 0.0
     passed = [c for c in op["cases"] if c["status"] == "passed"]
-    runtime = [c for c in op["cases"] if c["status"] != "passed" and c["failure_type"] not in (
-        "precision_mismatch", "timed_output_wrong")]
+    runtime = [c for c in op["cases"] if c["status"] != "passed" and c["failure_type"] != "precision_mismatch"]
     perf = 0.0
     for c in passed:
         tb, tc, th = c["t_baseline_us"], c["t_cand_us"], c["t_hw_us"]
