@@ -49,6 +49,7 @@ class BatchResult:
     outputs: list[list] = field(default_factory=list)  # per timed call: views of the region until the next request
     phases: dict[str, float] = field(default_factory=dict)  # the worker's account of its time
     wall_s: float = 0.0  # the judge's own clock around the whole exchange
+    cpu_s: Optional[float] = None  # CPU time the worker process used during the exchange (from /proc)
     timer: str = ""
     notes: list[str] = field(default_factory=list)
     message: str = ""
@@ -68,6 +69,25 @@ def _rss_bytes(pid: int) -> int:
             return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def cpu_seconds(pid: int) -> Optional[float]:
+    """CPU time of all the worker's threads, from /proc (the worker cannot forge it): the scheduler's
+    nanosecond run times where available, else user + system ticks (10 ms resolution)."""
+    try:
+        total = 0
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                total += int(fh.read().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def process_snapshot(pid: int) -> tuple[int, frozenset[int]]:
@@ -264,9 +284,11 @@ class CandidateWorker:
                                  for i, c in zip(call_sets, layout.calls)],
                        "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer, "npu": npu}
             before = process_snapshot(self.proc.pid)
+            cpu0 = cpu_seconds(self.proc.pid)
             t0 = time.perf_counter()
             reply = self._exchange(message, timeout)
             wall = time.perf_counter() - t0
+            cpu1 = cpu_seconds(self.proc.pid)
         except WorkerGone as exc:
             return self._finish(BatchResult(exc.status, message=str(exc)), case_log)
         except BaseException:
@@ -292,6 +314,7 @@ class CandidateWorker:
         notes = [str(n)[:300] for n in reply.get("notes") or []][:10]
         return self._finish(BatchResult(OK, seconds=[float(v) for v in seconds], outputs=decoded,
                                         phases={str(k)[:20]: float(v) for k, v in phases.items()}, wall_s=wall,
+                                        cpu_s=cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None,
                                         timer=str(reply.get("timer"))[:40], notes=notes), case_log)
 
     def _finish(self, result: Any, case_log: Optional[Path]) -> Any:

@@ -16,9 +16,10 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
-# Slack of the plausibility check: pipe round trip, JSON and scheduling noise on a busy machine.
-WALL_SLACK_S = 0.010
-WALL_SLACK_FRACTION = 0.10
+# Slack of the plausibility check: reading inputs, encoding the reply and thread wake-ups cost a little CPU
+# outside the phases the worker reports (measured: a few ms per batch).
+CPU_SLACK_S = 0.010
+CPU_SLACK_FRACTION = 0.15
 
 
 @dataclass
@@ -47,13 +48,17 @@ def summarize(seconds: list[float]) -> TimingSummary:
                          spread=(p75 - p25) / median if median > 0 else math.inf, samples=len(us))
 
 
-def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, timer: str) -> Optional[str]:
+def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, timer: str,
+                cpu_s: Optional[float] = None, threads: int = 1) -> Optional[str]:
     """Why the worker's account of a batch cannot be true, or None.
 
     The worker's clock runs in the submission's process, so a submission could slow it down or
-    patch it. The judge's own clock brackets the exchange: the worker's phases must fit in it and
-    must account for it (prepare + warm-up + flushes + calls + output writes, plus a little pipe and
-    scheduling time), and those phases must account for the worker's own total.
+    patch it. Two observations the worker cannot touch bound its account: the judge's own clock
+    around the exchange (the phases must fit inside it) and the CPU time the kernel charged to the
+    worker process (read from /proc): a clock slowed down reports far less time than the CPU the
+    batch burnt. Scheduling delays on a loaded machine inflate the judge's wall time, never the
+    worker's CPU time, so the lower bound uses the latter. The phases must also account for the
+    worker's own total.
     """
     if not seconds or any(not math.isfinite(s) or s <= 0 for s in seconds):
         return f"non-positive or non-finite call times {seconds[:5]}"
@@ -61,9 +66,11 @@ def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, t
     reported = prepare + total
     if reported > wall_s + 0.002:
         return f"the worker reports {reported * 1e3:.2f} ms for a batch the judge saw take {wall_s * 1e3:.2f} ms"
-    if wall_s - reported > WALL_SLACK_S + WALL_SLACK_FRACTION * wall_s:
-        return (f"the worker accounts for {reported * 1e3:.2f} ms of a batch the judge saw take "
-                f"{wall_s * 1e3:.2f} ms (its clock runs slow)")
+    if cpu_s is not None:
+        floor = cpu_s / max(1, threads) - (CPU_SLACK_S + CPU_SLACK_FRACTION * cpu_s)
+        if reported < floor:
+            return (f"the worker accounts for {reported * 1e3:.2f} ms of a batch that used {cpu_s * 1e3:.0f} ms of CPU "
+                    "(its clock runs slow)")
     if timer in ("cpu_clock", "host_clock"):
         inner = sum(phases.get(k, 0.0) for k in ("warmup", "flush", "calls", "write"))
         if abs(sum(seconds) - phases.get("calls", 0.0)) > 1e-6 + 1e-6 * abs(sum(seconds)):

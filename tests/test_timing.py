@@ -36,17 +36,21 @@ def test_summarize_median_quartiles_and_spread():
 GOOD = {"prepare": 0.001, "warmup": 0.003, "flush": 0.003, "calls": 0.003, "write": 0.0005, "total": 0.0096}
 
 
-@pytest.mark.parametrize("seconds, phases, wall, fragment", [
-    ([0.001] * 3, GOOD, 0.0125, None),
-    ([0.001] * 3, GOOD, 0.005, "for a batch the judge saw take"),  # more time than there was
-    ([0.001] * 3, {k: v / 10 for k, v in GOOD.items()}, 0.0125, "its clock runs slow"),
-    ([0.0001] * 3, GOOD, 0.0125, "do not add up"),
-    ([0.001] * 3, dict(GOOD, total=0.02), 0.0225, "not accounted for"),
-    ([0.001, 0.0, 0.001], GOOD, 0.0125, "non-positive"),
-    ([0.001, float("nan"), 0.001], GOOD, 0.0125, "non-finite"),
-], ids=["honest", "too-much", "slow-clock", "calls-mismatch", "unaccounted", "zero", "nan"])
-def test_implausible(seconds, phases, wall, fragment):
-    why = implausible(seconds, phases, wall, "cpu_clock")
+BIG = {k: v * 50 for k, v in GOOD.items()}  # a 0.5 s batch
+
+
+@pytest.mark.parametrize("seconds, phases, wall, cpu, fragment", [
+    ([0.001] * 3, GOOD, 0.0125, 0.012, None),
+    ([0.001] * 3, GOOD, 0.5, 0.012, None),  # a starved judge sees a long wall time: not the worker's fault
+    ([0.001] * 3, GOOD, 0.005, 0.004, "for a batch the judge saw take"),  # more time than there was
+    ([0.005] * 3, {k: v / 10 for k, v in BIG.items()}, 0.5, 0.49, "its clock runs slow"),
+    ([0.0001] * 3, GOOD, 0.0125, 0.012, "do not add up"),
+    ([0.001] * 3, dict(GOOD, total=0.02), 0.0225, 0.02, "not accounted for"),
+    ([0.001, 0.0, 0.001], GOOD, 0.0125, 0.012, "non-positive"),
+    ([0.001, float("nan"), 0.001], GOOD, 0.0125, 0.012, "non-finite"),
+], ids=["honest", "starved-judge", "too-much", "slow-clock", "calls-mismatch", "unaccounted", "zero", "nan"])
+def test_implausible(seconds, phases, wall, cpu, fragment):
+    why = implausible(seconds, phases, wall, "cpu_clock", cpu)
     assert (why is None) if fragment is None else (fragment in why), why
 
 
