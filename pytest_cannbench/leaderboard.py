@@ -9,14 +9,13 @@ atomically: a reader never sees half a file.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections import defaultdict
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from . import __version__
+from .atomic import write_atomic
 from .scoring import WEIGHTS, CaseScore, geometric_mean_speedup, level_of, operator_score, totals
 
 SCHEMA = "pytest-cannbench/leaderboard/1"
@@ -105,21 +104,6 @@ def build(outcomes: Iterable[dict[str, Any]], *, submission: Optional[dict[str, 
         "config": config,
         "weights": dict(WEIGHTS, hap_cap=cap),
     }
-
-
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=str(path.parent))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def write(path: Path, board: dict[str, Any]) -> None:

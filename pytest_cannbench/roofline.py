@@ -27,7 +27,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -251,18 +250,9 @@ def _read_cache(path: Path, key: dict[str, Any]) -> Optional[MachineLimits]:
 
 
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    handle, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(data, out, indent=2, sort_keys=True)
-            out.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from .atomic import write_atomic
+
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def cached_limits(cache_dir: Path, device: str = "cpu", threads: int = 1, *,
