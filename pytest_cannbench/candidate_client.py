@@ -118,7 +118,6 @@ def escaped(before: tuple[int, frozenset[int]], after: tuple[int, frozenset[int]
 
 def mutated_inputs(region: Region, args: dict[str, Any], kwargs: dict[str, Any]) -> list[str]:
     """Inputs whose bytes in the region differ from what the judge wrote (compared in the judge, after the call)."""
-    import torch
 
     changed = []
     for name, (kind, value) in args.items():
@@ -129,12 +128,27 @@ def mutated_inputs(region: Region, args: dict[str, Any], kwargs: dict[str, Any])
         for slot, original in zip(slots, originals):
             if slot is None or original is None or not slot["nbytes"]:
                 continue
-            now = torch.frombuffer(region.mm, dtype=torch.uint8, count=slot["nbytes"], offset=slot["offset"])
-            then = original.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-            if not torch.equal(now, then):
+            if not _same_bytes(region, slot["offset"], slot["nbytes"], original):
                 changed.append(name)
                 break
     return changed
+
+
+def _same_bytes(region: Region, offset: int, nbytes: int, original: Any) -> bool:
+    """Byte equality of a region slot and the tensor the judge wrote there, compared 8 bytes at a time
+    (a uint8 comparison is 6x slower: 2.2 ms against 0.35 ms for 4 MiB here)."""
+    import torch
+
+    then = original.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+    words = nbytes // 8 * 8
+    if words:
+        now = torch.frombuffer(region.mm, dtype=torch.int64, count=words // 8, offset=offset)
+        if not torch.equal(now, then[:words].view(torch.int64)):
+            return False
+    if nbytes > words:
+        tail = torch.frombuffer(region.mm, dtype=torch.uint8, count=nbytes - words, offset=offset + words)
+        return torch.equal(tail, then[words:])
+    return True
 
 
 def default_memory_bytes() -> int:
