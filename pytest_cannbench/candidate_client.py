@@ -151,6 +151,19 @@ def _same_bytes(region: Region, offset: int, nbytes: int, original: Any) -> bool
     return True
 
 
+# What a submission's process may see of the judge's environment: system basics and device runtimes.
+# Everything else (PYTEST_CURRENT_TEST, PYTEST_XDIST_*, CI secrets, our own settings) would tell it which
+# phase or test it is in, or leak what it should not know.
+ENV_KEEP = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "PWD",
+                      "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "CONDA_PREFIX",
+                      "CPATH", "LIBRARY_PATH", "CC", "CXX"})
+ENV_KEEP_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "ASCEND_", "NPU_", "TORCH_", "MKL_", "OMP_", "KMP_", "CANN_")
+
+
+def scrubbed_environment(environ: Any) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k in ENV_KEEP or k.startswith(ENV_KEEP_PREFIXES)}
+
+
 def default_memory_bytes() -> int:
     """Half of physical memory: room for any honest kernel, and the judge keeps the other half."""
     try:
@@ -192,9 +205,11 @@ class CandidateWorker:
                "--judge-pid", str(os.getpid())]
         if self.site_dir:
             cmd += ["--site", self.site_dir]
-        env = dict(os.environ)
+        env = scrubbed_environment(os.environ)
         env.update(self.env)
         env["OMP_NUM_THREADS"] = str(self.threads)
+        (self.workdir / "tmp").mkdir(parents=True, exist_ok=True)
+        env["TMPDIR"] = str(self.workdir / "tmp")
         package_root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
         with open(self.log_path, "ab") as log:

@@ -326,3 +326,17 @@ os._exit(0)
 
         time.sleep(0.1)
     pytest.fail(f"worker {pid} outlived its judge")
+
+
+def test_the_worker_sees_no_harness_environment(pytester, capsys, task_tree, monkeypatch):
+    """PYTEST_CURRENT_TEST, xdist's variables and any secret of the judge's environment stay out of the worker."""
+    monkeypatch.setenv("CI_DEPLOY_TOKEN", "s3cret")
+    probe = SOFTPLUS_OK.replace(SIGNATURE, SIGNATURE + '''    import os, tempfile
+    leaked = sorted(k for k in os.environ if k.startswith(("PYTEST", "CI_")) or "CANNBENCH" in k)
+    assert not leaked, f"harness environment visible: {leaked}"
+    assert "cannbench-worker-" in tempfile.gettempdir(), tempfile.gettempdir()
+''')
+    source = Path(pytester.path) / "sub"
+    make_wheel(source / "dist", {"cann_bench/__init__.py": probe})
+    run = grade(pytester, capsys, task_tree, source, "-n", "2")
+    assert_intact(run, {}, missing=("rms_scale[01]", "rms_scale[02]"))
