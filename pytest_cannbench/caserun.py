@@ -74,7 +74,7 @@ class CandidateAnswer:
     seconds: Optional[float]
 
 
-_CANDIDATE_FATES = {  # candidate_client status -> (case status, failure type)
+CANDIDATE_FATES = {  # candidate_client status -> (case status, failure type)
     "raised": (oc.FAILED, oc.STRUCTURAL),
     "crashed": (oc.CRASHED, oc.CANDIDATE_CRASH),
     "timeout": (oc.TIMEOUT, oc.CANDIDATE_TIMEOUT),
@@ -83,6 +83,11 @@ _CANDIDATE_FATES = {  # candidate_client status -> (case status, failure type)
     "input_mutated": (oc.FAILED, oc.INPUT_MUTATED),
     "async_escape": (oc.FAILED, oc.ASYNC_ESCAPE),
 }
+
+
+def fate(worker_status: str) -> tuple[str, str]:
+    """The case status and failure type of a candidate-worker result that is not an answer."""
+    return CANDIDATE_FATES.get(worker_status, (oc.CRASHED, oc.CANDIDATE_CRASH))
 
 
 def expected_bytes(data: GoldenData) -> int:
@@ -102,7 +107,7 @@ def run_candidate(task: OperatorTask, case: CaseSpec, data: GoldenData, worker: 
                          timeout=settings.case_timeout_s, case_log=case_log_path(log_dir, key))
     if result.status == "ok":
         return CandidateAnswer(outputs=result.outputs, failure=None, seconds=result.seconds)
-    status, failure_type = _CANDIDATE_FATES.get(result.status, (oc.CRASHED, oc.CANDIDATE_CRASH))
+    status, failure_type = fate(result.status)
     message = result.message
     if result.log_tail:
         message += f"\n--- end of its output ({result.case_log or worker.log_path}):\n{result.log_tail}"

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from . import outcome as oc
-from .caserun import candidate_target, case_log_path, expected_bytes, judge, new_outcome, prepare, timed_seed
+from .caserun import (candidate_target, case_log_path, expected_bytes, fate, judge, new_outcome, prepare,
+                      timed_seed)
 from .devices import DevicePlan, timing_lock
 from .goldens import GoldenData, GoldenFailure, GoldenService
 from .options import Settings
@@ -53,12 +54,6 @@ def _chunks(count: int, per_call_bytes: int) -> list[list[int]]:
     return [list(range(i, min(i + size, count))) for i in range(0, count, size)]
 
 
-_FATES = {"raised": (oc.FAILED, oc.STRUCTURAL), "crashed": (oc.CRASHED, oc.CANDIDATE_CRASH),
-          "timeout": (oc.TIMEOUT, oc.CANDIDATE_TIMEOUT), "oom_killed": (oc.OOM_KILLED, oc.OUT_OF_MEMORY),
-          "import_failed": (oc.IMPORT_FAILED, oc.IMPORT_FAILED), "input_mutated": (oc.FAILED, oc.INPUT_MUTATED),
-          "async_escape": (oc.FAILED, oc.ASYNC_ESCAPE)}
-
-
 def measure(task: OperatorTask, case: CaseSpec, data: GoldenData,
             ctx: PerfContext) -> tuple[dict[str, Any], Optional[CaseOutcome]]:
     """The case's timing record, and a failure outcome when timing exposed the candidate."""
@@ -92,7 +87,7 @@ def measure(task: OperatorTask, case: CaseSpec, data: GoldenData,
             window.append(time.monotonic())
         record.windows.append(window)
         if batch.status != "ok":
-            status, failure = _FATES.get(batch.status, (oc.CRASHED, oc.CANDIDATE_CRASH))
+            status, failure = fate(batch.status)
             message = f"during timing: {batch.message}" + (f"\n--- end of its output:\n{batch.log_tail}"
                                                            if batch.log_tail else "")
             return not_measured(f"the candidate failed while timed ({batch.status})"), new_outcome(
