@@ -205,11 +205,15 @@ class CandidateWorker:
                "--judge-pid", str(os.getpid())]
         if self.site_dir:
             cmd += ["--site", self.site_dir]
-        env = scrubbed_environment(os.environ)
+        if self.mode == "submission":  # untrusted code: a scrubbed environment and a private TMPDIR
+            env = scrubbed_environment(os.environ)
+            tmp = self.workdir.parent / f"tmp-{self.workdir.name}"  # beside the cwd, which stays empty
+            tmp.mkdir(parents=True, exist_ok=True)
+            env["TMPDIR"] = str(tmp)
+        else:  # goldens are task code, trusted like the golden worker's
+            env = dict(os.environ)
         env.update(self.env)
         env["OMP_NUM_THREADS"] = str(self.threads)
-        (self.workdir / "tmp").mkdir(parents=True, exist_ok=True)
-        env["TMPDIR"] = str(self.workdir / "tmp")
         package_root = str(Path(__file__).resolve().parent.parent)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
         with open(self.log_path, "ab") as log:
