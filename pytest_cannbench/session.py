@@ -48,6 +48,10 @@ def processes() -> int:
     return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
 
 
+def usable_cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def cpu_threads() -> int:
     """Intra-op threads per process: the cores shared by the run's processes, at least one.
 
@@ -55,8 +59,7 @@ def cpu_threads() -> int:
     machine two busy processes with 2 threads each ran element-wise ops 8-15x slower
     than with 1 thread each.
     """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // processes())
+    return max(1, usable_cores() // processes())
 
 
 def golden_service(config: pytest.Config):  # -> GoldenService, imported lazily (torch)
@@ -199,8 +202,7 @@ def _threads_of_workers(config: pytest.Config) -> int:
     if hasattr(config, "workerinput") or config.getoption("dist", "no") == "no":
         return cpu_threads()
     workers = len(getattr(config.option, "tx", None) or []) or 1
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, cores // workers)
+    return max(1, usable_cores() // workers)
 
 
 def _npu_timer(s: Settings) -> dict:

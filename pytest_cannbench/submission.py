@@ -73,12 +73,9 @@ def _tail(text: str, lines: int = 20, chars: int = 3000) -> str:
 
 
 def _file_tail(path: Path, lines: int = 20) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, fh.seek(0, os.SEEK_END) - 64 * 1024))
-            return _tail(fh.read().decode("utf-8", errors="replace"), lines)
-    except OSError:
-        return ""
+    from .procs import read_log_since
+
+    return _tail(read_log_since(path, 0, 64 * 1024).decode("utf-8", errors="replace"), lines)
 
 
 def _sha256(path: Path) -> str:
