@@ -24,10 +24,14 @@ from .tensor_wire import Region, decode_outputs, plan_batch, plan_call, write_in
 LOG_ROTATE_BYTES = 8 << 20
 CASE_LOG_BYTES = 1 << 20  # kept per case: the end of what the submission printed
 POLL_S = 0.05  # memory watchdog period while a call runs
+EXIT_GRACE_POLLS, EXIT_GRACE_S = 4, 0.025  # how long a finished thread may take to disappear from /proc
 
 OK, RAISED, CRASHED, TIMEOUT, OOM_KILLED, IMPORT_FAILED = "ok", "raised", "crashed", "timeout", "oom_killed", \
     "import_failed"
 INPUT_MUTATED, ASYNC_ESCAPE = "input_mutated", "async_escape"
+# Guard findings are statuses of their own, named like their failure types (see guard.KINDS); the most
+# serious decides when a call has several.
+GUARD_ORDER = ("forbidden_access", "api_tampered", "guard_blinded", "builtin_compute", "host_library")
 
 
 @dataclass
@@ -38,6 +42,7 @@ class CandidateResult:
     seconds: Optional[float] = None
     log_tail: str = ""
     case_log: Optional[str] = None
+    flags: list[str] = field(default_factory=list)  # guard findings that did not decide the verdict (warn mode)
 
 
 @dataclass
@@ -55,6 +60,30 @@ class BatchResult:
     message: str = ""
     log_tail: str = ""
     case_log: Optional[str] = None
+    flags: list[str] = field(default_factory=list)
+
+
+def guard_problems(reply: dict) -> list[tuple[str, str]]:
+    """The worker's guard findings, validated (they arrive as JSON from an untrusted process)."""
+    found = []
+    raw = reply.get("guard")
+    for item in raw if isinstance(raw, list) else []:
+        if isinstance(item, dict) and item.get("kind") in GUARD_ORDER:
+            found.append((str(item["kind"]), str(item.get("detail", ""))[:300]))
+    return found[:20]
+
+
+def guard_verdict(problems: list[tuple[str, str]], mode: str) -> tuple[Optional[str], str, list[str]]:
+    """``(status, message, flags)``: in block mode the most serious finding fails the call; in warn mode only
+    forbidden access does (it was refused anyway) and the rest become flags."""
+    flags = [f"{kind}: {detail}" for kind, detail in problems]
+    deciding = [p for p in problems if mode == "block" or p[0] == "forbidden_access"]
+    if not deciding:
+        return None, "", flags
+    deciding.sort(key=lambda p: GUARD_ORDER.index(p[0]))
+    kind = deciding[0][0]
+    details = "; ".join(dict.fromkeys(d for k, d in deciding if k == kind))
+    return kind, f"the guard refused the call ({kind}): {details}"[:1500], flags
 
 
 class WorkerGone(Exception):
@@ -185,11 +214,17 @@ class CandidateWorker:
     device: str = "cpu"
     memory_bytes: int = 0
     startup_timeout_s: float = 300.0
+    guard: str = "block"  # submission mode only: off | warn | block
+    protect: list[str] = field(default_factory=list)  # directories the submission may not touch
+    contain: bool = True  # submission mode only: the seccomp filter
+    static_problems: list = field(default_factory=list)  # [kind, detail] found before any run (symbol scan)
     proc: Optional[subprocess.Popen] = None
     region: Optional[Region] = None
     starts: int = 0
     frozen: bool = False
     log_mark: int = 0
+    import_problems: list = field(default_factory=list)  # guard findings made while the submission was imported
+    last_tmp: Optional[str] = None  # the operator whose files the private TMPDIR holds
     _killed_for: Optional[str] = None
 
     # ------------------------------------------------------------ lifecycle
@@ -205,9 +240,12 @@ class CandidateWorker:
                "--judge-pid", str(os.getpid())]
         if self.site_dir:
             cmd += ["--site", self.site_dir]
-        if self.mode == "submission":  # untrusted code: a scrubbed environment and a private TMPDIR
+        if self.mode != "golden":  # untrusted code (cann_bench or KernelBench ModelNew): scrubbed env, own TMPDIR
+            cmd += ["--guard", self.guard] + [f"--protect={p}" for p in self.protect]
+            if self.contain:
+                cmd.append("--contain")
             env = scrubbed_environment(os.environ)
-            tmp = self.workdir.parent / f"tmp-{self.workdir.name}"  # beside the cwd, which stays empty
+            tmp = self.tmpdir
             tmp.mkdir(parents=True, exist_ok=True)
             env["TMPDIR"] = str(tmp)
         else:  # goldens are task code, trusted like the golden worker's
@@ -234,11 +272,28 @@ class CandidateWorker:
         except WorkerGone as exc:
             raise WorkerGone(IMPORT_FAILED if exc.status == TIMEOUT else exc.status,
                               f"worker did not start: {exc}") from None
+        self.import_problems = [(str(k), str(d)) for k, d in self.static_problems] + guard_problems(reply)
         if not reply.get("ok"):
             self.kill()
             trace = "\n".join(str(reply.get("traceback") or "").strip().splitlines()[-6:])
-            raise WorkerGone(IMPORT_FAILED, f"{reply.get('stage')}: {reply.get('error')}\n{trace}"[:3000])
+            found = "".join(f"\nguard: {kind}: {detail}" for kind, detail in self.import_problems)
+            raise WorkerGone(IMPORT_FAILED, f"{reply.get('stage')}: {reply.get('error')}{found}\n{trace}"[:3000])
         return reply
+
+    @property
+    def tmpdir(self) -> Path:
+        return self.workdir.parent / f"tmp-{self.workdir.name}"  # beside the cwd, which stays empty
+
+    def wipe_tmp(self, owner: str) -> None:
+        """A fresh private TMPDIR for each operator: nothing a submission leaves there reaches the next one.
+        Called while the worker is frozen (or not running)."""
+        if self.mode != "submission" or owner == self.last_tmp:
+            return
+        self.last_tmp = owner
+        tmp = self.tmpdir
+        if tmp.is_dir():
+            for entry in tmp.iterdir():
+                procs.remove_tree(entry)
 
     def start(self) -> float:
         """Start the worker now (it is started lazily otherwise); returns the seconds it took."""
@@ -263,6 +318,7 @@ class CandidateWorker:
         """Run one operator call; never raises for anything the candidate does."""
         layout, writes = plan_call(kwargs, expected_out_bytes)
         self.log_mark = procs.log_size(self.log_path)
+        self.wipe_tmp(str(target.get("rel_path") or target.get("name")))
         try:
             self._ensure()
             write_inputs(self.region, layout, writes)
@@ -279,13 +335,16 @@ class CandidateWorker:
         problem = self._contract(before, layout.args, kwargs)
         if problem is not None:
             return self._finish(problem, case_log)
+        verdict, why, flags = guard_verdict(self.import_problems + guard_problems(reply), self.guard)
+        if verdict is not None:
+            return self._finish(CandidateResult(verdict, message=why, flags=flags), case_log)
         if not reply.get("ok"):
             return self._finish(CandidateResult(RAISED, message=f"candidate raised {reply.get('error')}"
                                                 if reply.get("stage") == "call" else
                                                 f"{reply.get('stage')}: {reply.get('error')}"), case_log)
         outputs = decode_outputs(reply.get("outputs"), self.region, layout, self.device)
         seconds = reply.get("seconds")
-        return self._finish(CandidateResult(OK, outputs=outputs,
+        return self._finish(CandidateResult(OK, outputs=outputs, flags=flags,
                                             seconds=float(seconds) if isinstance(seconds, (int, float)) else None),
                             case_log)
 
@@ -294,6 +353,13 @@ class CandidateWorker:
         """What the judge checks itself once the worker is frozen: inputs untouched, nothing left running."""
         assert self.proc is not None
         left = escaped(before, process_snapshot(self.proc.pid))
+        for _ in range(EXIT_GRACE_POLLS if left else 0):  # a joined thread may still be leaving the kernel:
+            self._thaw()                                  # let it go (work left running would not)
+            time.sleep(EXIT_GRACE_S)
+            self._freeze()
+            left = escaped(before, process_snapshot(self.proc.pid))
+            if not left:
+                break
         if left:
             self.kill()  # the escaped work must not outlive the case
             return CandidateResult(ASYNC_ESCAPE, message=f"the call returned with work still running ({left})")
@@ -309,6 +375,7 @@ class CandidateWorker:
         candidate. The judge's wall clock brackets the exchange, for the plausibility check."""
         layout, writes = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
         self.log_mark = procs.log_size(self.log_path)
+        self.wipe_tmp(str(target.get("rel_path") or target.get("name")))
         try:
             self._ensure()
             write_inputs(self.region, layout, writes)
@@ -332,6 +399,9 @@ class CandidateWorker:
             problem = self._contract(before, args, kwargs)
             if problem is not None:
                 return self._finish(BatchResult(problem.status, message=problem.message, wall_s=wall), case_log)
+        verdict, why, flags = guard_verdict(self.import_problems + guard_problems(reply), self.guard)
+        if verdict is not None:
+            return self._finish(BatchResult(verdict, message=why, wall_s=wall, flags=flags), case_log)
         if not reply.get("ok"):
             text = (f"candidate raised {reply.get('error')}" if reply.get("stage") == "call"
                     else f"{reply.get('stage')}: {reply.get('error')}")
@@ -348,13 +418,14 @@ class CandidateWorker:
         return self._finish(BatchResult(OK, seconds=[float(v) for v in seconds], outputs=decoded,
                                         phases={str(k)[:20]: float(v) for k, v in phases.items()}, wall_s=wall,
                                         cpu_s=cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None,
-                                        timer=str(reply.get("timer"))[:40], notes=notes), case_log)
+                                        timer=str(reply.get("timer"))[:40], notes=notes, flags=flags), case_log)
 
     def _finish(self, result: Any, case_log: Optional[Path]) -> Any:
         segment = procs.read_log_since(self.log_path, self.log_mark, CASE_LOG_BYTES)
         if segment.strip():
             lines = [line for line in segment.decode("utf-8", errors="replace").splitlines()
-                     if line.strip() and not line.startswith("Extension modules:")]  # faulthandler's noise
+                     if line.strip() and not line.startswith(("Extension modules:", "USDT:"))]  # faulthandler's
+            # and the profiler's noise
             result.log_tail = "\n".join(lines[-8:])[-2000:]
             if case_log is not None:
                 try:

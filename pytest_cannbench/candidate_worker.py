@@ -15,6 +15,7 @@ this path.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import faulthandler
 import importlib
@@ -55,6 +56,7 @@ def _error(stage: str, exc: BaseException) -> dict:
 
 class Worker:
     def __init__(self, region_fd: int, device: str) -> None:
+        self.guard: Any = None  # guard.Guard in submission mode
         self.region_fd = region_fd
         self.region_size = 0
         self.mm: Any = None
@@ -76,8 +78,11 @@ class Worker:
             try:
                 self.module = importlib.import_module("cann_bench")
             except BaseException as exc:  # noqa: BLE001 - any import failure is the submission's
-                return _error("import cann_bench", exc)
-        return {"ok": True, "pid": os.getpid(), "import_seconds": _clock() - t0}
+                return {**_error("import cann_bench", exc), "guard": self._guard_report()}
+        return {"ok": True, "pid": os.getpid(), "import_seconds": _clock() - t0, "guard": self._guard_report()}
+
+    def _guard_report(self) -> list:
+        return self.guard.report() if self.guard is not None else []
 
     def discover(self, req: dict) -> dict:
         import torch
@@ -106,7 +111,9 @@ class Worker:
         fn = self.callables.get(key)
         if fn is not None:
             return fn
-        if target["kind"] == "golden":
+        if target["kind"] == "kernelbench":
+            fn = self.resolve_kernelbench(target)
+        elif target["kind"] == "golden":
             from .golden_binding import load_golden
 
             fn = load_golden(Path(target["op_dir"]), target["rel_path"], target["function_name"],
@@ -135,6 +142,13 @@ class Worker:
         self.callables[key] = fn
         return fn
 
+    def resolve_kernelbench(self, target: dict) -> Callable:
+        """A KernelBench model (ModelNew, or the reference Model in golden mode) built with the reference's
+        parameters; see kernelbench_problem.build_callable."""
+        from .kernelbench_problem import build_callable
+
+        return build_callable(target, self.device)
+
     def call(self, req: dict) -> dict:
         from .tensor_wire import flatten, poison, read_args, write_outputs
 
@@ -146,21 +160,21 @@ class Worker:
             return _error("prepare call", exc)
         try:
             t0 = _clock()
-            result = fn(**kwargs)
+            result = self.guard.call(fn, kwargs) if self.guard is not None else fn(**kwargs)
             if self.device.startswith("cuda"):
                 import torch
 
                 torch.cuda.synchronize()
             seconds = _clock() - t0
         except BaseException as exc:  # noqa: BLE001 - the candidate's exception is its verdict
-            return _error("call", exc)
+            return {**_error("call", exc), "guard": self._guard_report()}
         try:
             flat = flatten(result)
             outputs = write_outputs(self.mm, self.region_size, flat, req["out_offset"], req["out_capacity"], kwargs)
             poison(flat, outputs)
         except BaseException as exc:  # noqa: BLE001
-            return _error("return outputs", exc)
-        return {"ok": True, "outputs": outputs, "seconds": seconds}
+            return {**_error("return outputs", exc), "guard": self._guard_report()}
+        return {"ok": True, "outputs": outputs, "seconds": seconds, "guard": self._guard_report()}
 
 
     def time(self, req: dict) -> dict:
@@ -188,14 +202,18 @@ class Worker:
             poison(flat, outputs[i])
 
         try:
-            times = run_batch(fn, sets[req["warmup_set"]], [sets[c["set"]] for c in calls], req["warmup"],
-                              self.device, _clock, self.flusher if req.get("flush") else None, sink,
-                              req.get("timer", "auto"), req.get("npu"))
+            # On the CPU the whole batch runs under the guard's profiler; the CUDA and NPU timers run their own
+            # profiler sessions, so there the guard covers the correctness calls and timed outputs are verified.
+            guarded = self.guard is not None and self.device == "cpu"
+            with (self.guard.batch() if guarded else contextlib.nullcontext(lambda f: f)) as wrap:
+                times = run_batch(wrap(fn), sets[req["warmup_set"]], [sets[c["set"]] for c in calls],
+                                  req["warmup"], self.device, _clock, self.flusher if req.get("flush") else None, sink,
+                                  req.get("timer", "auto"), req.get("npu"))
         except BaseException as exc:  # noqa: BLE001 - the candidate's, or its output could not be written
-            return _error("call", exc)
+            return {**_error("call", exc), "guard": self._guard_report()}
         phases = dict(times.phases, prepare=times.started - started)
         return {"ok": True, "seconds": times.seconds, "outputs": outputs, "phases": phases, "timer": times.timer,
-                "notes": times.notes}
+                "notes": times.notes, "guard": self._guard_report()}
 
 
 def _warm_thread_pools(device: str) -> None:
@@ -231,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", default="")
     parser.add_argument("--workdir", default="")
     parser.add_argument("--judge-pid", type=int, default=0)
+    parser.add_argument("--guard", choices=("off", "warn", "block"), default=None,
+                        help="submission mode: the anti-cheat guard's mode (absent for trusted goldens)")
+    parser.add_argument("--protect", action="append", default=[], help="a directory the submission may not touch")
+    parser.add_argument("--contain", action="store_true", help="install the containment filter (seccomp)")
     args = parser.parse_args(argv)
     _die_with_parent(args.judge_pid)
     procs.become_expendable()
@@ -238,6 +260,10 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.enable()  # a segfault leaves the Python stack in the log
     if args.workdir:
         os.chdir(args.workdir)
+    if args.guard and args.guard != "off" and not args.device.startswith("npu"):  # torch_npu needs numpy
+        from .guard import hide_host_modules
+
+        hide_host_modules()
     import torch
 
     from . import tensor_wire, worker_timing  # noqa: F401 - bound before any submission code runs
@@ -247,6 +273,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.site:
         sys.path.insert(0, args.site)
     worker = Worker(args.region_fd, args.device)
+    if args.guard:
+        from . import containment
+        from .guard import Guard
+
+        worker.guard = Guard(args.guard, args.device, args.site, args.protect)
+        containment.limit_resources()
+        if args.contain:
+            status = containment.install_filter(allow_processes=args.device.startswith("npu"))
+            print(f"cannbench: containment {status}", file=sys.stderr, flush=True)
+        worker.guard.install_audit_hook()
     handlers = {"hello": worker.hello, "discover": worker.discover, "call": worker.call, "time": worker.time}
     while True:
         try:

@@ -7,7 +7,7 @@ candidate's verdict from the precision standard and the index checks).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -28,13 +28,22 @@ def new_outcome(task: OperatorTask, case: CaseSpec, status: str, failure_type: O
 def seed_of(task: OperatorTask, case: CaseSpec, settings: Settings) -> int:
     """The case's input seed: SHA-256 of the official case key mixed with ``--cann-seed``."""
     assert case.case_id is not None
-    return case_seed(task.case_key(case.case_id), settings.seed)
+    return case_seed(_secret(settings) + task.case_key(case.case_id), settings.seed)
 
 
 def timed_seed(task: OperatorTask, case: CaseSpec, settings: Settings, index: int) -> int:
     """The seed of timed input set ``index``: derived from the case key, never equal to the case's own."""
     assert case.case_id is not None
-    return case_seed(f"{task.case_key(case.case_id)}/timed/{index}", settings.seed)
+    return case_seed(f"{_secret(settings)}{task.case_key(case.case_id)}/timed/{index}", settings.seed)
+
+
+def check_seed(task: OperatorTask, case: CaseSpec, settings: Settings) -> int:
+    """The seed of the second correctness pass: new inputs no earlier call has seen."""
+    return case_seed(f"{_secret(settings)}{task.case_key(case.case_id)}/check", settings.seed)
+
+
+def _secret(settings: Settings) -> str:
+    return f"{settings.secret}/" if settings.secret else ''
 
 
 def prepare(task: OperatorTask, case: CaseSpec, service: GoldenService, settings: Settings,
@@ -64,7 +73,8 @@ def candidate_target(task: OperatorTask, settings: Settings) -> dict[str, Any]:
     if settings.self_check:
         return {"kind": "golden", "op_dir": str(task.op_dir), "rel_path": task.rel_path,
                 "function_name": task.spec.function_name, "name_lower": task.spec.name.lower()}
-    return {"kind": "submission", "name": task.spec.name, "function_name": task.spec.function_name}
+    return {"kind": "submission", "name": task.spec.name, "function_name": task.spec.function_name,
+            "rel_path": task.rel_path}
 
 
 @dataclass
@@ -72,6 +82,7 @@ class CandidateAnswer:
     outputs: Optional[list]  # views of the worker's shared memory, valid until its next call
     failure: Optional[CaseOutcome]  # set when there is nothing to judge (raised, crashed, timed out...)
     seconds: Optional[float]
+    flags: list[str] = field(default_factory=list)  # guard findings in warn mode
 
 
 CANDIDATE_FATES = {  # candidate_client status -> (case status, failure type)
@@ -82,6 +93,7 @@ CANDIDATE_FATES = {  # candidate_client status -> (case status, failure type)
     "import_failed": (oc.IMPORT_FAILED, oc.IMPORT_FAILED),
     "input_mutated": (oc.FAILED, oc.INPUT_MUTATED),
     "async_escape": (oc.FAILED, oc.ASYNC_ESCAPE),
+    **{kind: (oc.FAILED, kind) for kind in oc.GUARD_FAILURES},
 }
 
 
@@ -106,13 +118,31 @@ def run_candidate(task: OperatorTask, case: CaseSpec, data: GoldenData, worker: 
     result = worker.call(candidate_target(task, settings), data.kwargs(), expected_out_bytes=expected_bytes(data),
                          timeout=settings.case_timeout_s, case_log=case_log_path(log_dir, key))
     if result.status == "ok":
-        return CandidateAnswer(outputs=result.outputs, failure=None, seconds=result.seconds)
+        return CandidateAnswer(outputs=result.outputs, failure=None, seconds=result.seconds, flags=result.flags)
     status, failure_type = fate(result.status)
     message = result.message
     if result.log_tail:
         message += f"\n--- end of its output ({result.case_log or worker.log_path}):\n{result.log_tail}"
     return CandidateAnswer(outputs=None, failure=new_outcome(task, case, status, failure_type, message),
                            seconds=result.seconds)
+
+
+def second_pass(task: OperatorTask, case: CaseSpec, service: GoldenService, worker: Any, settings: Settings,
+                state: Any, log_dir: Path) -> Optional[CaseOutcome]:
+    """The candidate once more on inputs no call has seen (their own seed): a verdict that held on one input
+    set must hold on another. Returns the failure, or None when it passed too."""
+    from .goldens import GoldenFailure
+
+    try:
+        data = prepare(task, case, service, settings, seed=check_seed(task, case, settings))
+    except GoldenFailure as exc:
+        return new_outcome(task, case, oc.ERROR, oc.GOLDEN_ERROR, f"second correctness pass: {exc}")
+    answer = run_candidate(task, case, data, worker, settings, state, log_dir)
+    verdict = answer.failure or judge(task, case, data, answer.outputs, service, settings)
+    if verdict.status == oc.PASSED:
+        return None
+    verdict.message = f"second correctness pass (new inputs): {verdict.message}"
+    return verdict
 
 
 def output_names(task: OperatorTask, count: int) -> list[str]:

@@ -134,7 +134,14 @@ def postprocess(req: dict) -> dict:
         return _error(exc, "get_output")
 
 
-HANDLERS = {"prepare": prepare, "postprocess": postprocess,
+def kernelbench_prepare(req: dict) -> dict:
+    """A KernelBench reference run (the problem's Model is trusted task code, like a golden)."""
+    from .kernelbench_problem import prepare as prepare_problem
+
+    return prepare_problem(req)
+
+
+HANDLERS = {"prepare": prepare, "postprocess": postprocess, "kb_prepare": kernelbench_prepare,
             "ping": lambda req: {"ok": True, "pid": os.getpid()}}
 
 

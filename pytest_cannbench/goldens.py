@@ -157,5 +157,6 @@ def make_service(settings: Settings, log_dir: Path, threads: int) -> GoldenServi
     memory = (int(settings.golden_memory_gib * (1 << 30)) if settings.golden_memory_gib
               else default_memory_bytes())
     worker = GoldenWorker(log_path=log_dir / "golden-worker.log", memory_bytes=memory, threads=threads)
-    cache = GoldenCache(Path(settings.golden_cache)) if settings.golden_cache else None
+    # secret seeds never repeat, so their goldens would only fill the cache
+    cache = GoldenCache(Path(settings.golden_cache)) if settings.golden_cache and not settings.secret else None
     return GoldenService(settings=settings, worker=worker, cache=cache)

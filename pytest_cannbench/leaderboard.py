@@ -83,8 +83,13 @@ def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False) -> dic
 
 def build(outcomes: Iterable[dict[str, Any]], *, submission: Optional[dict[str, Any]], environment: dict[str, Any],
           config: dict[str, Any], cap: bool = False) -> dict[str, Any]:
+    from .kernelbench_scoring import section as kernelbench_section
+
     outcomes = list(outcomes)
     scored = score_cases(outcomes, cap=cap)
+    kernelbench = kernelbench_section(outcomes)
+    if kernelbench is not None:
+        scored["kernelbench"] = kernelbench
     counts: dict[str, int] = defaultdict(int)
     failure_types: dict[str, int] = defaultdict(int)
     for o in outcomes:

@@ -24,7 +24,8 @@ from . import leaderboard
 SCHEMA_PREFIX = "pytest-cannbench/leaderboard/"
 # Config entries that legitimately differ between the jobs of one sharded run (paths, shard, resume bookkeeping).
 PER_JOB_CONFIG = frozenset({"shard", "resume", "resumed_cases", "leaderboard", "markdown", "eval_report",
-                            "report_dir", "golden_cache", "source", "tasks", "device_ids", "run_identity"})
+                            "report_dir", "golden_cache", "source", "tasks", "device_ids", "run_identity",
+                            "secret", "journal_rewritten"})  # each job has its own session secret
 # Timing fields that are numbers; a board written by leaderboard.dumps spells NaN and infinities as strings.
 TIMING_NUMBERS = ("t_cand_us", "t_baseline_us", "t_hw_us", "bytes", "flops")
 NON_FINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}

@@ -19,6 +19,9 @@ from .inputs import INPUT_COMPAT_MODES, INPUT_DISTS
 
 GOLDEN_PRECISIONS = ("fp64_cpu", "native_cpu")
 CHECKERS = ("relative_error", "allclose")
+BENCHES = ("auto", "cann", "stanford")
+KB_ACCURACY = ("kernelbench", "cann")
+DEFAULT_KB_TRIALS = 5
 
 DEFAULT_GOLDEN_TIMEOUT_S = 600.0
 DEFAULT_BUILD_TIMEOUT_S = 600.0
@@ -29,6 +32,8 @@ DEFAULT_REPEAT = 10  # docs/timing.md: the median of 10 is within the 3% CV targ
 PROFILER_LEVELS = ("Level1", "Level0", "Level2")
 DEFAULT_GOLDEN_CACHE = ".cannbench-cache/golden"
 MIN_GOLDEN_MEMORY_GIB = 1.0
+GUARD_MODES = ("block", "warn", "off")
+SECRET_WORKERINPUT_KEY = "cannbench_secret"
 
 
 def add_options(parser: pytest.Parser) -> None:
@@ -88,7 +93,13 @@ def add_options(parser: pytest.Parser) -> None:
     option("eval-report", metavar="PATH", help="also write the official EvalReport JSON shape.")
     option("shard", metavar="K/N", help="grade only the K-th of N deterministic shares of the operators.")
     option("seed", type=int, metavar="N",
-           help="evaluation seed mixed into every case seed (default 0, as the official harness).")
+           help="evaluation seed mixed into every case seed (default 0, as the official harness). Grading a "
+                "submission without it mixes in a per-session secret as well, so inputs cannot be known in "
+                "advance; give it to reproduce a run exactly.")
+    option("guard", choices=GUARD_MODES,
+           help="anti-cheat guard for submissions: block (default) fails a case that delegates to builtin "
+                "compute, loads host libraries or tampers with timing; warn records it as a flag; off skips "
+                "those checks (containment and the output contract always apply).")
     option("input-dist", choices=INPUT_DISTS,
            help="distribution of generated float inputs inside value_range (default uniform).")
     option("input-compat", choices=INPUT_COMPAT_MODES,
@@ -108,6 +119,21 @@ def add_options(parser: pytest.Parser) -> None:
                 "OOM killer is pointed at golden workers, never at pytest).")
     option("checker", choices=CHECKERS,
            help="accuracy checker: relative_error (the CANN precision standard, default) or allclose.")
+    option("bench", choices=BENCHES,
+           help="benchmark format: auto (default: detected from the files), cann (proto.yaml/cases.yaml "
+                "operators) or stanford (KernelBench problem files with Model/get_inputs/get_init_inputs).")
+    option("kb-trials", type=int, metavar="N",
+           help=f"KernelBench: correctness trials per problem, each on its own seed, besides the timed case "
+                f"(default {DEFAULT_KB_TRIALS}).")
+    option("kb-accuracy", choices=KB_ACCURACY,
+           help="KernelBench accuracy: kernelbench (default; allclose atol=rtol=1e-4 fp32, 1e-2 fp16/bf16 "
+                "against the reference in the same precision) or cann (the CANN precision standard against "
+                "a float64 run of the reference).")
+    option("kb-compile", ini_type="bool", action="store_true",
+           help="KernelBench: also time torch.compile of the reference Model as a second baseline.")
+    option("kb-max-input-gib", type=float, metavar="GIB",
+           help="KernelBench: skip (not grade) problems whose get_inputs() makes more than this many GiB "
+                "of tensors, sized on the meta device (default: no limit).")
 
 
 @dataclass(frozen=True)
@@ -144,6 +170,13 @@ class Settings:
     golden_timeout_s: float
     golden_memory_gib: Optional[float]
     checker: str
+    guard: str = "block"
+    secret: str = ""  # hex; mixed into every input seed when grading a submission without --cann-seed
+    bench: str = "auto"  # auto | cann | stanford (KernelBench problem files)
+    kb_trials: int = DEFAULT_KB_TRIALS
+    kb_accuracy: str = "kernelbench"
+    kb_compile: bool = False
+    kb_max_input_gib: Optional[float] = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -244,6 +277,10 @@ def settings_from_config(config: pytest.Config) -> Settings:
         except ValueError as exc:
             raise pytest.UsageError(f"--cann-shard: {exc}") from None
     markdown, eval_report = _value(config, "markdown"), _value(config, "eval_report")
+    kb_trials = _number(config, "kb_trials", int, DEFAULT_KB_TRIALS)
+    kb_max_input = _number(config, "kb_max_input_gib", float, None)
+    if kb_trials < 1 or (kb_max_input is not None and kb_max_input <= 0):
+        raise pytest.UsageError("--cann-kb-trials must be >= 1 and --cann-kb-max-input-gib positive")
     return Settings(
         tasks=str(tasks) if tasks else None,
         self_check=self_check,
@@ -275,4 +312,22 @@ def settings_from_config(config: pytest.Config) -> Settings:
         golden_timeout_s=timeout,
         golden_memory_gib=memory,
         checker=_choice(config, "checker", CHECKERS),
+        bench=_choice(config, "bench", BENCHES),
+        kb_trials=kb_trials,
+        kb_accuracy=_choice(config, "kb_accuracy", KB_ACCURACY),
+        kb_compile=_flag(config, "kb_compile"),
+        kb_max_input_gib=kb_max_input,
+        guard=_choice(config, "guard", GUARD_MODES),
+        secret=_session_secret(config, graded=bool(source or no_install), seeded=_value(config, "seed") is not None),
     )
+
+
+def _session_secret(config: pytest.Config, *, graded: bool, seeded: bool) -> str:
+    """One secret per session, made by the controller and handed to xdist workers (see plugin.XdistHooks):
+    a submission cannot precompute or recognise inputs it has never seen."""
+    if not graded or seeded:
+        return ""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and SECRET_WORKERINPUT_KEY in workerinput:
+        return str(workerinput[SECRET_WORKERINPUT_KEY])
+    return os.urandom(16).hex()

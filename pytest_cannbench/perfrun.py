@@ -103,6 +103,7 @@ def measure(task: OperatorTask, case: CaseSpec, data: GoldenData,
                     task, case, oc.FAILED, oc.TIMED_OUTPUT_WRONG,
                     f"timed call {index + 1} (its own input set) is wrong: {verdict.message}")
         cand_s += batch.seconds
+        record.flags += [f"guard: {flag}" for flag in batch.flags if f"guard: {flag}" not in record.flags]
         record.timer = batch.timer
         record.notes += batch.notes
         if base is not None:

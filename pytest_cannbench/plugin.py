@@ -12,6 +12,7 @@ import pytest
 
 from . import items, options, reporting, results, submission
 from . import session as state  # (pytest_sessionstart's parameter is named "session")
+from .kernelbench_collect import ProblemItem
 
 COLLECTOR_KEY = pytest.StashKey[results.ResultCollector]()
 
@@ -49,6 +50,7 @@ class XdistHooks:
         if data is not None:
             node.workerinput[state.WORKERINPUT_KEY] = data
         node.workerinput[state.RESUME_WORKERINPUT_KEY] = sorted(state.resume_keys(node.config))
+        node.workerinput[options.SECRET_WORKERINPUT_KEY] = state.settings(node.config).secret
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -82,6 +84,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> Optional[pytest.Collector]:
+    if file_path.suffix == ".py":  # a KernelBench problem file (kernelbench_collect decides)
+        from .kernelbench_collect import collect_file as collect_problem
+
+        return collect_problem(file_path, parent)
+    if state.settings(parent.config).bench == "stanford":
+        return None
     return items.collect_file(file_path, parent)
 
 
@@ -92,7 +100,7 @@ def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> Option
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
     report = yield
-    if isinstance(item, (items.CaseItem, items.InvalidTaskItem)):
+    if isinstance(item, (items.CaseItem, items.InvalidTaskItem, ProblemItem)):
         if call.when == "setup" and call.excinfo is not None and isinstance(call.excinfo.value, items.CaseFailed):
             # pytest renders setup errors without Item.repr_failure: a golden_error would print
             # pytest's own runner frames instead of its one-line verdict.
@@ -109,9 +117,14 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         mode = "grading a submission"
     else:
         mode = "no candidate"
-    lines = [f"cannbench: {mode}; seed {settings.seed}, inputs {settings.input_dist}/{settings.input_compat}, "
+    seed = f"seed {settings.seed}" + (" + a session secret" if settings.secret else "")
+    cache = "off (secret seeds never repeat)" if settings.secret else settings.golden_cache or "off"
+    lines = [f"cannbench: {mode}; {seed}, inputs {settings.input_dist}/{settings.input_compat}, "
              f"golden {settings.golden_precision}, checker {settings.checker}",
-             f"cannbench: golden cache {settings.golden_cache or 'off'}; logs {state.log_dir(config)}"]
+             f"cannbench: golden cache {cache}; logs {state.log_dir(config)}"]
+    if settings.source or settings.no_install:
+        lines.append(f"cannbench: guard {settings.guard} (builtin compute, host libraries, tampering); "
+                     "containment on (seccomp where available)")
     if settings.tasks:
         lines.insert(0, f"cannbench: tasks {settings.tasks}")
     submitted = state.submission(config)

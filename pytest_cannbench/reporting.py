@@ -19,7 +19,8 @@ from .options import Settings
 
 # Options that change a case's verdict, time or score: a resumed case must have been graded under the same.
 IDENTITY_OPTIONS = ("seed", "input_dist", "input_compat", "golden_precision", "checker", "device", "warmup",
-                    "repeat", "perf", "hardware", "self_check", "no_install")
+                    "repeat", "perf", "hardware", "self_check", "no_install", "guard", "bench", "kb_trials",
+                    "kb_accuracy", "kb_compile", "kb_max_input_gib")
 
 
 def submission_summary(state: Any, settings: Settings) -> dict[str, Any]:
@@ -67,22 +68,44 @@ def _cpu_model() -> str:
 
 
 class Journal:
-    """Append-only results.jsonl; every line is flushed and fsynced, so a kill loses at most the line in flight."""
+    """Append-only results.jsonl; every line is flushed and fsynced, so a kill loses at most the line in flight.
+
+    The judge remembers what the file held when it opened it and every line it appended since; at the end it
+    reads the file back, and if anyone else changed it (a submission's C++ writing into the report directory,
+    say) it rewrites the file from that record and says so.
+    """
 
     def __init__(self, path: Path, identity: str) -> None:
         self.path, self.identity = path, identity
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = open(path, "a", encoding="utf-8")
+        self._fh = open(path, "ab")
+        self._fh.seek(0, os.SEEK_END)
+        with open(path, "rb") as fh:
+            self._before = fh.read(self._fh.tell())
+        self._lines: list[bytes] = []
+        self.tampered = False
 
     def append(self, outcome: dict[str, Any]) -> None:
         from .leaderboard import dumps
 
-        self._fh.write(dumps({"run": self.identity, "outcome": outcome}) + "\n")
+        line = (dumps({"run": self.identity, "outcome": outcome}) + "\n").encode("utf-8")
+        self._lines.append(line)
+        self._fh.write(line)
         self._fh.flush()
         os.fsync(self._fh.fileno())
 
     def close(self) -> None:
         self._fh.close()
+        expected = self._before + b"".join(self._lines)
+        try:
+            now = self.path.read_bytes()
+        except OSError:
+            now = None
+        if now != expected:
+            self.tampered = True
+            from .atomic import write_bytes_atomic
+
+            write_bytes_atomic(self.path, expected)
 
 
 def recorded(path: Path, identity: str) -> dict[str, dict[str, Any]]:
@@ -138,7 +161,8 @@ def finish(config: Any, collector: Any) -> None:
                               environment=environment(plan.label, s.hardware or (
                                   hardware_key(s, plan) if plan.kind == "npu" else None)),
                               config={**s.as_dict(), "run_identity": collector.journal.identity,
-                                      "resumed_cases": len(collector.resumed)},
+                                      "resumed_cases": len(collector.resumed),
+                                      "journal_rewritten": collector.journal.tampered},
                               cap=s.hap_cap)
     collector.board = board
     leaderboard.write(Path(s.leaderboard), board)

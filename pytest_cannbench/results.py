@@ -98,9 +98,15 @@ class ResultCollector:
             lines.append(f"resumed from results.jsonl: {len(self.resumed)} cases (--cann-resume)")
         lines += timing_lines(results, limit)
         if self.board is not None:
+            from .kernelbench_scoring import summary_lines as kernelbench_lines
+
             lines += score_lines(self.board, limit)
+            lines += kernelbench_lines(self.board.get("kernelbench"), limit)
         if self.written:
             lines.append("written: " + ", ".join(self.written))
+        if self.journal is not None and self.journal.tampered:
+            lines.append(f"WARNING: {self.journal.path} was changed by another process during the run; it was "
+                         "rewritten from the judge's own record (leaderboard config.journal_rewritten)")
         return lines
 
 

@@ -92,12 +92,16 @@ def start_submission(config: pytest.Config, announce: Any = None) -> None:
         return
     if config.option.collectonly:
         return
+    from . import kernelbench_submission
     from .submission import prepare
 
     if announce is not None:
         announce(f"cannbench: preparing submission {s.source or '(installed cann_bench)'} ...")
-    state = prepare(s.source, no_install=s.no_install, report_dir=report_dir(config),
-                    build_timeout=s.build_timeout_s)
+    if kernelbench_submission.wanted(s):  # ModelNew modules: nothing to build or install
+        state = kernelbench_submission.prepare(s.source)
+    else:
+        state = prepare(s.source, no_install=s.no_install, report_dir=report_dir(config),
+                        build_timeout=s.build_timeout_s, guard=s.guard)
     config.stash[SUBMISSION_KEY] = state
     config.stash[OWNS_SUBMISSION_KEY] = True
 
@@ -141,7 +145,25 @@ def _new_worker(config: pytest.Config, name: str, mode: str, state: Optional[Sub
         workdir=base / f"work-{worker_id(config)}", mode=mode,
         site_dir=state.site_dir if state is not None else None,
         env={**(state.env if state is not None else {}), **plan.env}, device=plan.worker_device,
-        threads=cpu_threads(), memory_bytes=memory, startup_timeout_s=max(120.0, s.case_timeout_s))
+        threads=cpu_threads(), memory_bytes=memory, startup_timeout_s=max(120.0, s.case_timeout_s),
+        guard=s.guard, protect=protected_paths(config),
+        static_problems=state.guard_problems if state is not None else [])
+
+
+def protected_paths(config: pytest.Config) -> list[str]:
+    """What a submission's worker may not read or write: the task trees (goldens, cases), the reports and
+    results, the golden cache and the plugin's per-machine cache (its private install lives in a temporary
+    directory, not there)."""
+    s = settings(config)
+    paths = [s.report_dir, os.path.dirname(s.leaderboard), str(cache_dir(config))]
+    if s.golden_cache:
+        paths.append(s.golden_cache)
+    for arg in [s.tasks] + list(config.args):
+        if arg:
+            path = Path(str(arg).split("::", 1)[0]).resolve()
+            if path.exists():
+                paths.append(str(path if path.is_dir() else path.parent))
+    return sorted(set(paths))
 
 
 def candidate_worker(config: pytest.Config):  # -> CandidateWorker

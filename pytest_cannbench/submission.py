@@ -52,6 +52,7 @@ class SubmissionState:
     env: dict[str, str] = field(default_factory=dict)
     interfaces: list[list[str]] = field(default_factory=list)  # [name, source]
     scan: dict[str, Any] = field(default_factory=dict)  # static-scan telemetry of the sources (never a verdict)
+    guard_problems: list[list[str]] = field(default_factory=list)  # [kind, detail]: forbidden symbol imports
     build_log: Optional[str] = None
     session_dir: Optional[str] = None
     seconds: dict[str, float] = field(default_factory=dict)
@@ -228,13 +229,25 @@ def install_wheel(wheel: Path, state: SubmissionState, work: Path, log: Path) ->
     return True
 
 
-def discover(state: SubmissionState, log_dir: Path, work: Path) -> None:
+def check_symbols(state: SubmissionState) -> None:
+    """The private install's shared objects may import no builtin compute (elf_symbols): a verdict for every
+    case in block mode, flags in warn mode."""
+    from .elf_symbols import scan_libraries
+
+    if not state.site_dir:
+        return
+    problems, unreadable = scan_libraries(Path(state.site_dir))
+    state.guard_problems = [["builtin_compute", p.detail()] for p in problems[:20]]
+    state.scan["symbols"] = {"problems": [p.detail() for p in problems[:50]], "unreadable": unreadable[:20]}
+
+
+def discover(state: SubmissionState, log_dir: Path, work: Path, guard: str = "block") -> None:
     """Import the submission in a candidate worker and list its interfaces (validated: it ran their code)."""
     from .candidate_client import CandidateWorker, WorkerGone
     from .interfaces import validate_names
 
     worker = CandidateWorker(log_path=log_dir / "discovery.log", workdir=work / "discovery", mode="submission",
-                             site_dir=state.site_dir, env=dict(state.env))
+                             site_dir=state.site_dir, env=dict(state.env), guard=guard)
     t0 = time.perf_counter()
     try:
         worker.start()
@@ -249,7 +262,8 @@ def discover(state: SubmissionState, log_dir: Path, work: Path) -> None:
     state.seconds["discover"] = round(time.perf_counter() - t0, 3)
 
 
-def prepare(source: Optional[str], *, no_install: bool, report_dir: Path, build_timeout: float) -> SubmissionState:
+def prepare(source: Optional[str], *, no_install: bool, report_dir: Path, build_timeout: float,
+            guard: str = "block") -> SubmissionState:
     """Build, install and discover the submission; the returned state holds a private session directory
     that :func:`cleanup` removes."""
     work = Path(tempfile.mkdtemp(prefix="cannbench-session-"))
@@ -273,7 +287,8 @@ def prepare(source: Optional[str], *, no_install: bool, report_dir: Path, build_
                 return state
         if not install_wheel(wheel, state, work, install_log):
             return state
-    discover(state, log_dir, work)
+        check_symbols(state)
+    discover(state, log_dir, work, guard)
     return state
 
 

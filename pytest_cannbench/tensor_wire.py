@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import weakref
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -275,6 +276,13 @@ def poison(outputs: list, descriptions: list[dict]) -> None:
                 pass
 
 
+# Storages of outputs already returned, while something (the submission's cache) keeps them alive: torch keeps
+# one Python object per live storage, so a weak set tells "the same buffer again" from "a new buffer at a
+# recycled address".
+_EARLIER_OUTPUTS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+EARLIER_OUTPUT = "an earlier call's output"
+
+
 def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: int, out_capacity: int,
                   inputs: Optional[dict[str, Any]] = None) -> list[dict]:
     """Describe each output and copy the plain contiguous tensors that fit into the output area.
@@ -312,6 +320,11 @@ def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: i
             if shared:
                 descriptions.append({"kind": "alias", "inputs": shared[:10]})
                 continue
+        storage = torch._C.TensorBase.untyped_storage(value)
+        if storage in _EARLIER_OUTPUTS:  # the same storage, still alive since an earlier call returned it
+            descriptions.append({"kind": "alias", "inputs": [EARLIER_OUTPUT]})
+            continue
+        _EARLIER_OUTPUTS.add(storage)
         t = value.detach()
         entry = {"kind": "tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
                  "device": str(t.device), "offset": offset, "nbytes": t.numel() * t.element_size(),
@@ -380,8 +393,11 @@ def _decode_one(d: Any, region: Region, dtypes: dict[str, Any], lo: int, hi: int
         return OutputProblem(f"output carries instance attributes ({_names(d.get('names'))}); return a plain "
                              "torch.Tensor", "Tensor")
     if kind == "alias":
-        return OutputProblem(f"output shares memory with input {_names(d.get('inputs'))}; return a new tensor",
-                             "Tensor")
+        names = d.get("inputs")
+        if names == [EARLIER_OUTPUT]:
+            return OutputProblem(f"output is the storage of {EARLIER_OUTPUT}, kept and returned again; return a "
+                                 "new tensor per call", "Tensor")
+        return OutputProblem(f"output shares memory with input {_names(names)}; return a new tensor", "Tensor")
     if kind != "tensor":
         return OutputProblem("the candidate worker sent an output of unknown kind")
     dtype = dtypes.get(d.get("dtype")) if isinstance(d.get("dtype"), str) else None

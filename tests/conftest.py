@@ -96,3 +96,9 @@ def prebuilt_submission(source: Path) -> Path:
 def prebuilt():
     """``prebuilt("broken/segfault")``: the example's prebuilt submission directory."""
     return lambda name: prebuilt_submission(EXAMPLES / name)
+
+
+@pytest.fixture(scope="session")
+def prebuilt_source():
+    """``prebuilt_source(path)``: any submission source directory, built once like the examples."""
+    return prebuilt_submission

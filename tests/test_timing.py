@@ -97,12 +97,15 @@ def softplus(x, beta=1.0, threshold=20.0):
 REPLAY = '''import torch
 
 _first = {}
+_calls = {}
 
 
 def softplus(x, beta=1.0, threshold=20.0):
-    """Right on the first call for each shape, then replays it: caught only if timed outputs are checked."""
+    """Right on the correctness calls (the first and the second pass), then replays the last result: caught
+    only if timed outputs are checked."""
     key = (tuple(x.shape), x.dtype, beta, threshold)
-    if key not in _first:
+    _calls[key] = _calls.get(key, 0) + 1
+    if _calls[key] <= 2:
         _first[key] = torch.nn.functional.softplus(x.float(), beta=beta, threshold=threshold).to(x.dtype)
     return _first[key].clone()
 '''

@@ -1,7 +1,9 @@
-"""The adversarial suite: every attack scores 0 with the failure it deserves; an honest submission scores in full.
+"""The adversarial suite: every attack scores 0 with the failure it deserves; honest submissions score in full.
 
 Each attack runs in its own inner session (one submission per session), timed like a real run but with few
-calls, so both the correctness and the timing paths are attacked.
+calls, so both the correctness and the timing paths are attacked. The honest controls are graded the same
+way: the Python one with the guard off (like the attacks on other defences), the C++ example with the
+guard on (its kernels are its own loops).
 """
 
 from __future__ import annotations
@@ -16,25 +18,28 @@ from inner import make_wheel, run_inner
 ARGS = ("--cann-tasks=tasks", "-p", "no:cacheprovider", "--cann-golden-cache=off", "--cann-repeat=2",
         "--cann-warmup=1", "--cann-case-timeout=60")
 SOFTPLUS = ("softplus[01]", "softplus[02]", "softplus[03]", "softplus[04]")
+CPP = Path(__file__).parent / "cpp"
 
 
-def grade(pytester, capsys, task_tree, code: str):
-    tasks = task_tree("submission")
+def python_submission(pytester, code: str) -> Path:
     source = Path(pytester.path) / "sub"
     make_wheel(source / "dist", {"cann_bench/__init__.py": CACHE_PRELUDE + code})
-    run = run_inner(pytester, capsys, tasks, *ARGS, f"--cann-source={source}")
+    return source
+
+
+def grade(pytester, capsys, task_tree, source: Path, *extra: str, tasks: Path | None = None):
+    tasks = tasks or task_tree("submission")
+    run = run_inner(pytester, capsys, tasks, *ARGS, f"--cann-source={source}", *extra)
     board = json.loads((Path(pytester.path) / "reports" / "leaderboard.json").read_text())
     softplus = next(op for op in board["operators"] if op["rel_path"] == "level1/softplus")
-    return run, softplus
+    return run, softplus, board
 
 
-@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
-def test_attack_scores_zero(attack, pytester, capsys, task_tree):
-    run, softplus = grade(pytester, capsys, task_tree, attack.code)
+def assert_scores_zero(run, softplus, expect) -> None:
     for name in SOFTPLUS:
         case = run.cases[name]
         assert case.outcome != "passed", (name, case.cann)
-        assert case.cann["failure_type"] in attack.expect, (name, case.cann["failure_type"], case.cann["message"])
+        assert case.cann["failure_type"] in expect, (name, case.cann["failure_type"], case.cann["message"])
     # Nothing for function or performance. The official formula keeps the compile/runtime part for a pure
     # precision failure (the kernel ran and returned a well-formed tensor); every other failure loses it too.
     assert softplus["cases_passed"] == 0 and softplus["function_score"] == 0 and softplus["performance_score"] == 0
@@ -42,8 +47,72 @@ def test_attack_scores_zero(attack, pytester, capsys, task_tree):
     assert softplus["score"] == pytest.approx(20 * precision_only / len(SOFTPLUS)), softplus
 
 
-def test_honest_submission_keeps_its_full_score(pytester, capsys, task_tree):
-    run, softplus = grade(pytester, capsys, task_tree, HONEST)
+@pytest.mark.parametrize("attack", ATTACKS, ids=[a.name for a in ATTACKS])
+def test_attack_scores_zero(attack, pytester, capsys, task_tree):
+    tasks = task_tree("submission")
+    reports = Path(pytester.path) / "reports"
+    code = attack.code.replace("@TASKS@", str(tasks.resolve())).replace("@REPORTS@", str(reports.resolve()))
+    run, softplus, _ = grade(pytester, capsys, task_tree, python_submission(pytester, code),
+                             f"--cann-guard={attack.guard}", tasks=tasks)
+    assert_scores_zero(run, softplus, attack.expect)
+    journal = reports / "results.jsonl"
+    assert all(json.loads(line).get("run") for line in journal.read_text().splitlines()), "forged journal lines"
+
+
+@pytest.mark.parametrize("name, expect", [("dispatch_by_name", {"builtin_compute"}),
+                                          ("direct_kernel", {"builtin_compute"})])
+def test_cpp_delegation_scores_zero(name, expect, pytester, capsys, task_tree, prebuilt_source):
+    run, softplus, board = grade(pytester, capsys, task_tree, prebuilt_source(CPP / name), "--cann-guard=block")
+    assert_scores_zero(run, softplus, expect)
+    if name == "direct_kernel":  # found in the shared object before anything ran
+        assert any("at::cpu::softplus" in p for p in board["submission"]["scan"]["symbols"]["problems"])
+        assert "imports at::cpu::softplus" in run.cases["softplus[01]"].cann["message"]
+
+
+def test_cpp_delegation_is_only_flagged_in_warn_mode(pytester, capsys, task_tree, prebuilt_source):
+    run, softplus, _ = grade(pytester, capsys, task_tree, prebuilt_source(CPP / "dispatch_by_name"),
+                             "--cann-guard=warn", "--cann-no-perf")
+    assert all(run.cases[name].outcome == "passed" for name in SOFTPLUS)
+    assert any("builtin_compute" in w and "aten::softplus" in w for w in run.cases["softplus[01]"].cann["warnings"])
+
+
+def test_honest_python_submission_keeps_its_full_score(pytester, capsys, task_tree):
+    run, softplus, _ = grade(pytester, capsys, task_tree, python_submission(pytester, HONEST), "--cann-guard=off")
     assert all(run.cases[name].outcome == "passed" for name in SOFTPLUS)
     assert softplus["compile_score"] == 20.0 and softplus["function_score"] == 30.0
     assert softplus["performance_score"] > 0
+
+
+def test_honest_cpp_example_passes_every_defence(pytester, capsys, task_tree, prebuilt):
+    """The bundled example, guard on: every case passes and scores (its ops are allocation plus its own loops)."""
+    run, softplus, board = grade(pytester, capsys, task_tree, prebuilt("cpp_cpu"), "--cann-guard=block")
+    assert all(case.outcome == "passed" for case in run.cases.values()), {
+        k: c.cann.get("message") for k, c in run.cases.items() if c.outcome != "passed"}
+    assert softplus["compile_score"] == 20.0 and softplus["function_score"] == 30.0
+    assert softplus["performance_score"] > 0
+    assert not board["submission"]["scan"]["symbols"]["problems"]
+    assert not any(w.startswith("guard") for case in run.cases.values() for w in case.cann["warnings"])
+
+
+def test_fingerprint_cache_of_known_inputs_gains_nothing(pytester, capsys, task_tree):
+    """An agent records the answers for inputs it has seen (seed 0 is public), then replays them by fingerprint.
+    With the seed given (a reproduced run) the table works, which proves it right; a graded session mixes in a
+    secret, so the same table never hits."""
+    tasks = task_tree("submission")
+    table = Path(pytester.path) / "table.pt"
+    recorder = (f"import torch\nTABLE = {str(table)!r}\n\n\ndef softplus(x, beta=1.0, threshold=20.0):\n"
+                f"    import os\n    y = {HONEST.split('return ', 1)[1].strip()}\n"
+                "    seen = torch.load(TABLE) if os.path.exists(TABLE) else {}\n"
+                "    seen[tuple(x.reshape(-1)[:16].float().tolist())] = y.clone()\n"
+                "    torch.save(seen, TABLE)\n    return y\n")
+    grade(pytester, capsys, task_tree, python_submission(pytester, recorder), "--cann-seed=0", "--cann-no-perf",
+          tasks=tasks)
+    assert table.is_file()
+    replayer = (f"import torch\nSEEN = torch.load({str(table)!r})\n\n\ndef softplus(x, beta=1.0, threshold=20.0):\n"
+                "    y = SEEN.get(tuple(x.reshape(-1)[:16].float().tolist()))\n"
+                "    return y.clone() if y is not None else torch.zeros_like(x)\n")
+    source = python_submission(pytester, replayer)
+    run, _, _ = grade(pytester, capsys, task_tree, source, "--cann-seed=0", "--cann-no-perf", tasks=tasks)
+    assert all(run.cases[name].outcome == "passed" for name in SOFTPLUS), "the table should replay seed 0"
+    run, softplus, _ = grade(pytester, capsys, task_tree, source, "--cann-no-perf", tasks=tasks)
+    assert_scores_zero(run, softplus, {"precision_mismatch"})

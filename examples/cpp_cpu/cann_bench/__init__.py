@@ -21,8 +21,28 @@ _load_library()
 
 softplus = torch.ops.cann_bench.softplus
 leaky_relu = torch.ops.cann_bench.leaky_relu
+gelu = torch.ops.cann_bench.gelu
+silu = torch.ops.cann_bench.silu
+clamp = torch.ops.cann_bench.clamp
 rms_scale = torch.ops.cann_bench.rms_scale
 log_softmax = torch.ops.cann_bench.log_softmax
+layer_norm = torch.ops.cann_bench.layer_norm
+reduce_sum = torch.ops.cann_bench.reduce_sum
 row_top_k = torch.ops.cann_bench.row_top_k
+batch_matmul = torch.ops.cann_bench.batch_matmul
+moe_gating = torch.ops.cann_bench.moe_gating
 
-__all__ = ["softplus", "leaky_relu", "rms_scale", "log_softmax", "row_top_k"]
+__all__ = [
+    "softplus",
+    "leaky_relu",
+    "gelu",
+    "silu",
+    "clamp",
+    "rms_scale",
+    "log_softmax",
+    "layer_norm",
+    "reduce_sum",
+    "row_top_k",
+    "batch_matmul",
+    "moe_gating",
+]

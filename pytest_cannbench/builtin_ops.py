@@ -1,0 +1,102 @@
+"""Which builtin ops a submission may run under its own call: allocation, views and copies, nothing that computes.
+
+One list serves both sides of the delegation guard: the profiler's op tree in the worker (op names such as
+``aten::exp``) and the ATen symbols a submission's shared objects import (``at::_ops::exp::call``). Everything
+not listed counts as builtin compute, ``exp`` and ``sigmoid`` included: the list is what is allowed, never what
+is forbidden, so an op added to a future torch is refused until someone decides otherwise.
+"""
+
+from __future__ import annotations
+
+SUBMISSION_NAMESPACE = "cann_bench"
+
+ALLOCATION = frozenset({
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted",
+    "zeros", "zeros_like", "new_zeros", "zero_", "ones", "ones_like", "new_ones", "full", "full_like", "new_full",
+    "fill_", "scalar_tensor", "lift", "lift_fresh", "lift_fresh_copy",
+})
+VIEWS = frozenset({
+    "view", "view_as", "_reshape_alias", "reshape", "_unsafe_view", "as_strided", "expand", "expand_as", "squeeze",
+    "unsqueeze", "permute", "transpose", "t", "narrow", "slice", "select", "split", "split_with_sizes", "chunk",
+    "unbind", "flatten", "unflatten", "movedim", "detach", "alias", "contiguous", "resolve_conj", "resolve_neg",
+    "unfold", "diagonal", "_nested_view_from_buffer",
+})
+COPIES = frozenset({
+    "clone", "copy_", "to", "_to_copy", "_copy_from", "_copy_from_and_resize", "resize_", "resize_as_", "set_",
+    "cat", "stack", "pin_memory", "_pin_memory", "is_pinned", "record_stream", "item", "_local_scalar_dense",
+    "is_nonzero", "size", "stride", "numel", "dim", "sym_size", "sym_stride", "sym_numel", "is_contiguous",
+})
+ALLOWED = ALLOCATION | VIEWS | COPIES
+
+
+def base_name(op: str) -> str:
+    """``aten::add_.Tensor`` -> ``add_``; ``exp`` -> ``exp``."""
+    name = op.split("::", 1)[1] if "::" in op else op
+    return name.split(".", 1)[0]
+
+
+def is_allowed(op: str) -> bool:
+    """An op event name from the profiler: the submission's own namespace or an allowed ATen op."""
+    namespace = op.split("::", 1)[0] if "::" in op else ""
+    if namespace == SUBMISSION_NAMESPACE:
+        return True
+    return namespace == "aten" and base_name(op) in ALLOWED
+
+
+# ---------------------------------------------------------------- symbols of compiled code
+
+# Itanium-mangled namespace prefixes of ATen's kernels and math libraries: calling into them skips the
+# dispatcher, so the profiler would not see it.
+FORBIDDEN_NAMESPACES = {
+    "_ZN2at6native": "an ATen kernel called directly",
+    "_ZN2at3cpu": "an ATen CPU kernel called directly",
+    "_ZN2at4cuda": "an ATen CUDA kernel called directly",
+    "_ZN2at7cpublas": "ATen's BLAS",
+    "_ZN2at26compositeexplicitautograd": "an ATen kernel called directly",
+    "_ZN2at26compositeimplicitautograd": "an ATen kernel called directly",
+    "_ZN2at40compositeexplicitautogradnonfunctional": "an ATen kernel called directly",
+    "_ZN5torch8autograd8profiler": "profiler control",
+    "_ZN5torch8profiler": "profiler control",
+}
+# at::cuda's stream and device helpers are what a CUDA kernel needs; its BLAS and kernels are not
+ALLOWED_NAMESPACES = ("_ZN2at4cuda20getCurrentCUDAStream", "_ZN2at4cuda21getDefaultCUDAStream",
+                      "_ZN2at4cuda17getStreamFromPool", "_ZN2at4cuda19getCurrentDeviceProperties",
+                      "_ZN2at4cuda19getDeviceProperties", "_ZN2at4cuda6detail", "_ZN2at4cuda10CUDAStream")
+FORBIDDEN_C_PREFIXES = {
+    "cblas_": "BLAS", "sgemm": "BLAS", "dgemm": "BLAS", "hgemm": "BLAS", "gemm_": "BLAS", "mkl_": "MKL",
+    "MKL_": "MKL", "dnnl_": "oneDNN", "cublas": "cuBLAS", "cudnn": "cuDNN", "cufft": "cuFFT", "cusparse": "cuSPARSE",
+    "cusolver": "cuSOLVER", "LAPACKE_": "LAPACK", "openblas": "OpenBLAS", "dlsym": "run-time symbol lookup",
+    "dlvsym": "run-time symbol lookup", "dlopen": "run-time library loading",
+}
+
+
+def _nested_names(mangled: str, start: int) -> list[str]:
+    """The <length><identifier> components of a mangled nested name from ``start``."""
+    parts, i = [], start
+    while i < len(mangled) and mangled[i].isdigit():
+        j = i
+        while j < len(mangled) and mangled[j].isdigit():
+            j += 1
+        size = int(mangled[i:j])
+        parts.append(mangled[j:j + size])
+        i = j + size
+    return parts
+
+
+def forbidden_symbol(name: str) -> str:
+    """Why compiled submission code may not import ``name`` ("" when it may)."""
+    if name.startswith("_ZN2at4_ops"):
+        parts = _nested_names(name, len("_ZN2at4_ops"))
+        op = parts[0] if parts else ""
+        if op in ALLOWED or any(op.startswith(a + "_") for a in ALLOWED):
+            return ""
+        return f"the builtin op aten::{op}"
+    if name.startswith("_ZN2at") and ("RecordFunction" in name or "Callback" in name):
+        return "control of the profiler's op recording"
+    for prefix, why in FORBIDDEN_NAMESPACES.items():
+        if name.startswith(prefix) and not name.startswith(ALLOWED_NAMESPACES):
+            return why
+    for prefix, why in FORBIDDEN_C_PREFIXES.items():
+        if name.startswith(prefix):
+            return why
+    return ""

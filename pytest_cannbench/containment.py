@@ -1,0 +1,121 @@
+"""Kernel-enforced limits on the candidate worker, installed just before the submission is imported.
+
+A seccomp filter (all threads, ``TSYNC``) refuses, for the rest of the worker's life:
+
+* new processes: ``fork``/``vfork``, ``clone`` without ``CLONE_THREAD`` (threads stay allowed), ``execve``
+  (``clone3`` answers ``ENOSYS`` so the C library falls back to ``clone``, whose flags the filter can read);
+* touching other processes: ``ptrace``, ``process_vm_readv``/``writev``, and any signal (``kill``,
+  ``tgkill``, ``tkill``, ``rt_sigqueueinfo``, ``pidfd_send_signal``) not aimed at the worker itself or its group;
+* the network: ``socket`` for ``AF_INET``, ``AF_INET6`` and ``AF_PACKET``.
+
+This is below Python and ctypes: C++ in a submission meets the same wall. Resource limits cap the size of
+any file the worker writes (its log included) and disable core dumps. Where seccomp is unavailable (another
+architecture, an old kernel) the worker says so in its log and the judge's own /proc checks still apply.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import resource
+import struct
+
+FILE_SIZE_LIMIT = 1 << 30  # a runaway log or scratch file ends the worker (SIGXFSZ), not the disk
+
+# struct seccomp_data: nr (u32), arch (u32), ip (u64), args[6] (u64); little-endian low words of args.
+_NR, _ARCH, _ARG0, _ARG1 = 0, 4, 16, 24
+_LD_W_ABS, _JEQ_K, _JSET_K, _RET_K = 0x20, 0x15, 0x45, 0x06
+_ALLOW = 0x7FFF0000
+_ERRNO = 0x00050000
+EPERM, EACCES, ENOSYS = 1, 13, 38
+CLONE_THREAD = 0x00010000
+AF_INET, AF_INET6, AF_PACKET = 2, 10, 17
+
+# name -> syscall number, per architecture (audit arch value first).
+_ARCHES = {
+    "x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "execve": 59, "execveat": 322,
+                            "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kill": 62,
+                            "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
+                            "pidfd_send_signal": 424, "socket": 41, "seccomp": 317}),
+    "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435, "execve": 221, "execveat": 281, "ptrace": 117,
+                             "process_vm_readv": 270, "process_vm_writev": 271, "kill": 129, "tkill": 130,
+                             "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
+                             "pidfd_send_signal": 424, "socket": 198, "seccomp": 277}),
+}
+
+
+def _stmt(code: int, k: int) -> bytes:
+    return struct.pack("HBBI", code, 0, 0, k & 0xFFFFFFFF)
+
+
+def _jump(code: int, k: int, jt: int, jf: int) -> bytes:
+    return struct.pack("HBBI", code, jt, jf, k & 0xFFFFFFFF)
+
+
+def build_program(arch_value: int, nr: dict[str, int], pid: int, allow_processes: bool) -> list[bytes]:
+    """The BPF program as a list of 8-byte instructions (pure, so tests can read it)."""
+    deny = _stmt(_RET_K, _ERRNO | EPERM)
+    allow = _stmt(_RET_K, _ALLOW)
+    prog = [_stmt(_LD_W_ABS, _ARCH), _jump(_JEQ_K, arch_value, 1, 0), allow,  # a foreign ABI: not ours to judge
+            _stmt(_LD_W_ABS, _NR)]
+    blocks: list[list[bytes]] = []  # each: "nr == X ? body : skip body"; every body ends in a return
+
+    def syscall_block(name: str, body: list[bytes]) -> None:
+        if name in nr:
+            blocks.append([_jump(_JEQ_K, nr[name], 0, len(body))] + body)
+
+    if not allow_processes:
+        for name in ("fork", "vfork", "execve", "execveat"):
+            syscall_block(name, [deny])
+        syscall_block("clone3", [_stmt(_RET_K, _ERRNO | ENOSYS)])
+        syscall_block("clone", [_stmt(_LD_W_ABS, _ARG0), _jump(_JSET_K, CLONE_THREAD, 0, 1), allow, deny])
+    for name in ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_send_signal", "tkill"):
+        syscall_block(name, [deny])
+    own = pid & 0xFFFFFFFF
+    group = (-pid) & 0xFFFFFFFF
+    # kill(pid, sig): itself, its own group (0 or -pid; the worker leads its session); everything else refused
+    syscall_block("kill", [_stmt(_LD_W_ABS, _ARG0), _jump(_JEQ_K, own, 3, 0), _jump(_JEQ_K, 0, 2, 0),
+                           _jump(_JEQ_K, group, 1, 0), deny, allow])
+    for name in ("tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):  # tgid first: only its own threads
+        syscall_block(name, [_stmt(_LD_W_ABS, _ARG0), _jump(_JEQ_K, own, 1, 0), deny, allow])
+    syscall_block("socket", [_stmt(_LD_W_ABS, _ARG0), _jump(_JEQ_K, AF_INET, 3, 0), _jump(_JEQ_K, AF_INET6, 2, 0),
+                             _jump(_JEQ_K, AF_PACKET, 1, 0), allow, _stmt(_RET_K, _ERRNO | EACCES)])
+    for block in blocks:
+        prog += block
+    prog.append(allow)
+    return prog
+
+
+def install_filter(allow_processes: bool = False) -> str:
+    """Install the filter on every thread of this process; returns a word for the log ("on" or why not)."""
+    arch = _ARCHES.get(platform.machine())
+    if arch is None:
+        return f"unavailable (no syscall table for {platform.machine()})"
+    arch_value, nr = arch
+    prog = build_program(arch_value, nr, os.getpid(), allow_processes)
+    blob = b"".join(prog)
+    buf = ctypes.create_string_buffer(blob, len(blob))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    fprog = SockFprog(len(prog), ctypes.addressof(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(38, 1, 0, 0, 0) != 0:  # PR_SET_NO_NEW_PRIVS
+        return f"unavailable (no_new_privs: errno {ctypes.get_errno()})"
+    libc.syscall.restype = ctypes.c_long
+    # SECCOMP_SET_MODE_FILTER (1) with SECCOMP_FILTER_FLAG_TSYNC (1): torch's pool threads exist already
+    if libc.syscall(ctypes.c_long(nr["seccomp"]), ctypes.c_uint(1), ctypes.c_uint(1), ctypes.byref(fprog)) != 0:
+        return f"unavailable (seccomp: errno {ctypes.get_errno()})"
+    return "on (seccomp: no processes, no foreign signals or tracing, no network)"
+
+
+def limit_resources() -> None:
+    for limit, value in ((resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT), (resource.RLIMIT_CORE, 0)):
+        try:
+            soft, hard = resource.getrlimit(limit)
+            cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
+            resource.setrlimit(limit, (cap, hard))
+        except (ValueError, OSError):
+            pass
