@@ -211,9 +211,12 @@ class Worker:
                                   req.get("timer", "auto"), req.get("npu"))
         except BaseException as exc:  # noqa: BLE001 - the candidate's, or its output could not be written
             return {**_error("call", exc), "guard": self._guard_report()}
-        phases = dict(times.phases, prepare=times.started - started)
+        report = self._guard_report()
+        # the guard's own work after the loop (profiler teardown and trace, the checks): CPU time the judge sees
+        guard_s = max(0.0, _clock() - times.started - times.phases.get("total", 0.0))
+        phases = dict(times.phases, prepare=times.started - started, guard=guard_s)
         return {"ok": True, "seconds": times.seconds, "outputs": outputs, "phases": phases, "timer": times.timer,
-                "notes": times.notes, "guard": self._guard_report()}
+                "notes": times.notes, "guard": report}
 
 
 def _warm_thread_pools(device: str) -> None:

@@ -175,5 +175,26 @@ def _notes(board: dict[str, Any]) -> list[str]:
 
 def render(board: dict[str, Any]) -> str:
     """The board as Markdown: headline, levels, operators, failures by type, notes."""
-    lines = _headline(board) + _levels(board) + _operators(board) + _failures(board) + _notes(board)
+    lines = (_headline(board) + _levels(board) + _operators(board) + _kernelbench(board) + _failures(board)
+             + _notes(board))
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _kernelbench(board: dict[str, Any]) -> list[str]:
+    """KernelBench problems (docs/kernelbench.md): correctness, speed-up, fast_p and the geometric mean."""
+    kb = board.get("kernelbench")
+    if not kb:
+        return []
+    lines = ["### KernelBench", "", "| problem | correct | T_cand (us) | T_base (us) | speed-up |",
+             "|---|---|---:|---:|---:|"]
+    for r in kb.get("problems", []):
+        speed = f"x{r['speedup']:.2f}" if r.get("speedup") else "-"
+        cand = f"{r['t_cand_us']:.1f}" if r.get("t_cand_us") else "-"
+        base = f"{r['t_baseline_us']:.1f}" if r.get("t_baseline_us") else "-"
+        lines.append(f"| `{r['rel_path']}` | {'yes' if r['correct'] else r['status']} | {cand} | {base} | {speed} |")
+    fast = ", ".join(f"fast_{p} {v * 100:.0f}%" if isinstance(v, (int, float)) else f"fast_{p} -"
+                     for p, v in kb.get("fast_p", {}).items())
+    geo = f"x{kb['speedup_geomean']:.2f}" if kb.get("speedup_geomean") else "-"
+    lines += ["", f"{kb.get('problems_correct')}/{kb.get('problems_graded')} problems correct; {fast}; "
+              f"geometric-mean speed-up {geo}", ""]
+    return lines

@@ -63,7 +63,7 @@ def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, t
     if not seconds or any(not math.isfinite(s) or s <= 0 for s in seconds):
         return f"non-positive or non-finite call times {seconds[:5]}"
     total, prepare = phases.get("total", 0.0), phases.get("prepare", 0.0)
-    reported = prepare + total
+    reported = prepare + total + phases.get("guard", 0.0)
     if reported > wall_s + 0.002:
         return f"the worker reports {reported * 1e3:.2f} ms for a batch the judge saw take {wall_s * 1e3:.2f} ms"
     if cpu_s is not None:
@@ -75,7 +75,9 @@ def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, t
         inner = sum(phases.get(k, 0.0) for k in ("warmup", "flush", "calls", "write"))
         if abs(sum(seconds) - phases.get("calls", 0.0)) > 1e-6 + 1e-6 * abs(sum(seconds)):
             return "the call times do not add up to the reported calls phase"
-        if total - inner > 0.002 + 0.02 * total:
+        # only the loop's own statements lie between the phases: a gap beyond a preemption or two on a busy
+        # machine (a few ms) means the account was made up
+        if total - inner > 0.010 + 0.05 * total:
             return (f"{(total - inner) * 1e3:.2f} ms of the timed loop are not accounted for by warm-up, flushes "
                     "and calls")
     return None

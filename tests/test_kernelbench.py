@@ -65,9 +65,14 @@ def test_self_check_runs_each_reference_as_the_candidate(pytester, capsys, probl
 
 def test_honest_submission_is_graded_end_to_end(pytester, capsys, problems):
     junit = pytester.path / "junit.xml"
+    markdown, html = pytester.path / "summary.md", pytester.path / "report.html"
     run = grade(pytester, capsys, problems, f"--cann-source={FIXTURES / 'honest'}", "--cann-guard=off",
-                "--cann-kb-trials=2", "--cann-warmup=1", "--cann-repeat=2", f"--junitxml={junit}")
+                "--cann-kb-trials=2", "--cann-warmup=1", "--cann-repeat=2", f"--junitxml={junit}",
+                f"--cann-markdown={markdown}", f"--html={html}")
     assert run.ret == 0, run.text
+    text = markdown.read_text()  # the same reports as CANN tasks: Markdown, HTML, junit, leaderboard
+    assert "### KernelBench" in text and "4/4 problems correct" in text and "fast_1.5" in text
+    assert "1_ReLU" in html.read_text()
     assert {c.cann["status"] for c in run.cases.values()} == {"passed"}
     kb = board(run)["kernelbench"]
     assert kb["problems_graded"] == 4 and kb["problems_correct"] == 4

@@ -45,7 +45,7 @@ BIG = {k: v * 50 for k, v in GOOD.items()}  # a 0.5 s batch
     ([0.001] * 3, GOOD, 0.005, 0.004, "for a batch the judge saw take"),  # more time than there was
     ([0.005] * 3, {k: v / 10 for k, v in BIG.items()}, 0.5, 0.49, "its clock runs slow"),
     ([0.0001] * 3, GOOD, 0.0125, 0.012, "do not add up"),
-    ([0.001] * 3, dict(GOOD, total=0.02), 0.0225, 0.02, "not accounted for"),
+    ([0.001] * 3, dict(GOOD, total=0.04), 0.0425, 0.04, "not accounted for"),
     ([0.001, 0.0, 0.001], GOOD, 0.0125, 0.012, "non-positive"),
     ([0.001, float("nan"), 0.001], GOOD, 0.0125, 0.012, "non-finite"),
 ], ids=["honest", "starved-judge", "too-much", "slow-clock", "calls-mismatch", "unaccounted", "zero", "nan"])
