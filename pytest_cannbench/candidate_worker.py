@@ -78,11 +78,15 @@ class Worker:
             try:
                 self.module = importlib.import_module("cann_bench")
             except BaseException as exc:  # noqa: BLE001 - any import failure is the submission's
-                return {**_error("import cann_bench", exc), "guard": self._guard_report()}
+                return self._failure("import cann_bench", exc)
         return {"ok": True, "pid": os.getpid(), "import_seconds": _clock() - t0, "guard": self._guard_report()}
 
     def _guard_report(self) -> list:
         return self.guard.report() if self.guard is not None else []
+
+    def _failure(self, stage: str, exc: BaseException) -> dict:
+        """An error reply that still carries what the guard found (an audit refusal is often the cause)."""
+        return {**_error(stage, exc), "guard": self._guard_report()}
 
     def discover(self, req: dict) -> dict:
         import torch
@@ -167,13 +171,13 @@ class Worker:
                 torch.cuda.synchronize()
             seconds = _clock() - t0
         except BaseException as exc:  # noqa: BLE001 - the candidate's exception is its verdict
-            return {**_error("call", exc), "guard": self._guard_report()}
+            return self._failure("call", exc)
         try:
             flat = flatten(result)
             outputs = write_outputs(self.mm, self.region_size, flat, req["out_offset"], req["out_capacity"], kwargs)
             poison(flat, outputs)
         except BaseException as exc:  # noqa: BLE001
-            return {**_error("return outputs", exc), "guard": self._guard_report()}
+            return self._failure("return outputs", exc)
         return {"ok": True, "outputs": outputs, "seconds": seconds, "guard": self._guard_report()}
 
 
@@ -210,7 +214,7 @@ class Worker:
                                   req["warmup"], self.device, _clock, self.flusher if req.get("flush") else None, sink,
                                   req.get("timer", "auto"), req.get("npu"))
         except BaseException as exc:  # noqa: BLE001 - the candidate's, or its output could not be written
-            return {**_error("call", exc), "guard": self._guard_report()}
+            return self._failure("call", exc)
         report = self._guard_report()
         # the guard's own work after the loop (profiler teardown and trace, the checks): CPU time the judge sees
         guard_s = max(0.0, _clock() - times.started - times.phases.get("total", 0.0))

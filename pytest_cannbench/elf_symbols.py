@@ -69,7 +69,7 @@ def undefined_symbols(path: Path) -> list[str]:
 
 def scan_libraries(root: Path) -> tuple[list[SymbolProblem], list[str]]:
     """``(problems, unreadable)`` over every shared object under ``root`` (the private install)."""
-    problems: list[SymbolProblem] = []
+    found: list[tuple[str, str, str]] = []
     unreadable: list[str] = []
     for lib in sorted(p for p in root.rglob("*") if p.is_file() and (p.suffix == ".so" or ".so." in p.name)):
         try:
@@ -80,20 +80,23 @@ def scan_libraries(root: Path) -> tuple[list[SymbolProblem], list[str]]:
         for name in sorted(set(names)):
             reason = forbidden_symbol(name.split("@", 1)[0])
             if reason:
-                problems.append(SymbolProblem(str(lib), demangle(name), reason))
-    return problems, unreadable
+                found.append((str(lib), name, reason))
+    readable = demangle([name for _, name, _ in found])
+    return [SymbolProblem(lib, shown, reason) for (lib, _, reason), shown in zip(found, readable)], unreadable
 
 
-def demangle(name: str) -> str:
-    """Readable form for messages (c++filt when present; the mangled name otherwise)."""
+def demangle(names: list[str]) -> list[str]:
+    """Readable forms for messages, in one c++filt run (when present; the mangled names otherwise)."""
     import shutil
     import subprocess
 
     tool = shutil.which("c++filt")
-    if tool is None or not name.startswith("_Z"):
-        return name
+    if tool is None or not names:
+        return list(names)
     try:
-        done = subprocess.run([tool, name], capture_output=True, text=True, timeout=10, check=False)
-        return done.stdout.strip() or name
+        done = subprocess.run([tool], input="\n".join(names) + "\n", capture_output=True, text=True, timeout=30,
+                              check=False)
     except (OSError, subprocess.SubprocessError):
-        return name
+        return list(names)
+    shown = done.stdout.splitlines()
+    return [s or n for n, s in zip(names, shown)] if len(shown) == len(names) else list(names)

@@ -124,6 +124,11 @@ def _mapped_libraries() -> set[str]:
     return found
 
 
+def _attribute(owner: Any, name: str) -> Any:
+    """A class's own attribute as stored (a function, not a bound method), or a module's attribute."""
+    return owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+
+
 def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == root or path.startswith(root + os.sep) for root in roots)
 
@@ -194,7 +199,7 @@ class Guard:
                 owners.append((prof, ("profile", "schedule", "tensorboard_trace_handler", "_ExperimentalConfig")))
         for owner, names in owners:
             for name in names:
-                obj = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+                obj = _attribute(owner, name)
                 if obj is None:
                     continue
                 func = getattr(obj, "__func__", obj)
@@ -203,7 +208,7 @@ class Guard:
     def check(self) -> None:
         """Identity checks, new shared objects: run after the submission's import and after every request."""
         for owner, name, obj, code in self._identities:
-            now = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+            now = _attribute(owner, name)
             func = getattr(now, "__func__", now)
             if now is not obj or getattr(func, "__code__", None) is not code:
                 label = getattr(owner, "__name__", type(owner).__name__)

@@ -121,23 +121,10 @@ class CaseItem(_CannItem):
             raise CaseFailed(f"{state.status}: {state.message}")
         data, service = self.golden_data, session.golden_service(self.config)
         try:
-            answer = caserun.run_candidate(self.task, self.case, data, session.candidate_worker(self.config),
-                                           settings, state, session.log_dir(self.config))
+            result, candidate_s = self._correctness(settings, state, data, service)
         except pytest.fail.Exception as exc:  # pytest-timeout: the worker was killed, the case is lost
             self._record(caserun.new_outcome(self.task, self.case, oc.TIMEOUT, oc.PYTEST_TIMEOUT, str(exc)))
             raise
-        result = answer.failure or caserun.judge(self.task, self.case, data, answer.outputs, service, settings)
-        result.warnings += [f"guard (warn mode): {flag}" for flag in answer.flags]
-        if result.status == oc.PASSED and not settings.self_check:
-            try:
-                again = caserun.second_pass(self.task, self.case, service, session.candidate_worker(self.config),
-                                            settings, state, session.log_dir(self.config))
-            except pytest.fail.Exception as exc:
-                self._record(caserun.new_outcome(self.task, self.case, oc.TIMEOUT, oc.PYTEST_TIMEOUT, str(exc)))
-                raise
-            if again is not None:
-                again.accuracy = again.accuracy or result.accuracy
-                result = again
         if result.status == oc.PASSED and settings.perf:
             from .perfrun import measure
 
@@ -151,12 +138,28 @@ class CaseItem(_CannItem):
 
             result.timing = not_measured("--cann-no-perf" if not settings.perf else f"the case {result.status}")
         result.golden_cached = data.cached
-        result.seconds = dict(data.seconds, candidate=answer.seconds or 0.0)
+        result.seconds = dict(data.seconds, candidate=candidate_s)
         self._record(result)
         if result.status == oc.ERROR:
             raise GoldenSideError(f"{result.failure_type}: {result.message}")
         if result.status != oc.PASSED:
             raise CaseFailed(f"{result.failure_type}: {result.message}")
+
+    def _correctness(self, settings: Any, state: Any, data: Any, service: Any) -> tuple[CaseOutcome, float]:
+        """The candidate on the case's inputs, judged; once it passes, once more on new inputs (a submission
+        run only). Returns the verdict and the first call's seconds."""
+        from . import caserun, session
+
+        worker, log_dir = session.candidate_worker(self.config), session.log_dir(self.config)
+        answer = caserun.run_candidate(self.task, self.case, data, worker, settings, state, log_dir)
+        result = answer.failure or caserun.judge(self.task, self.case, data, answer.outputs, service, settings)
+        result.warnings += [f"guard (warn mode): {flag}" for flag in answer.flags]
+        if result.status == oc.PASSED and not settings.self_check:
+            again = caserun.second_pass(self.task, self.case, service, worker, settings, state, log_dir)
+            if again is not None:
+                again.accuracy = again.accuracy or result.accuracy
+                result = again
+        return result, answer.seconds or 0.0
 
     def teardown(self) -> None:
         self.golden_data = None  # outputs can be large; do not keep them for the whole session

@@ -98,9 +98,9 @@ void visit_float32(ScalarType t, const char* op, const F& f) {
   }
 }
 
-// Floating dtypes plus the integer ones top-k can rank.
-template <typename F>
-void visit_sortable(ScalarType t, const char* op, const F& f) {
+// Calls f(T{}) for the integer dtypes; any other dtype goes to otherwise().
+template <typename F, typename Otherwise>
+void visit_integer_or(ScalarType t, const F& f, const Otherwise& otherwise) {
   switch (t) {
     case ScalarType::Int:
       f(int32_t{});
@@ -118,8 +118,14 @@ void visit_sortable(ScalarType t, const char* op, const F& f) {
       f(uint8_t{});
       break;
     default:
-      visit_float(t, op, f);
+      otherwise();
   }
+}
+
+// Floating dtypes plus the integer ones top-k can rank.
+template <typename F>
+void visit_sortable(ScalarType t, const char* op, const F& f) {
+  visit_integer_or(t, f, [&] { visit_float(t, op, f); });
 }
 
 // ---- argument checks and shapes -------------------------------------------------------------------
@@ -242,48 +248,37 @@ inline float exp_f(float x) {
 
 // ---- float sums with double totals ----------------------------------------------------------------
 
-// Sum of n floats: vectorised float accumulators over kChunk-long blocks, the block sums added in double,
-// so a long row keeps about float precision relative to its magnitude.
+// Sum of term(p[i]) over n floats: vectorised float accumulators over kChunk-long blocks, the block sums
+// added in double, so a long row keeps about float precision relative to its magnitude.
+template <typename Term>
+inline double blocked_sum(const float* p, int64_t n, const Term& term) {
+  double total = 0.0;
+  for (int64_t i = 0; i < n; i += kChunk) {
+    const int64_t m = std::min(kChunk, n - i);
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t k = 0; k < m; ++k) s += term(p[i + k]);
+    total += s;
+  }
+  return total;
+}
+
 inline double sum_floats(const float* p, int64_t n) {
-  double total = 0.0;
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t m = std::min(kChunk, n - i);
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t k = 0; k < m; ++k) s += p[i + k];
-    total += s;
-  }
-  return total;
+  return blocked_sum(p, n, [](float v) { return v; });
 }
 
-// Sum of p[i] - center, blocked like sum_floats. With center = p[0] the differences are exact when the
-// values share a large offset (|p| >> spread), which a plain float sum would round away.
+// Sum of p[i] - center. With center = p[0] the differences are exact when the values share a large offset
+// (|p| >> spread), which a plain float sum would round away.
 inline double sum_dev(const float* p, int64_t n, float center) {
-  double total = 0.0;
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t m = std::min(kChunk, n - i);
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t k = 0; k < m; ++k) s += p[i + k] - center;
-    total += s;
-  }
-  return total;
+  return blocked_sum(p, n, [center](float v) { return v - center; });
 }
 
-// Sum of (p[i] - center)^2, blocked like sum_floats.
+// Sum of (p[i] - center)^2.
 inline double sum_sq_dev(const float* p, int64_t n, float center) {
-  double total = 0.0;
-  for (int64_t i = 0; i < n; i += kChunk) {
-    const int64_t m = std::min(kChunk, n - i);
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t k = 0; k < m; ++k) {
-      const float d = p[i + k] - center;
-      s += d * d;
-    }
-    total += s;
-  }
-  return total;
+  return blocked_sum(p, n, [center](float v) {
+    const float d = v - center;
+    return d * d;
+  });
 }
 
 // Applies kernel(const float* in, float* out, int64_t count) to all elements, in parallel chunks;

@@ -186,25 +186,7 @@ void reduce_sum_kernel(const T* x, SumOut<T>* y, const Split& s) {
 // Calls f(T{}) for the dtypes reduce_sum takes: floats and the integer types torch.sum widens to int64.
 template <typename F>
 void visit_summable(ScalarType t, const F& f) {
-  switch (t) {
-    case ScalarType::Int:
-      f(int32_t{});
-      break;
-    case ScalarType::Long:
-      f(int64_t{});
-      break;
-    case ScalarType::Short:
-      f(int16_t{});
-      break;
-    case ScalarType::Char:
-      f(int8_t{});
-      break;
-    case ScalarType::Byte:
-      f(uint8_t{});
-      break;
-    default:
-      visit_float32(t, "reduce_sum", f);
-  }
+  visit_integer_or(t, f, [&] { visit_float32(t, "reduce_sum", f); });
 }
 
 Tensor reduce_sum(const Tensor& x_in, int64_t dim, bool keepdim) {
