@@ -32,6 +32,7 @@ INPUT_MUTATED, ASYNC_ESCAPE = "input_mutated", "async_escape"
 # Guard findings are statuses of their own, named like their failure types (see guard.KINDS); the most
 # serious decides when a call has several.
 GUARD_ORDER = ("forbidden_access", "api_tampered", "guard_blinded", "builtin_compute", "host_library")
+ALWAYS_DECIDING = ("forbidden_access", "api_tampered")  # fail the call in every guard mode
 
 
 @dataclass
@@ -55,6 +56,7 @@ class BatchResult:
     phases: dict[str, float] = field(default_factory=dict)  # the worker's account of its time
     wall_s: float = 0.0  # the judge's own clock around the whole exchange
     cpu_s: Optional[float] = None  # CPU time the worker process used during the exchange (from /proc)
+    busiest_cpu_s: Optional[float] = None  # the same, of its busiest thread alone
     timer: str = ""
     notes: list[str] = field(default_factory=list)
     message: str = ""
@@ -74,10 +76,12 @@ def guard_problems(reply: dict) -> list[tuple[str, str]]:
 
 
 def guard_verdict(problems: list[tuple[str, str]], mode: str) -> tuple[Optional[str], str, list[str]]:
-    """``(status, message, flags)``: in block mode the most serious finding fails the call; in warn mode only
-    forbidden access does (it was refused anyway) and the rest become flags."""
+    """``(status, message, flags)``: in block mode the most serious finding fails the call. In every mode,
+    forbidden access (it was refused anyway) and tampering with the clocks, the profiler or the worker's
+    own functions fail it too: a changed clock means the times cannot be trusted, whatever the mode; the
+    other findings become flags."""
     flags = [f"{kind}: {detail}" for kind, detail in problems]
-    deciding = [p for p in problems if mode == "block" or p[0] == "forbidden_access"]
+    deciding = [p for p in problems if mode == "block" or p[0] in ALWAYS_DECIDING]
     if not deciding:
         return None, "", flags
     deciding.sort(key=lambda p: GUARD_ORDER.index(p[0]))
@@ -100,23 +104,40 @@ def _rss_bytes(pid: int) -> int:
         return 0
 
 
-def cpu_seconds(pid: int) -> Optional[float]:
-    """CPU time of all the worker's threads, from /proc (the worker cannot forge it): the scheduler's
-    nanosecond run times where available, else user + system ticks (10 ms resolution)."""
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each of the worker's threads, read by the judge from /proc (the worker cannot forge
+    it): the scheduler's nanosecond run times where available, else user + system ticks (10 ms resolution).
+    A thread that ends between two readings drops out, which can only lower the plausibility floor."""
+    out: dict[int, float] = {}
     try:
-        total = 0
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
-                total += int(fh.read().split()[0])
-        return total / 1e9
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            fields = fh.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    except (OSError, ValueError, IndexError):
-        return None
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    tick = os.sysconf("SC_CLK_TCK")
+    for name in tids:
+        try:
+            with open(f"/proc/{pid}/task/{name}/schedstat") as fh:
+                out[int(name)] = int(fh.read().split()[0]) / 1e9
+            continue
+        except (OSError, ValueError, IndexError):
+            pass
+        try:
+            with open(f"/proc/{pid}/task/{name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            out[int(name)] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def cpu_used(before: dict[int, float], after: dict[int, float]) -> tuple[Optional[float], Optional[float]]:
+    """``(all threads, busiest thread)`` CPU seconds between two :func:`thread_cpu` readings. One thread can
+    not run longer than the wall time it was given, so the busiest thread bounds the batch from below
+    whatever the number of threads; a thread born in between counts from zero."""
+    if not after:
+        return None, None
+    used = [max(0.0, cpu - before.get(tid, 0.0)) for tid, cpu in after.items()]
+    return sum(used), max(used)
 
 
 def process_snapshot(pid: int) -> tuple[int, frozenset[int]]:
@@ -384,11 +405,11 @@ class CandidateWorker:
                                  for i, c in zip(call_sets, layout.calls)],
                        "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer, "npu": npu}
             before = process_snapshot(self.proc.pid)
-            cpu0 = cpu_seconds(self.proc.pid)
+            cpu0 = thread_cpu(self.proc.pid)
             t0 = time.perf_counter()
             reply = self._exchange(message, timeout)
             wall = time.perf_counter() - t0
-            cpu1 = cpu_seconds(self.proc.pid)
+            cpu_s, busiest_s = cpu_used(cpu0, thread_cpu(self.proc.pid))
         except WorkerGone as exc:
             return self._finish(BatchResult(exc.status, message=str(exc)), case_log)
         except BaseException:
@@ -417,7 +438,7 @@ class CandidateWorker:
         notes = [str(n)[:300] for n in reply.get("notes") or []][:10]
         return self._finish(BatchResult(OK, seconds=[float(v) for v in seconds], outputs=decoded,
                                         phases={str(k)[:20]: float(v) for k, v in phases.items()}, wall_s=wall,
-                                        cpu_s=cpu1 - cpu0 if cpu0 is not None and cpu1 is not None else None,
+                                        cpu_s=cpu_s, busiest_cpu_s=busiest_s,
                                         timer=str(reply.get("timer"))[:40], notes=notes, flags=flags), case_log)
 
     def _finish(self, result: Any, case_log: Optional[Path]) -> Any:

@@ -284,7 +284,8 @@ def measure(config: pytest.Config, problem: Any, ref: Reference,
             status, failure = fate(batch.status)
             return not_measured(f"the candidate failed while timed ({batch.status})"), new_outcome(
                 problem, problem_case, status, failure, f"during timing: {batch.message}")
-        why = implausible(batch.seconds, batch.phases, batch.wall_s, batch.timer, batch.cpu_s, worker.threads)
+        why = implausible(batch.seconds, batch.phases, batch.wall_s, batch.timer, batch.cpu_s, worker.threads,
+                         batch.busiest_cpu_s)
         if why:
             return not_measured("implausible timing"), new_outcome(problem, problem_case, oc.FAILED,
                                                                    oc.TIMING_IMPLAUSIBLE, f"timing implausible: {why}")

@@ -92,7 +92,8 @@ def measure(task: OperatorTask, case: CaseSpec, data: GoldenData,
                                                            if batch.log_tail else "")
             return not_measured(f"the candidate failed while timed ({batch.status})"), new_outcome(
                 task, case, status, failure, message)
-        why = implausible(batch.seconds, batch.phases, batch.wall_s, batch.timer, batch.cpu_s, ctx.worker.threads)
+        why = implausible(batch.seconds, batch.phases, batch.wall_s, batch.timer, batch.cpu_s, ctx.worker.threads,
+                         batch.busiest_cpu_s)
         if why:
             return not_measured("implausible timing"), new_outcome(task, case, oc.FAILED, oc.TIMING_IMPLAUSIBLE,
                                                                    f"timing implausible: {why}")

@@ -135,3 +135,16 @@ def test_journal_rewritten_when_someone_else_writes_it(tmp_path):
     clean.append({"key": "b"})
     clean.close()
     assert not clean.tampered
+
+
+@pytest.mark.parametrize("mode", ["off", "warn", "block"])
+def test_tampering_and_access_fail_the_call_in_every_guard_mode(mode):
+    from pytest_cannbench.candidate_client import guard_verdict
+
+    found = [("builtin_compute", "ran builtin op(s) aten::exp"), ("api_tampered", "time.perf_counter was replaced")]
+    status, message, flags = guard_verdict(found, mode)
+    assert status == "api_tampered" and "time.perf_counter was replaced" in message
+    assert flags == ["builtin_compute: ran builtin op(s) aten::exp", "api_tampered: time.perf_counter was replaced"]
+    assert guard_verdict([("forbidden_access", "touched /tasks")], mode)[0] == "forbidden_access"
+    only_delegation = guard_verdict(found[:1], mode)[0]
+    assert only_delegation == ("builtin_compute" if mode == "block" else None)

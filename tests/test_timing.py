@@ -33,7 +33,7 @@ def test_summarize_median_quartiles_and_spread():
     assert summarize([2e-6]).spread == 0
 
 
-GOOD = {"prepare": 0.001, "warmup": 0.003, "flush": 0.003, "calls": 0.003, "write": 0.0005, "total": 0.0096}
+GOOD = {"prepare": 0.001, "warmup": 0.003, "flush": 0.003, "calls": 0.003, "write": 0.0005, "total": 0.0095}
 
 
 BIG = {k: v * 50 for k, v in GOOD.items()}  # a 0.5 s batch
@@ -51,6 +51,22 @@ BIG = {k: v * 50 for k, v in GOOD.items()}  # a 0.5 s batch
 ], ids=["honest", "starved-judge", "too-much", "slow-clock", "calls-mismatch", "unaccounted", "zero", "nan"])
 def test_implausible(seconds, phases, wall, cpu, fragment):
     why = implausible(seconds, phases, wall, "cpu_clock", cpu)
+    assert (why is None) if fragment is None else (fragment in why), why
+
+
+SLOW = {k: v / 10 for k, v in GOOD.items()}  # the same 10 ms batch through a clock running 10x slow
+
+
+@pytest.mark.parametrize("phases, cpu, threads, busiest, fragment", [
+    (GOOD, 0.012, 2, 0.0102, None),  # one thread did the work
+    (GOOD, 0.021, 2, 0.0106, None),  # two threads shared it
+    (GOOD, 0.010, 2, 0.0100, None),  # a loaded machine: less CPU than wall time, never more
+    (SLOW, 0.012, 2, 0.0102, "its clock runs slow"),  # short batch, caught by its busiest thread alone
+    (SLOW, 0.012, 8, None, None),  # without per-thread figures a short batch under 8 threads hides
+    (SLOW, 0.021, 2, 0.0106, "its clock runs slow"),
+], ids=["one-thread", "two-threads", "loaded", "slow-short", "slow-no-thread-data", "slow-two-threads"])
+def test_implausible_short_batches_by_the_busiest_thread(phases, cpu, threads, busiest, fragment):
+    why = implausible([phases["calls"] / 3] * 3, phases, 0.02, "cpu_clock", cpu, threads, busiest)
     assert (why is None) if fragment is None else (fragment in why), why
 
 
@@ -119,6 +135,14 @@ _real = _worker._clock
 _worker._clock = lambda: _real() / 10
 '''
 
+BLIND_SLOW_CLOCK = SLOW_CLOCK + '''
+import gc
+
+for _obj in gc.get_objects():  # the guard's captured identities: with none left, nothing looks replaced
+    if type(_obj).__name__ == "Guard" and hasattr(_obj, "_identities"):
+        _obj._identities = []
+'''
+
 
 def wheel_dir(root: Path, code: str) -> Path:
     make_wheel(root / "dist", {"cann_bench/__init__.py": code})
@@ -171,8 +195,19 @@ def test_replayed_outputs_fail_as_timed_output_wrong(pytester, capsys, task_tree
         assert case.cann["timing"]["measured"] is False
 
 
-def test_a_patched_worker_clock_is_implausible(pytester, capsys, task_tree):
-    run = timed(pytester, capsys, task_tree, SLOW_CLOCK)
+@pytest.mark.parametrize("guard", ["off", "warn", "block"])
+def test_a_patched_worker_clock_is_tampering_in_every_guard_mode(guard, pytester, capsys, task_tree):
+    run = timed(pytester, capsys, task_tree, SLOW_CLOCK, f"--cann-guard={guard}")
+    for name in SOFTPLUS:
+        case = run.cases[name]
+        assert (case.cann["status"], case.cann["failure_type"]) == ("failed", "api_tampered"), name
+        assert "__main__._clock was replaced or rewritten" in case.cann["message"]
+
+
+def test_a_slowed_clock_the_guard_cannot_see_is_implausible(pytester, capsys, task_tree):
+    """The worker's own tamper check is emptied first, so only the judge's evidence (the CPU time /proc charged
+    to the worker's threads) is left; it catches the slowed clock on every case, the smallest included."""
+    run = timed(pytester, capsys, task_tree, BLIND_SLOW_CLOCK)
     for name in SOFTPLUS:
         case = run.cases[name]
         assert (case.cann["status"], case.cann["failure_type"]) == ("failed", "timing_implausible"), name

@@ -92,6 +92,13 @@ ATTACKS = [
            f"    import sys\n    w = sys.modules['__main__']\n    if not hasattr(w, '_real'):\n"
            f"        w._real = w._clock\n        w._clock = lambda: w._real() / 10\n    return {REAL}\n",
            "timing_implausible", "api_tampered"),
+    attack("slow_clock_blind_guard", "F1", "empties the guard's captured identities, then slows the worker's clock",
+           "    import gc, sys\n    w = sys.modules['__main__']\n    if not hasattr(w, '_real'):\n"
+           "        for obj in gc.get_objects():\n"
+           "            if type(obj).__name__ == 'Guard' and hasattr(obj, '_identities'):\n"
+           "                obj._identities = []\n"
+           f"        w._real = w._clock\n        w._clock = lambda: w._real() / 10\n    return {REAL}\n",
+           "timing_implausible"),
     attack("segfault", "G2", "crashes the process", "    import ctypes\n    ctypes.string_at(0)\n",
            "candidate_crashed"),
     attack("pytest_xfail", "G3", "pytest.xfail() from inside the operator",
