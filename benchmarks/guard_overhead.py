@@ -58,7 +58,7 @@ def main() -> int:
     args = parser.parse_args()
     import torch
 
-    from pytest_cannbench.candidate_client import CandidateWorker
+    from pytest_cannbench.workers.candidate_client import CandidateWorker
 
     work = Path(tempfile.mkdtemp(prefix="cannbench-guard-bench-"))
     site = install_example(work)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from pytest_cannbench.candidate_client import CandidateWorker
+from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 SUBMISSION = '''import torch
 

@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import pytest
 
-from .inputs import INPUT_COMPAT_MODES, INPUT_DISTS
+from pytest_cannbench.taskformat.inputs import INPUT_COMPAT_MODES, INPUT_DISTS
 
 GOLDEN_PRECISIONS = ("fp64_cpu", "native_cpu")
 CHECKERS = ("relative_error", "allclose")
@@ -260,7 +260,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
     warmup, repeat = _number(config, "warmup", int, DEFAULT_WARMUP), _number(config, "repeat", int, DEFAULT_REPEAT)
     if warmup < 0 or repeat < 1:
         raise pytest.UsageError("--cann-warmup must be >= 0 and --cann-repeat >= 1")
-    from .devices import parse_ids
+    from pytest_cannbench.timing.devices import parse_ids
 
     try:
         device_ids = tuple(parse_ids(_value(config, "device_ids")))
@@ -270,7 +270,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
     leaderboard = _value(config, "leaderboard")
     shard = _value(config, "shard")
     if shard:
-        from .sharding import parse_shard
+        from pytest_cannbench.nodes.sharding import parse_shard
 
         try:
             shard = parse_shard(str(shard))

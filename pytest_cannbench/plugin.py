@@ -10,9 +10,17 @@ from typing import Any, Optional
 
 import pytest
 
-from . import items, options, reporting, results, submission
-from . import session as state  # (pytest_sessionstart's parameter is named "session")
-from .kernelbench_collect import ProblemItem
+from pytest_cannbench.nodes import items
+
+from pytest_cannbench import options
+
+from pytest_cannbench.report import journal as reporting
+
+from pytest_cannbench.report import collector as results
+
+from pytest_cannbench.submission import build as submission
+from pytest_cannbench import state
+from pytest_cannbench.kernelbench.collect import ProblemItem
 
 COLLECTOR_KEY = pytest.StashKey[results.ResultCollector]()
 
@@ -36,7 +44,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if config.pluginmanager.hasplugin("xdist"):
             config.pluginmanager.register(XdistHooks(), "cannbench-xdist")
         if config.pluginmanager.hasplugin("html"):
-            from .html_report import HtmlHooks
+            from pytest_cannbench.report.html import HtmlHooks
 
             config.pluginmanager.register(HtmlHooks(lambda: collector.board, cap=settings.hap_cap), "cannbench-html")
 
@@ -85,7 +93,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> Optional[pytest.Collector]:
     if file_path.suffix == ".py":  # a KernelBench problem file (kernelbench_collect decides)
-        from .kernelbench_collect import collect_file as collect_problem
+        from pytest_cannbench.kernelbench.collect import collect_file as collect_problem
 
         return collect_problem(file_path, parent)
     if state.settings(parent.config).bench == "stanford":

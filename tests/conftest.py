@@ -24,8 +24,8 @@ import yaml  # noqa: F401
 
 import pytest_cannbench
 
-for _module in pkgutil.iter_modules(pytest_cannbench.__path__):
-    importlib.import_module(f"pytest_cannbench.{_module.name}")
+for _module in pkgutil.walk_packages(pytest_cannbench.__path__, prefix="pytest_cannbench."):
+    importlib.import_module(_module.name)
 
 pytest_plugins = ["pytester"]
 

@@ -13,7 +13,7 @@ from typing import Optional
 
 import pytest
 
-from pytest_cannbench.items import CannTaskWarning
+from pytest_cannbench.nodes.items import CannTaskWarning
 
 
 @dataclass

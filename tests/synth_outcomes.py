@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pytest_cannbench import leaderboard
+from pytest_cannbench.report import leaderboard
 
 BUILD_MESSAGE = "build.sh failed (rc 1)\nerror: a | b <tag> `x`"
 

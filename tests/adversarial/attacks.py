@@ -81,7 +81,7 @@ ATTACKS = [
     attack("pytest_exit", "G3", "pytest.exit() from inside the operator",
            "    import pytest\n    pytest.exit('done', returncode=0)\n", "compile_runtime_error"),
     attack("patch_checker", "C3", "patches the plugin's precision checker in its own process, returns zeros",
-           "    import pytest_cannbench.precision as p\n"
+           "    import pytest_cannbench.judge.precision as p\n"
            "    p.compare_outputs = lambda *a, **k: []\n    return torch.zeros_like(x)\n", "precision_mismatch"),
     attack("frame_walk", "E2", "walks the stack looking for an expected output, falls back to zeros",
            "    import sys\n    frame = sys._getframe()\n    while frame is not None:\n"

@@ -1,0 +1,338 @@
+"""The worker side of the anti-cheat guard: what the submission runs, loads and touches, seen from inside.
+
+Set up before the submission is imported, it watches four things and reports each finding as a
+:class:`Problem` with the reply of the request it happened in:
+
+* **builtin compute** (``builtin_compute``): every candidate call runs under the profiler, inside a marker
+  of our own. Every op recorded inside a marker, on any thread and at any depth (so also the ATen calls a
+  custom op's C++ kernel makes through the dispatcher), must be the submission's own (``cann_bench::*``) or
+  an allocation, view or copy (:mod:`builtin_ops`). The profiler records in C++ below any Python mode, so
+  ``torch.*``, ``F.*``, Tensor methods, ``@`` and ``torch.ops.aten.*`` all show up.
+* **a blinded profiler** (``guard_blinded``): the marker must be there exactly once per call and the profiler
+  still on when the call returns; a submission that switches it off is caught by its absence.
+* **host libraries** (``host_library``): numpy, scipy, Inductor/Dynamo and friends are blocked from import;
+  ctypes loading and calls are refused outside the submission's own directory; any shared object mapped
+  after the submission's import that is not its own is reported (``/proc/self/maps``).
+* **tampering** (``api_tampered``): timing, profiler and worker functions captured before the import are
+  compared by identity (and code object) after every request.
+* **access** (``forbidden_access``, always blocked): reading the task tree, the reports or the judge's cache,
+  starting processes, opening network sockets, signalling other processes.
+
+Python-level hooks can be raced by a submission that rewrites this process's memory; the judge's own checks
+(outputs, inputs, /proc, wall clock) and the process boundary do not depend on them. docs/security.md
+says what is and is not defended.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterator, Optional
+
+from pytest_cannbench.guard import builtin_ops
+
+MARK = "cannbench::candidate_call"
+OFF, WARN, BLOCK = "off", "warn", "block"
+MODES = (OFF, WARN, BLOCK)
+
+BUILTIN_COMPUTE, HOST_LIBRARY = "builtin_compute", "host_library"
+GUARD_BLINDED, API_TAMPERED, FORBIDDEN_ACCESS = "guard_blinded", "api_tampered", "forbidden_access"
+KINDS = (BUILTIN_COMPUTE, HOST_LIBRARY, GUARD_BLINDED, API_TAMPERED, FORBIDDEN_ACCESS)
+
+# Compute that would run outside the profiler's view. numpy is hidden before torch is imported (torch works
+# without it); the others are refused when imported.
+BLOCKED_MODULES = ("numpy", "scipy", "numba", "jax", "jaxlib", "tensorflow", "cupy", "torch._dynamo",
+                   "torch._inductor", "torch.compiler", "functorch.compile", "tvm", "mlx", "pandas", "sklearn")
+CTYPES_EVENTS = frozenset({"ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle", "ctypes.call_function",
+                           "ctypes.cdata", "ctypes.cdata/buffer", "ctypes.string_at", "ctypes.wstring_at",
+                           "ctypes.addressof"})
+PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system",
+                            "subprocess.Popen", "pty.spawn", "os.startfile"})
+NETWORK_EVENTS = frozenset({"socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg"})
+NETWORK_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET (AF_UNIX stays: local)
+PATH_EVENTS = frozenset({"open", "os.listdir", "os.scandir", "os.remove", "os.rmdir", "os.rename", "os.truncate",
+                         "os.chmod", "os.chown", "os.utime", "os.link", "os.symlink", "os.mkdir", "shutil.rmtree",
+                         "shutil.copyfile", "shutil.move", "os.chdir"})
+SIGNAL_EVENTS = frozenset({"os.kill", "os.killpg", "signal.pthread_kill"})
+WATCHED = CTYPES_EVENTS | PROCESS_EVENTS | NETWORK_EVENTS | PATH_EVENTS | SIGNAL_EVENTS | {"import"}
+
+
+@dataclass(frozen=True)
+class Problem:
+    kind: str
+    detail: str
+
+    def to_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def hide_host_modules() -> None:
+    """Before ``import torch``: make ``import numpy`` (and the rest) fail for everyone in this process."""
+    import warnings
+
+    warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
+    for name in BLOCKED_MODULES:
+        if "." not in name:
+            sys.modules.setdefault(name, None)  # type: ignore[arg-type]
+
+
+def builtin_ops_inside(events: list[tuple[str, int, int, bool]]) -> tuple[int, list[str]]:
+    """``(marks, ops)``: how many of our markers the trace holds, and the distinct op names recorded inside any
+    marker's time window (any thread) that are neither the submission's nor allowed. ``events`` are
+    ``(name, start, end, is_annotation)``; annotations other than ours are the submission's own labels."""
+    windows = [(start, end) for name, start, end, _ in events if name == MARK]
+    found: set[str] = set()
+    for name, start, end, annotation in events:
+        if annotation or name == MARK:
+            continue
+        if any(lo <= start and end <= hi for lo, hi in windows) and not builtin_ops.is_allowed(name):
+            found.add(name)
+    return len(windows), sorted(found)
+
+
+def profiler_events(prof: Any) -> list[tuple[str, int, int, bool]]:
+    return [(e.name, int(e.time_range.start), int(e.time_range.end), bool(getattr(e, "is_user_annotation", False)))
+            for e in prof.function_events]
+
+
+def _all_threads() -> dict[str, Any]:
+    """Profiler options recording ops on every thread, not only the caller's (a submission may compute on a
+    helper thread and join it before returning). torch before 2.5 lacks the option: then only the calling
+    thread is watched, and helper threads are left to the /proc thread count."""
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+
+        return {"experimental_config": _ExperimentalConfig(profile_all_threads=True)}
+    except (ImportError, TypeError):
+        return {}
+
+
+def _mapped_libraries() -> set[str]:
+    found = set()
+    try:
+        with open("/proc/self/maps") as fh:
+            for line in fh:
+                parts = line.split(None, 5)
+                if len(parts) == 6:
+                    path = parts[5].strip()
+                    if path.startswith("/") and (path.endswith(".so") or ".so." in path):
+                        found.add(path)
+    except OSError:
+        pass
+    return found
+
+
+def _attribute(owner: Any, name: str) -> Any:
+    """A class's own attribute as stored (a function, not a bound method), or a module's attribute."""
+    return owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+
+
+def _under(path: str, roots: tuple[str, ...]) -> bool:
+    return any(path == root or path.startswith(root + os.sep) for root in roots)
+
+
+class Guard:
+    """One per candidate worker in submission mode."""
+
+    def __init__(self, mode: str, device: str, site_dir: str, protected: list[str]) -> None:
+        import torch
+        from torch.autograd import profiler
+
+        self.mode = mode
+        self.device = device
+        self.site = os.path.realpath(site_dir) if site_dir else ""
+        self.protected = tuple(os.path.realpath(p) for p in protected if p)
+        # Inside these nothing is refused, even under a protected root (a tree given as ".", say): its own
+        # install, its cwd and TMPDIR, this package, the interpreter and torch.
+        self.allowed = tuple(os.path.realpath(p) for p in (
+            site_dir, os.getcwd(), os.environ.get("TMPDIR", ""), os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            sys.prefix, sys.base_prefix, os.path.dirname(os.path.abspath(torch.__file__))) if p)
+        self.pid = os.getpid()
+        self.problems: list[Problem] = []
+        self._profile = profiler.profile
+        self._profile_kwargs = _all_threads()
+        self._record = profiler.record_function
+        self._enabled = torch.autograd._profiler_enabled
+        self._realpath = os.path.realpath
+        if mode != OFF:  # the profiler starts a thread and maps libraries the first time: not the submission's
+            with self._profile(use_cpu=True, record_shapes=False, **self._profile_kwargs) as warm:
+                with self._record(MARK):
+                    torch.ones(8).add_(1)
+            profiler_events(warm)
+        self._libraries = _mapped_libraries()
+        self._identities = list(self._capture())
+
+    # ------------------------------------------------------------ identities
+
+    def _capture(self) -> Iterator[tuple[Any, str, Any, Any]]:
+        import time
+
+        import torch
+
+        from pytest_cannbench.workers import tensor_wire
+
+        from pytest_cannbench.timing import in_worker as worker_timing
+
+        main = sys.modules.get("__main__")
+        owners: list[tuple[Any, tuple[str, ...]]] = [
+            (time, ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns",
+                    "process_time", "thread_time")),
+            (torch.autograd, ("_profiler_enabled",)),
+            (torch.autograd.profiler, ("profile", "record_function")),
+            (torch.profiler, ("profile", "record_function", "schedule")),
+            (worker_timing, ("run_batch", "synchronize", "_cuda_profiled", "_cuda_events", "_npu_profiled")),
+            (worker_timing.Flusher, ("flush",)),
+            (tensor_wire, ("read_args", "write_outputs", "flatten", "poison")),
+            (Guard, ("call", "batch", "report", "_audit", "check")),
+        ]
+        if main is not None and hasattr(main, "Worker"):
+            owners += [(main, ("_clock",)), (main.Worker, ("call", "time", "hello", "discover", "resolve"))]
+        if self.device.startswith("cuda"):
+            owners += [(torch.cuda, ("synchronize", "Event")), (torch.cuda.Event, ("record", "elapsed_time",
+                                                                                   "synchronize"))]
+        npu = getattr(torch, "npu", None)
+        if self.device.startswith("npu") and npu is not None:
+            owners += [(npu, ("synchronize", "Event")), (npu.Event, ("record", "elapsed_time"))]
+            torch_npu = sys.modules.get("torch_npu")
+            prof = getattr(torch_npu, "profiler", None)
+            if prof is not None:
+                owners.append((prof, ("profile", "schedule", "tensorboard_trace_handler", "_ExperimentalConfig")))
+        for owner, names in owners:
+            for name in names:
+                obj = _attribute(owner, name)
+                if obj is None:
+                    continue
+                func = getattr(obj, "__func__", obj)
+                yield owner, name, obj, getattr(func, "__code__", None)
+
+    def check(self) -> None:
+        """Identity checks, new shared objects: run after the submission's import and after every request."""
+        for owner, name, obj, code in self._identities:
+            now = _attribute(owner, name)
+            func = getattr(now, "__func__", now)
+            if now is not obj or getattr(func, "__code__", None) is not code:
+                label = getattr(owner, "__name__", type(owner).__name__)
+                self._found(API_TAMPERED, f"{label}.{name} was replaced or rewritten")
+        libraries = _mapped_libraries()
+        for path in sorted(libraries - self._libraries):
+            if not (self.site and _under(self._realpath(path), (self.site,))):
+                self._found(HOST_LIBRARY, f"loaded the shared object {path}")
+        self._libraries = libraries
+
+    def report(self) -> list[dict[str, str]]:
+        """The problems found since the last report (each reported once)."""
+        self.check()
+        found, self.problems = self.problems, []
+        unique = list(dict.fromkeys(found))
+        return [p.to_dict() for p in unique[:20]]
+
+    def _found(self, kind: str, detail: str) -> None:
+        self.problems.append(Problem(kind, detail[:300]))
+
+    # ------------------------------------------------------------ the op tree
+
+    def call(self, fn: Callable, kwargs: dict[str, Any]) -> Any:
+        """One candidate call under the profiler, inside our marker."""
+        if self.mode == OFF:
+            return fn(**kwargs)
+        with self.batch() as wrap:
+            result = wrap(fn)(**kwargs)
+        return result
+
+    @contextmanager
+    def batch(self) -> Iterator[Callable[[Callable], Callable]]:
+        """A profiler session for a series of calls; ``wrap(fn)`` marks each call of fn inside it."""
+        if self.mode == OFF:
+            yield lambda fn: fn
+            return
+        record, enabled = self._record, self._enabled
+        check_enabled = not self._profile_kwargs  # that flag is per thread: all-thread sessions leave it off
+        calls = [0]
+        blinded: list[str] = []
+
+        def wrap(fn: Callable) -> Callable:
+            def marked(**kwargs: Any) -> Any:
+                calls[0] += 1
+                with record(MARK):
+                    result = fn(**kwargs)
+                    if check_enabled and not enabled():
+                        blinded.append("the profiler was switched off during the call")
+                return result
+            return marked
+
+        prof = self._profile(use_cpu=True, record_shapes=False, **self._profile_kwargs)
+        prof.__enter__()
+        try:
+            yield wrap
+        finally:
+            try:
+                prof.__exit__(None, None, None)
+                marks, ops = builtin_ops_inside(profiler_events(prof))
+            except Exception as exc:  # noqa: BLE001 - a profiler the submission broke
+                blinded.append(f"the profiler could not be read back ({type(exc).__name__}: {exc})")
+                marks, ops = calls[0], []
+            if marks != calls[0]:
+                blinded.append(f"{calls[0]} call(s) but {marks} marker(s) in the profiler's trace")
+            for message in dict.fromkeys(blinded):
+                self._found(GUARD_BLINDED, message)
+            if ops:
+                self._found(BUILTIN_COMPUTE, "ran builtin op(s) " + ", ".join(ops[:12]))
+
+    # ------------------------------------------------------------ the audit hook
+
+    def install_audit_hook(self) -> None:
+        """Last step before the import: hooks cannot be removed, and our own setup must not trip them."""
+        sys.addaudithook(self._audit)
+
+    def _audit(self, event: str, args: tuple) -> None:
+        if event not in WATCHED:
+            return
+        problem = self._classify(event, args)
+        if problem is None:
+            return
+        self.problems.append(problem)
+        if problem.kind == FORBIDDEN_ACCESS or self.mode == BLOCK:
+            raise PermissionError(f"pytest-cannbench: a submission may not do this ({problem.detail})")
+
+    def _classify(self, event: str, args: tuple) -> Optional[Problem]:
+        if event == "import":
+            name = str(args[0]) if args else ""
+            if self.mode != OFF and any(name == m or name.startswith(m + ".") for m in BLOCKED_MODULES):
+                return Problem(HOST_LIBRARY, f"imported {name}")
+            return None
+        if event in CTYPES_EVENTS:
+            if self.mode == OFF:
+                return None
+            if event == "ctypes.dlopen" and args and isinstance(args[0], (str, bytes)):
+                path = os.fsdecode(args[0])
+                if self.site and os.sep in path and _under(self._realpath(path), (self.site,)):
+                    return None  # its own library (torch.ops.load_library)
+            return Problem(HOST_LIBRARY, f"used ctypes ({event})")
+        if event in PROCESS_EVENTS:
+            return Problem(FORBIDDEN_ACCESS, f"started a process ({event})")
+        if event in NETWORK_EVENTS:
+            if event == "socket.__new__" and (len(args) < 2 or args[1] not in NETWORK_FAMILIES):
+                return None
+            return Problem(FORBIDDEN_ACCESS, f"used the network ({event})")
+        if event in SIGNAL_EVENTS:
+            target = args[0] if args else None
+            if event == "signal.pthread_kill" or target in (self.pid, 0):
+                return None
+            return Problem(FORBIDDEN_ACCESS, f"signalled process {target} ({event})")
+        return self._path_problem(event, args)
+
+    def _path_problem(self, event: str, args: tuple) -> Optional[Problem]:
+        paths = [a for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))]
+        for raw in paths:
+            try:
+                path = self._realpath(os.fsdecode(raw))
+            except (TypeError, ValueError):
+                continue
+            if self.protected and _under(path, self.protected) and not _under(path, self.allowed):
+                return Problem(FORBIDDEN_ACCESS, f"touched {path} ({event})")
+            parts = path.split(os.sep)
+            if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and int(parts[2]) != self.pid:
+                return Problem(FORBIDDEN_ACCESS, f"touched another process's {path} ({event})")
+        return None

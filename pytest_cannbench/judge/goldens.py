@@ -1,0 +1,162 @@
+"""Golden data for a case, from the disk cache or the golden worker.
+
+The judge never imports a golden: it asks the worker, keeps the answer in the
+cache, and regenerates the generic inputs itself (they are deterministic), so
+cache entries hold only outputs, the parameter binding and hook-made inputs.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from pytest_cannbench.judge.golden_cache import GoldenCache, GoldenCacheWarning, cache_key
+from pytest_cannbench.workers.golden_client import GoldenWorker, GoldenWorkerFailure
+from pytest_cannbench.options import Settings
+from pytest_cannbench.taskformat.spec import CaseSpec, OperatorTask
+
+
+class GoldenFailure(RuntimeError):
+    """The golden side could not produce a reference for the case (a harness error, not the candidate's)."""
+
+
+@dataclass
+class GoldenData:
+    make_inputs: Callable[[], list]  # what the candidate is called with (native dtypes), built on first use
+    binding: tuple  # (param, "input", index) | (param, "attr", value)
+    golden: list
+    native: Optional[list]
+    native_error: Optional[str]
+    has_get_output: bool
+    cached: bool
+    hooked: Optional[list] = None  # inputs made by the golden's get_input hook, else None
+    seconds: dict[str, float] = field(default_factory=dict)
+    _inputs: Optional[list] = None
+
+    @property
+    def inputs(self) -> list:
+        """Generated on demand: a self-check never needs them in the judge, and large cases cost seconds."""
+        if self._inputs is None:
+            self._inputs = self.make_inputs()
+        return self._inputs
+
+    def kwargs(self) -> dict[str, Any]:
+        return {name: (self.inputs[value] if source == "input" else value) for name, source, value in self.binding}
+
+
+@dataclass
+class GoldenService:
+    settings: Settings
+    worker: GoldenWorker
+    cache: Optional[GoldenCache]
+    _golden_sha: dict[str, str] = field(default_factory=dict)
+    _cache_warned: bool = False
+    _scratch: Optional[str] = None
+    _replies: int = 0
+
+    def _request(self, task: OperatorTask, case: CaseSpec, seed: int) -> dict[str, Any]:
+        return {"op_dir": str(task.op_dir), "rel_path": task.rel_path, "function_name": task.spec.function_name,
+                "name_lower": task.spec.name.lower(), "input_names": task.spec.input_names,
+                "output_names": task.spec.output_names, "case": case.raw, "seed": seed,
+                "dist": self.settings.input_dist, "compat": self.settings.input_compat,
+                "precision": self.settings.golden_precision}
+
+    def _call(self, message: dict) -> dict:
+        try:
+            response = self.worker.request(message, self.settings.golden_timeout_s)
+        except GoldenWorkerFailure as exc:
+            raise GoldenFailure(str(exc)) from None
+        if not response.get("ok"):
+            hint = " (raise --cann-golden-memory or make the golden use less memory)" if response.get("oom") else ""
+            raise GoldenFailure(f"{response.get('error')}{hint}")
+        return response
+
+    def _key(self, task: OperatorTask, case: CaseSpec, seed: int) -> str:
+        import torch
+
+        from pytest_cannbench.workers.golden_binding import source_hash
+
+        sha = self._golden_sha.get(str(task.op_dir))
+        if sha is None:
+            sha = self._golden_sha[str(task.op_dir)] = source_hash(task.op_dir)
+        return cache_key(golden_sha=sha, case=case.raw, seed=seed, dist=self.settings.input_dist,
+                         compat=self.settings.input_compat, precision=self.settings.golden_precision,
+                         torch_version=torch.__version__, input_names=task.spec.input_names)
+
+    def fetch(self, task: OperatorTask, case: CaseSpec, seed: int) -> GoldenData:
+        key = self._key(task, case, seed) if self.cache else None
+        entry = self.cache.load(key) if self.cache and key else None
+        if entry is not None:
+            return self._data(task, case, seed, entry, cached=True)
+        reply, keep = self._reply_file(key)
+        response = self._call({**self._request(task, case, seed), "op": "prepare", "reply_file": reply,
+                               "reply_keep": keep})
+        data = self._data(task, case, seed, response, cached=False)
+        if self.cache and key and not response.get("reply_file"):  # not written by the worker: store here
+            fields = ("hooked", "golden", "native", "native_error", "has_get_output")
+            stored = self.cache.store(key, {"binding": [list(e) for e in data.binding],
+                                            **{name: response[name] for name in fields}})
+            if not stored and not self._cache_warned:
+                self._cache_warned = True
+                warnings.warn(GoldenCacheWarning(f"golden cache stopped writing: {self.cache.disabled_reason}"))
+        return data
+
+    def _reply_file(self, key: Optional[str]) -> tuple[str, bool]:
+        """Where the worker writes its answer: the cache entry itself when caching, else a scratch file."""
+        if self.cache and key and self.cache.writable():
+            return str(self.cache.path(key)), True
+        if self._scratch is None:
+            self._scratch = tempfile.mkdtemp(prefix="cannbench-golden-")
+        self._replies += 1
+        return os.path.join(self._scratch, f"reply-{self._replies}.pt"), False
+
+    def _data(self, task: OperatorTask, case: CaseSpec, seed: int, source: dict, *, cached: bool) -> GoldenData:
+        """GoldenData from a worker response or a cache entry (the same fields)."""
+        return GoldenData(make_inputs=self._inputs_maker(task, case, seed, source["hooked"]),
+                          binding=tuple(tuple(e) for e in source["binding"]), golden=source["golden"],
+                          native=source["native"], native_error=source["native_error"],
+                          has_get_output=source["has_get_output"], cached=cached, hooked=source["hooked"],
+                          seconds={} if cached else dict(source.get("seconds") or {}))
+
+    def _inputs_maker(self, task: OperatorTask, case: CaseSpec, seed: int,
+                      hooked: Optional[list]) -> Callable[[], list]:
+        """Hook-made inputs come from the worker; generic ones are regenerated here, bit for bit."""
+        if hooked is not None:
+            return lambda: hooked
+        settings = self.settings
+
+        def generate() -> list:
+            from pytest_cannbench.taskformat.inputs import generate_inputs, plan_inputs
+
+            raw = case.raw
+            plans = plan_inputs(task.spec.input_names, raw["input_shape"], raw["dtype"], raw.get("value_range"))
+            return generate_inputs(plans, seed, dist=settings.input_dist, compat=settings.input_compat)
+
+        return generate
+
+    def postprocess(self, task: OperatorTask, case: CaseSpec, outputs: dict[str, Optional[list]]) -> dict:
+        response = self._call({"op": "postprocess", "op_dir": str(task.op_dir), "rel_path": task.rel_path,
+                               "function_name": task.spec.function_name, "name_lower": task.spec.name.lower(),
+                               "output_names": task.spec.output_names, "attrs": case.attrs, "outputs": outputs})
+        return response["outputs"]
+
+    def close(self) -> None:
+        self.worker.close()
+        if self._scratch:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def make_service(settings: Settings, log_dir: Path, threads: int) -> GoldenService:
+    from pytest_cannbench.workers.golden_client import default_memory_bytes
+
+    memory = (int(settings.golden_memory_gib * (1 << 30)) if settings.golden_memory_gib
+              else default_memory_bytes())
+    worker = GoldenWorker(log_path=log_dir / "golden-worker.log", memory_bytes=memory, threads=threads)
+    # secret seeds never repeat, so their goldens would only fill the cache
+    cache = GoldenCache(Path(settings.golden_cache)) if settings.golden_cache and not settings.secret else None
+    return GoldenService(settings=settings, worker=worker, cache=cache)

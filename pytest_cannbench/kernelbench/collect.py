@@ -1,0 +1,135 @@
+"""KernelBench (Stanford) problem trees: detection and pytest nodes. No torch, no import of problem files.
+
+A problem is a Python file defining ``class Model``, ``get_inputs()`` and ``get_init_inputs()``, e.g.
+``level1/19_ReLU.py``. It becomes one File node with ``--cann-kb-trials`` correctness items on distinct
+seeds and one timed item (also checked on its own seed): ``19_ReLU.py::19_ReLU[trial1]`` ...
+``19_ReLU.py::19_ReLU[timed]``. ``-k relu`` selects a problem, ``-m level1`` a level, ``-k kernelbench`` the
+format. The problem's ``rel_path`` is its path under the bench root (``level1/19_ReLU.py``), so case keys read
+``level1/19_ReLU.py_1`` and the leaderboard tells the two formats apart by the ``.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import pytest
+
+LEVEL_DIR = re.compile(r"^level(\d+)$")
+PROBLEM_NAME = re.compile(r"^\d+_\w+\.py$")
+MAX_PROBLEM_BYTES = 1 << 20
+MODEL_CLASS = re.compile(r"^class\s+Model\s*\(", re.MULTILINE)
+MODEL_NEW = re.compile(r"^class\s+ModelNew\b", re.MULTILINE)
+GET_INPUTS = re.compile(r"^def\s+get_inputs\s*\(", re.MULTILINE)
+GET_INIT_INPUTS = re.compile(r"^def\s+get_init_inputs\s*\(", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: Path  # the problem file
+    rel_path: str  # its path under the bench root, e.g. level1/19_ReLU.py
+    name: str  # the file's stem, e.g. 19_ReLU
+    level: Optional[int]
+
+    def key(self, case_id: int) -> str:
+        return f"{self.rel_path}_{case_id}"
+
+
+def is_problem_source(text: str) -> bool:
+    return bool(MODEL_CLASS.search(text) and GET_INPUTS.search(text) and GET_INIT_INPUTS.search(text)
+                and not MODEL_NEW.search(text))
+
+
+def is_problem(path: Path, bench: str) -> bool:
+    """``auto``: a ``<n>_<name>.py`` file defining the three names; ``stanford``: any such ``.py`` file."""
+    if bench == "cann" or path.suffix != ".py" or path.name in ("conftest.py", "__init__.py"):
+        return False
+    if bench == "auto" and not PROBLEM_NAME.match(path.name):
+        return False
+    try:
+        if path.stat().st_size > MAX_PROBLEM_BYTES:
+            return False
+        return is_problem_source(path.read_text(errors="replace"))
+    except OSError:
+        return False
+
+
+def bench_root(path: Path) -> Path:
+    """The directory holding the ``levelN`` directories (or the file's own directory in a flat tree)."""
+    for parent in path.parents:
+        if LEVEL_DIR.match(parent.name):
+            return parent.parent
+    return path.parent
+
+
+def problem_of(path: Path) -> Problem:
+    path = path.resolve()
+    rel = path.relative_to(bench_root(path)).as_posix()
+    level = next((int(m.group(1)) for p in path.parents if (m := LEVEL_DIR.match(p.name))), None)
+    return Problem(path=path, rel_path=rel, name=path.stem, level=level)
+
+
+class ProblemItem(pytest.Item):
+    """One correctness trial (``case_id`` 1..T) or the timed case (``case_id`` T+1) of a problem."""
+
+    def __init__(self, *, problem: Problem, case_id: int, trials: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.problem, self.case_id, self.trials = problem, case_id, trials
+        self.user_properties.append(("cann_case", problem.key(case_id)))
+
+    @property
+    def timed(self) -> bool:
+        return self.case_id > self.trials
+
+    def reportinfo(self) -> tuple[Any, Optional[int], str]:
+        what = "timed case" if self.timed else f"trial {self.case_id}"
+        return self.path, 0, f"{self.problem.rel_path} {what}"
+
+    def runtest(self) -> None:
+        from pytest_cannbench.kernelbench.case import run_item
+
+        run_item(self)
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        from pytest_cannbench.nodes.items import CaseFailed
+
+        if isinstance(excinfo.value, CaseFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo)
+
+
+class ProblemFile(pytest.File):
+    def collect(self) -> Iterator[pytest.Item]:
+        from pytest_cannbench import state as session
+
+        problem = problem_of(self.path)
+        trials = session.settings(self.config).kb_trials
+        for case_id in range(1, trials + 2):
+            label = "timed" if case_id > trials else f"trial{case_id}"
+            item = ProblemItem.from_parent(self, name=f"{problem.name}[{label}]", problem=problem, case_id=case_id,
+                                           trials=trials)
+            if problem.level is not None:
+                marker = f"level{problem.level}"
+                if marker not in {line.split(":")[0].strip() for line in self.config.getini("markers")}:
+                    self.config.addinivalue_line("markers", f"{marker}: benchmark level {problem.level}")
+                item.add_marker(getattr(pytest.mark, marker))
+            item.add_marker(pytest.mark.cannbench)
+            item.extra_keyword_matches.add("kernelbench")
+            yield item
+
+
+def collect_file(file_path: Any, parent: pytest.Collector) -> Optional[ProblemFile]:
+    from pytest_cannbench import state as session
+
+    settings = session.settings(parent.config)
+    path = Path(file_path)
+    if not is_problem(path, settings.bench):
+        return None
+    if settings.shard is not None:
+        from pytest_cannbench.nodes.sharding import in_shard
+
+        if not in_shard(problem_of(path).rel_path, *settings.shard):
+            return None
+    return ProblemFile.from_parent(parent, path=path)

@@ -1,0 +1,216 @@
+"""Collects every case's outcome on the controller and renders the terminal summary.
+
+Outcomes arrive as a report attribute (``report.cann``), which xdist carries to
+the controller; a worker crash arrives as a ``when == "???"`` report with no
+attribute and becomes a ``crashed`` case, so no case is lost from the tally.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import pytest
+
+from pytest_cannbench import outcome as oc
+from pytest_cannbench.outcome import CaseOutcome
+
+
+def _case_key(report: pytest.TestReport) -> str:
+    for name, value in getattr(report, "user_properties", ()) or ():
+        if name == "cann_case":
+            return str(value)
+    return report.nodeid
+
+
+def _split_key(key: str) -> tuple[str, Optional[int]]:
+    """``level1/exp_3`` -> (``level1/exp``, 3): what a crash report, which carries only the key, is about."""
+    rel_path, _, tail = key.rpartition("_")
+    return (rel_path, int(tail)) if rel_path and tail.isdigit() else (key, None)
+
+
+@dataclass(eq=False)  # registered as a plugin: pluggy needs identity hashing
+class ResultCollector:
+    """Registered as a plugin on the controller (or the only process without xdist)."""
+
+    outcomes: dict[str, CaseOutcome] = field(default_factory=dict)
+    journal: Any = None  # reporting.Journal once the run's identity is known
+    resumed: set[str] = field(default_factory=set)  # keys taken from an earlier run's results.jsonl
+    board: Optional[dict] = None  # the leaderboard, once built
+    written: list[str] = field(default_factory=list)  # files this session wrote, for the summary
+
+    def record(self, result: CaseOutcome) -> None:
+        self.outcomes[result.key] = result
+        if self.journal is not None:
+            self.journal.append(result.to_dict())
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        data = getattr(report, "cann", None)
+        if isinstance(data, dict):
+            result = CaseOutcome.from_dict(data)
+            previous = self.outcomes.get(result.key)
+            # the call verdict wins over a setup one; a setup error stands when there is no call
+            if previous is None or report.when == "call" or previous.status == oc.SKIPPED:
+                self.record(result)
+        elif report.when == "???":
+            key = _case_key(report)
+            rel_path, case_id = _split_key(key)
+            self.record(CaseOutcome(key=key, rel_path=rel_path, operator="", case_id=case_id, status=oc.CRASHED,
+                                    failure_type=oc.WORKER_CRASH, message=str(report.longrepr)[:500]))
+
+    def summary_lines(self, verbose: bool = False) -> list[str]:
+        if not self.outcomes:
+            return []
+        results = list(self.outcomes.values())
+        operators = {r.rel_path for r in results if r.rel_path}
+        status = Counter(r.status for r in results)
+        lines = [f"{len(operators)} operators, {len(results)} cases: "
+                 + ", ".join(f"{n} {s}" for s, n in sorted(status.items(), key=lambda kv: -kv[1]))]
+        candidate = Counter(r.failure_type for r in results
+                            if r.failure_type and r.failure_type not in oc.HARNESS_FAILURES
+                            and r.status not in (oc.SKIPPED, oc.MISSING))
+        harness = Counter(r.failure_type for r in results if r.failure_type in oc.HARNESS_FAILURES)
+        if candidate:
+            lines.append("candidate failures: " + ", ".join(f"{t} {n}" for t, n in candidate.most_common()))
+        if harness:
+            lines.append("harness/task errors (not the candidate's): "
+                         + ", ".join(f"{t} {n}" for t, n in harness.most_common()))
+        missing: dict[str, int] = defaultdict(int)
+        for r in results:
+            if r.status == oc.MISSING:
+                missing[r.rel_path] += 1
+        if missing:
+            lines.append("not provided by the submission (score 0): "
+                         + ", ".join(f"{op} ({n} cases)" for op, n in sorted(missing.items())))
+        bad = [r for r in sorted(results, key=lambda r: (r.rel_path, r.case_id or 0))
+               if r.status not in (oc.PASSED, oc.SKIPPED, oc.MISSING)]
+        limit = None if verbose else 30
+        for r in bad[:limit]:
+            lines.append(f"  {r.key}: {r.status} [{r.failure_type}] {_one_line(r.message)}")
+        if limit is not None and len(bad) > limit:
+            lines.append(f"  ... {len(bad) - limit} more (-v lists all)")
+        cached = sum(1 for r in results if r.golden_cached)
+        if cached:
+            lines.append(f"golden outputs from cache: {cached}/{len(results)} cases")
+        if self.resumed:
+            lines.append(f"resumed from results.jsonl: {len(self.resumed)} cases (--cann-resume)")
+        lines += timing_lines(results, limit)
+        if self.board is not None:
+            from pytest_cannbench.report.kernelbench import summary_lines as kernelbench_lines
+
+            lines += score_lines(self.board, limit)
+            lines += kernelbench_lines(self.board.get("kernelbench"), limit)
+        if self.written:
+            lines.append("written: " + ", ".join(self.written))
+        if self.journal is not None and self.journal.tampered:
+            lines.append(f"WARNING: {self.journal.path} was changed by another process during the run; it was "
+                         "rewritten from the judge's own record (leaderboard config.journal_rewritten)")
+        return lines
+
+
+def _us(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
+
+
+def timing_lines(results: list[CaseOutcome], limit: Optional[int]) -> list[str]:
+    """One line per timed case: T_cand (median and spread), T_baseline and T_HW with their sources."""
+    timed = sorted((r for r in results if r.timing.get("measured")), key=lambda r: (r.rel_path, r.case_id or 0))
+    if not timed:
+        return []
+    first = timed[0].timing
+    lines = [f"timing on {first.get('device')} ({first.get('timer')}; median of {first.get('input_sets')} "
+             f"verified calls on fresh inputs), microseconds:",
+             f"  {'case':<28} {'T_cand':>9} {'spread':>7} {'T_base':>9} {'T_HW':>9}  anchors"]
+    for r in timed[:limit]:
+        t = r.timing
+        spread = f"{t['cand']['spread'] * 100:.1f}%" if t.get("cand") else "-"
+        source = f"base {t.get('baseline_source') or '-'}, hw {t.get('t_hw_source') or '-'}"
+        flags = f" [{', '.join(t['flags'])}]" if t.get("flags") else ""
+        lines.append(f"  {r.key:<28} {_us(t.get('t_cand_us')):>9} {spread:>7} {_us(t.get('t_baseline_us')):>9} "
+                     f"{_us(t.get('t_hw_us')):>9}  {source}{flags}")
+    if limit is not None and len(timed) > limit:
+        lines.append(f"  ... {len(timed) - limit} more timed cases (-v lists all)")
+    return lines
+
+
+def _one_line(text: str, width: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def attach(item: pytest.Item, report: pytest.TestReport, outcome: Optional[CaseOutcome]) -> None:
+    """Put the outcome on the report that decides the case: call, or setup when setup did not pass."""
+    if outcome is None:
+        return
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        report.cann = outcome.to_dict()  # type: ignore[attr-defined]
+        extra = [("cann_status", outcome.status)] + junit_properties(outcome)
+        if outcome.failure_type:
+            extra.append(("cann_failure_type", outcome.failure_type))
+        # on the item, so the teardown report (what junit-xml writes) carries them too
+        item.user_properties.extend(p for p in extra if p not in item.user_properties)
+
+
+def score_lines(board: dict, limit: Optional[int]) -> list[str]:
+    """Per operator (passed/total, the three parts, score, speed-up), per level, total; failures by type."""
+    ops = board["operators"]
+    lines = [f"scores (compile {board['weights']['compile']:.0%} + function {board['weights']['function']:.0%} + "
+             f"performance {board['weights']['performance']:.0%}):",
+             f"  {'operator':<32} {'passed':>7} {'compile':>8} {'function':>9} {'perf':>7} {'score':>7} "
+             f"{'speed-up':>9}"]
+    for op in ops[:limit]:
+        speed = f"x{op['speedup_geomean']:.2f}" if op.get("speedup_geomean") else "-"
+        note = f"  [{op['score_error']}]" if op.get("score_error") else ""
+        lines.append(f"  {op['rel_path']:<32} {op['cases_passed']:>3}/{op['cases_total']:<3} "
+                     f"{op['compile_score']:>8.1f} {op['function_score']:>9.1f} {op['performance_score']:>7.1f} "
+                     f"{op['score']:>7.1f} {speed:>9}{note}")
+    if limit is not None and len(ops) > limit:
+        lines.append(f"  ... {len(ops) - limit} more operators (-v lists all)")
+    levels = ", ".join(f"{name} {entry['score']:.1f} ({entry['operators']} ops)"
+                       for name, entry in board["levels"].items())
+    lines.append(f"total score {board['total_score']:.1f} over {len(ops)} operators; levels: {levels or '-'}")
+    examples: dict[str, tuple[int, str]] = {}
+    for op in ops:
+        for case in op["cases"]:
+            ft = case.get("failure_type")
+            if ft and case["status"] not in (oc.PASSED, oc.SKIPPED, oc.MISSING):
+                count, example = examples.get(ft, (0, f"{case['key']}: {_one_line(case['message'], 120)}"))
+                examples[ft] = (count + 1, example)
+    if examples:
+        lines.append("failures by type (one example each):")
+        for ft, (count, example) in sorted(examples.items(), key=lambda kv: -kv[1][0]):
+            harness = " (harness/task, not the candidate's)" if ft in oc.HARNESS_FAILURES else ""
+            lines.append(f"  {ft} x{count}{harness}: {example}")
+    return lines
+
+
+def junit_properties(outcome: CaseOutcome) -> list[tuple[str, Any]]:
+    """Scalars CI tools read from junit-xml: HAP, the three times, the worst MERE/MARE over outputs."""
+    from pytest_cannbench.report.scoring import hap
+
+    props: list[tuple[str, Any]] = []
+    t = outcome.timing or {}
+    if t.get("measured"):
+        value, _ = hap(t.get("t_baseline_us"), t.get("t_cand_us"), t.get("t_hw_us"))
+        props.append(("cann_hap", "" if value is None else round(value, 6)))
+        for name in ("t_cand_us", "t_baseline_us", "t_hw_us"):
+            if t.get(name) is not None:
+                props.append((f"cann_{name}", round(float(t[name]), 3)))
+    for metric in ("mere", "mare"):
+        values = [v.get(metric) for v in outcome.accuracy if isinstance(v.get(metric), (int, float))]
+        if values:
+            props.append((f"cann_{metric}", max(values)))
+    return props
+
+
+def render_summary(terminalreporter: Any, collector: ResultCollector) -> None:
+    lines = collector.summary_lines(verbose=terminalreporter.config.getoption("verbose") > 0)
+    if not lines:
+        return
+    terminalreporter.section("cannbench")
+    for line in lines:
+        terminalreporter.write_line(line)

@@ -1,0 +1,134 @@
+"""The leaderboard: every case's outcome, scored by :mod:`scoring`, as one JSON document (schema in
+``docs/leaderboard.md``).
+
+Built on the controller from the outcomes the items reported (or, for ``cannbench merge``, from earlier
+leaderboards and ``results.jsonl`` files), so scores never depend on which process ran a case. Written
+atomically: a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+from pytest_cannbench import __version__
+from pytest_cannbench.atomic import write_atomic
+from pytest_cannbench.report.scoring import WEIGHTS, CaseScore, geometric_mean_speedup, level_of, operator_score, totals
+
+SCHEMA = "pytest-cannbench/leaderboard/1"
+MESSAGE_CHARS = 4000
+
+
+def _case_entry(outcome: dict[str, Any], hap: Optional[float], hap_flags: list[str]) -> dict[str, Any]:
+    timing = outcome.get("timing") or {}
+    return {
+        "case_id": outcome.get("case_id"),
+        "key": outcome["key"],
+        "status": outcome["status"],
+        "failure_type": outcome.get("failure_type"),
+        "message": (outcome.get("message") or "")[:MESSAGE_CHARS],
+        "accuracy": outcome.get("accuracy") or [],
+        "t_cand_us": timing.get("t_cand_us"),
+        "t_baseline_us": timing.get("t_baseline_us"),
+        "t_hw_us": timing.get("t_hw_us"),
+        "anchor_source": {"baseline": timing.get("baseline_source") or None, "t_hw": timing.get("t_hw_source") or None},
+        "hap": hap,
+        "flags": sorted(set(list(timing.get("flags") or []) + hap_flags)),
+        "timing": {k: v for k, v in timing.items() if k != "windows"},
+        "warnings": outcome.get("warnings") or [],
+    }
+
+
+def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False) -> dict[str, Any]:
+    """Operators, levels and the total from case outcomes (dicts as in ``CaseOutcome.to_dict``)."""
+    by_op: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for o in outcomes:
+        by_op[o.get("rel_path") or o["key"].rsplit("_", 1)[0]].append(o)
+    operators = []
+    for rel_path in sorted(by_op):
+        cases = sorted(by_op[rel_path], key=lambda o: (o.get("case_id") is None, o.get("case_id") or 0, o["key"]))
+        inputs = [CaseScore(o["status"], o.get("failure_type"), (o.get("timing") or {}).get("t_cand_us"),
+                            (o.get("timing") or {}).get("t_baseline_us"), (o.get("timing") or {}).get("t_hw_us"))
+                  for o in cases]
+        score = operator_score(inputs, cap=cap)
+        statuses = {o["status"] for o in cases}
+        status = (score.score_error if score.score_error in ("compile_failed", "install_failed", "import_failed",
+                                                              "missing") else
+                  "passed" if statuses == {"passed"} else "partial" if "passed" in statuses else "failed")
+        level = level_of(rel_path)
+        operators.append({
+            "rel_path": rel_path,
+            "name": next((o.get("operator") for o in cases if o.get("operator")), rel_path.split("/")[-1]),
+            "level": int(level[5:]) if level else None,
+            "status": status,
+            "score": score.score,
+            "compile_score": score.compile_score,
+            "function_score": score.function_score,
+            "performance_score": score.performance_score,
+            "cases_total": score.cases_total,
+            "cases_passed": score.cases_passed,
+            "compile_runtime_failures": score.compile_runtime_failures,
+            "score_error": score.score_error,
+            "speedup_geomean": geometric_mean_speedup(
+                ((o.get("timing") or {}).get("t_baseline_us"), (o.get("timing") or {}).get("t_cand_us"))
+                for o in cases if o["status"] == "passed"),
+            "cases": [_case_entry(o, h, f) for o, h, f in zip(cases, score.haps, score.hap_flags)],
+        })
+    total, levels = totals((op["rel_path"], op["score"]) for op in operators)
+    return {"total_score": total, "levels": levels, "operators": operators}
+
+
+def build(outcomes: Iterable[dict[str, Any]], *, submission: Optional[dict[str, Any]], environment: dict[str, Any],
+          config: dict[str, Any], cap: bool = False) -> dict[str, Any]:
+    from pytest_cannbench.report.kernelbench import section as kernelbench_section
+
+    outcomes = list(outcomes)
+    scored = score_cases(outcomes, cap=cap)
+    kernelbench = kernelbench_section(outcomes)
+    if kernelbench is not None:
+        scored["kernelbench"] = kernelbench
+    counts: dict[str, int] = defaultdict(int)
+    failure_types: dict[str, int] = defaultdict(int)
+    for o in outcomes:
+        counts[o["status"]] += 1
+        if o.get("failure_type"):
+            failure_types[o["failure_type"]] += 1
+    return {
+        "schema": SCHEMA,
+        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "plugin_version": __version__,
+        **scored,
+        "cases_total": len(outcomes),
+        "counts": dict(sorted(counts.items())),
+        "failure_types": dict(sorted(failure_types.items())),
+        "submission": submission,
+        "environment": environment,
+        "config": config,
+        "weights": dict(WEIGHTS, hap_cap=cap),
+    }
+
+
+def write(path: Path, board: dict[str, Any]) -> None:
+    write_atomic(path, dumps(board, indent=1) + "\n")
+
+
+def dumps(value: Any, indent: Optional[int] = None) -> str:
+    """Strict JSON: NaN and infinities (a max error can be inf) become the strings "nan", "inf", "-inf"."""
+    return json.dumps(clean(value), indent=indent, allow_nan=False, default=str)
+
+
+def clean(value: Any) -> Any:
+    if isinstance(value, float):
+        if value != value:
+            return "nan"
+        if value in (float("inf"), float("-inf")):
+            return "inf" if value > 0 else "-inf"
+        return value
+    if isinstance(value, dict):
+        return {str(k): clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean(v) for v in value]
+    return value

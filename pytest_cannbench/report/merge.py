@@ -1,0 +1,295 @@
+"""``cannbench merge OUT.json INPUT...``: one leaderboard from the boards and ``results.jsonl`` files of several runs.
+
+Sharded CI jobs (``--cann-shard K/N``) each write a partial leaderboard; a resumed or killed run leaves its cases
+in ``results.jsonl``. Merging takes the case outcomes back out of every input, keeps one per case key (the later
+input wins, and each replacement is reported), and rebuilds the board with :func:`leaderboard.build`, so every
+score is recomputed by :mod:`scoring` from the outcomes and never copied from an input. ``submission``,
+``environment`` and the configuration come from the first leaderboard input; inputs that disagree on the wheel or
+on an option that changes results are reported, because their cases were not graded alike.
+
+Exit status: 0 when OUT was written, 2 on a usage or input error (with a message saying which file and why).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence, TextIO
+
+from pytest_cannbench.report import leaderboard
+
+SCHEMA_PREFIX = "pytest-cannbench/leaderboard/"
+# Config entries that legitimately differ between the jobs of one sharded run (paths, shard, resume bookkeeping).
+PER_JOB_CONFIG = frozenset({"shard", "resume", "resumed_cases", "leaderboard", "markdown", "eval_report",
+                            "report_dir", "golden_cache", "source", "tasks", "device_ids", "run_identity",
+                            "secret", "journal_rewritten"})  # each job has its own session secret
+# Timing fields that are numbers; a board written by leaderboard.dumps spells NaN and infinities as strings.
+TIMING_NUMBERS = ("t_cand_us", "t_baseline_us", "t_hw_us", "bytes", "flops")
+NON_FINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
+LISTED = 20  # replacements named one by one on stderr before a count
+BAD_LINES_LISTED = 5
+
+
+class InputError(Exception):
+    """An input that cannot be merged; main() reports it and exits 2."""
+
+
+@dataclass
+class Source:
+    """One input file, read: its outcomes in file order, and the leaderboard around them when it is one."""
+
+    path: str
+    kind: str  # "leaderboard" or "results.jsonl"
+    outcomes: list[dict[str, Any]] = field(default_factory=list)
+    board: Optional[dict[str, Any]] = None
+    runs: dict[str, int] = field(default_factory=dict)  # results.jsonl: run identity -> lines
+    skipped_lines: int = 0
+    repeated: int = 0  # results.jsonl: cases recorded more than once (the last line wins)
+
+
+def _restore_numbers(timing: Any) -> dict[str, Any]:
+    """The timing dict with "nan"/"inf" strings turned back into floats, so scoring sees what the run saw."""
+    if not isinstance(timing, dict):
+        return {}
+    out = dict(timing)
+    for name in TIMING_NUMBERS:
+        if isinstance(out.get(name), str) and out[name] in NON_FINITE:
+            out[name] = NON_FINITE[out[name]]
+    for summary in ("cand", "baseline"):
+        if isinstance(out.get(summary), dict):
+            out[summary] = {k: NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in out[summary].items()}
+    return out
+
+
+def _valid_outcome(data: Any) -> bool:
+    return (isinstance(data, dict) and isinstance(data.get("key"), str) and bool(data["key"])
+            and isinstance(data.get("status"), str) and bool(data["status"]))
+
+
+def outcomes_from_board(board: dict[str, Any], path: str = "<board>") -> list[dict[str, Any]]:
+    """The case outcomes a leaderboard was built from (as ``CaseOutcome.to_dict`` has them, less what the board
+    drops: per-phase seconds, the golden-cache flag and the timing lock windows, none of which scoring reads)."""
+    operators = board.get("operators")
+    if not isinstance(operators, list):
+        raise InputError(f"{path}: a leaderboard without an 'operators' list")
+    outcomes = []
+    for index, op in enumerate(operators):
+        if not isinstance(op, dict) or not isinstance(op.get("rel_path"), str) or not isinstance(op.get("cases"), list):
+            raise InputError(f"{path}: operator #{index} has no rel_path or no cases list")
+        for case in op["cases"]:
+            if not _valid_outcome(case):
+                raise InputError(f"{path}: {op['rel_path']}: a case without a key or status: {str(case)[:200]}")
+            outcomes.append({
+                "key": case["key"], "rel_path": op["rel_path"], "operator": op.get("name") or "",
+                "case_id": case.get("case_id"), "status": case["status"], "failure_type": case.get("failure_type"),
+                "message": case.get("message") or "", "accuracy": case.get("accuracy") or [],
+                "warnings": case.get("warnings") or [], "timing": _restore_numbers(case.get("timing")),
+            })
+    return outcomes
+
+
+def _read_board(path: str, data: dict[str, Any]) -> Source:
+    schema = data.get("schema")
+    if schema is None and "framework_version" in data:
+        raise InputError(f"{path}: an official EvalReport, not a pytest-cannbench leaderboard (it lacks the times "
+                         "scores are recomputed from); merge the leaderboard.json or results.jsonl of that run")
+    if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
+        raise InputError(f"{path}: neither a results.jsonl nor a pytest-cannbench leaderboard (schema {schema!r}, "
+                         f"expected {leaderboard.SCHEMA!r})")
+    if schema != leaderboard.SCHEMA:
+        _warn(f"{path}: leaderboard schema {schema!r}, this version writes {leaderboard.SCHEMA!r}; reading it anyway")
+    return Source(path, "leaderboard", outcomes_from_board(data, path), board=data)
+
+
+def _read_jsonl(path: str, text: str) -> Source:
+    source = Source(path, "results.jsonl")
+    latest: dict[str, dict[str, Any]] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            entry = None
+        outcome = entry.get("outcome") if isinstance(entry, dict) else None
+        if not _valid_outcome(outcome) or not isinstance(entry.get("run", ""), str):
+            source.skipped_lines += 1
+            if source.skipped_lines <= BAD_LINES_LISTED:
+                what = "not JSON (cut short by a killed run?)" if entry is None else "not a {run, outcome} line"
+                _warn(f"{path}:{number}: {what}; ignored")
+            continue
+        run = entry.get("run") or "?"
+        source.runs[run] = source.runs.get(run, 0) + 1
+        if outcome["key"] in latest:
+            source.repeated += 1
+            del latest[outcome["key"]]  # re-inserted below: file order follows the last line
+        latest[outcome["key"]] = {**outcome, "timing": _restore_numbers(outcome.get("timing"))}
+    source.outcomes = list(latest.values())
+    if source.skipped_lines > BAD_LINES_LISTED:
+        _warn(f"{path}: {source.skipped_lines} lines ignored in all")
+    if source.skipped_lines and not source.outcomes:
+        raise InputError(f"{path}: neither a leaderboard nor a results.jsonl with any case outcome")
+    return source
+
+
+def read_input(path: str) -> Source:
+    """A leaderboard JSON file or a results.jsonl file, told apart by content, not by name."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read it ({exc})") from None
+    if not text.strip():
+        _warn(f"{path}: empty; no cases from it")
+        return Source(path, "results.jsonl")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        data = None  # several lines of JSON: results.jsonl
+    if isinstance(data, dict) and "outcome" not in data:
+        return _read_board(path, data)
+    if data is not None and not isinstance(data, dict):
+        raise InputError(f"{path}: JSON, but neither a leaderboard nor a results.jsonl line")
+    return _read_jsonl(path, text)
+
+
+def _warn(message: str, stream: Optional[TextIO] = None) -> None:
+    print(f"cannbench merge: {message}", file=stream or sys.stderr)
+
+
+def _comparable(config: Any) -> dict[str, Any]:
+    return {k: v for k, v in (config or {}).items() if k not in PER_JOB_CONFIG} if isinstance(config, dict) else {}
+
+
+def _check_agreement(sources: list[Source]) -> None:
+    """Warn when the inputs were not graded alike (a different wheel, options or run identity)."""
+    warned = False
+    boards = [s for s in sources if s.board is not None]
+    if boards:
+        first = boards[0]
+        wheel = ((first.board or {}).get("submission") or {}).get("wheel_sha256")
+        config = _comparable((first.board or {}).get("config"))
+        for other in boards[1:]:
+            other_wheel = ((other.board or {}).get("submission") or {}).get("wheel_sha256")
+            if other_wheel != wheel:
+                warned = True
+                _warn(f"warning: {other.path} graded a different wheel (sha256 {str(other_wheel)[:12]}) than "
+                      f"{first.path} ({str(wheel)[:12]}); a rebuild of the same source differs too, so build the "
+                      "wheel once and grade that (docs/ci.md)")
+            other_config = _comparable((other.board or {}).get("config"))
+            differing = sorted(k for k in set(config) | set(other_config) if config.get(k) != other_config.get(k))
+            if differing:
+                warned = True
+                _warn(f"warning: {other.path} ran with other options than {first.path}: "
+                      + ", ".join(f"{k}={other_config.get(k)!r} (not {config.get(k)!r})" for k in differing))
+        caps = {bool(((s.board or {}).get("weights") or {}).get("hap_cap")) for s in boards}
+        if len(caps) > 1:
+            _warn(f"warning: inputs disagree on the HAP cap; merging as {first.path} did")
+    runs: dict[str, int] = {}
+    for s in sources:
+        for run, n in s.runs.items():
+            runs[run] = runs.get(run, 0) + n
+        if s.board is not None and ((s.board.get("config") or {}).get("run_identity")):
+            run = str(s.board["config"]["run_identity"])
+            runs[run] = runs.get(run, 0) + len(s.outcomes)
+    if len(runs) > 1 and not warned:  # the identity hashes the wheel and the options: said above already
+        _warn("warning: the inputs come from different runs (submission or options differ): "
+              + ", ".join(f"{run} ({n} cases)" for run, n in sorted(runs.items())))
+
+
+def merge(paths: Sequence[str], *, cap: Optional[bool] = None) -> dict[str, Any]:
+    """Read every input and build one board from their outcomes (later inputs win on a shared case key)."""
+    sources = [read_input(p) for p in paths]
+    for s in sources:
+        if s.repeated:
+            _warn(f"{s.path}: {s.repeated} cases recorded more than once; the last line of each wins")
+    _check_agreement(sources)
+    merged: dict[str, dict[str, Any]] = {}
+    origin: dict[str, str] = {}
+    replaced = []
+    for s in sources:
+        for outcome in s.outcomes:
+            key = outcome["key"]
+            if key in merged:
+                replaced.append(f"{key}: {s.path} replaces {origin[key]}")
+                del merged[key]
+            merged[key] = outcome
+            origin[key] = s.path
+    for line in replaced[:LISTED]:
+        _warn(f"duplicate case {line}")
+    if len(replaced) > LISTED:
+        _warn(f"... and {len(replaced) - LISTED} more duplicate cases (the later input wins each)")
+    if not merged:
+        raise InputError("no case outcomes in " + ", ".join(paths))
+    first = next((s.board for s in sources if s.board is not None), None) or {}
+    config = dict(first.get("config") or {})
+    if "shard" in config:
+        config["shard"] = None  # the merged board covers every shard it was given
+    if cap is None:
+        cap = bool((first.get("weights") or {}).get("hap_cap", config.get("hap_cap", False)))
+    board = leaderboard.build(merged.values(), submission=first.get("submission"),
+                              environment=dict(first.get("environment") or {}), config=config, cap=cap)
+    board["merged_from"] = [{"path": s.path, "kind": s.kind, "cases": len(s.outcomes)} for s in sources]
+    return board
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cannbench", description="pytest-cannbench command-line tools.")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    merge_cmd = commands.add_parser(
+        "merge", help="merge leaderboards and results.jsonl files into one leaderboard (scores recomputed)",
+        description="Merge the leaderboard JSON and results.jsonl files of several runs (e.g. the shards of "
+                    "--cann-shard K/N) into one leaderboard. A case present in several inputs is taken from the "
+                    "later input. Every score is recomputed from the case outcomes.")
+    merge_cmd.add_argument("out", metavar="OUT.json", help="merged leaderboard to write (atomically)")
+    merge_cmd.add_argument("inputs", metavar="INPUT", nargs="+", help="leaderboard JSON or results.jsonl files")
+    merge_cmd.add_argument("--markdown", metavar="PATH", help="also write the Markdown summary")
+    merge_cmd.add_argument("--eval-report", metavar="PATH", help="also write the official EvalReport JSON shape")
+    cap = merge_cmd.add_mutually_exclusive_group()
+    cap.add_argument("--hap-cap", dest="cap", action="store_true", default=None,
+                     help="clip each case's HAP at 1 (default: as the first leaderboard input)")
+    cap.add_argument("--no-hap-cap", dest="cap", action="store_false", help="the official, uncapped HAP")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
+        return int(exc.code or 0)
+    if args.command != "merge":
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        board = merge(args.inputs, cap=args.cap)
+    except InputError as exc:
+        _warn(f"error: {exc}")
+        return 2
+    try:
+        leaderboard.write(Path(args.out), board)
+        written = [args.out]
+        if args.markdown:
+            from pytest_cannbench.report.markdown import render
+
+            leaderboard.write_atomic(Path(args.markdown), render(board))
+            written.append(args.markdown)
+        if args.eval_report:
+            from pytest_cannbench.report.eval_report import to_eval_report
+
+            leaderboard.write_atomic(Path(args.eval_report), leaderboard.dumps(to_eval_report(board), indent=1) + "\n")
+            written.append(args.eval_report)
+    except OSError as exc:
+        _warn(f"error: cannot write {exc.filename or ''}: {exc.strerror or exc}")
+        return 2
+    print(f"cannbench merge: {board['cases_total']} cases of {len(board['operators'])} operators from "
+          f"{len(args.inputs)} inputs; total score {board['total_score']:.2f}; wrote {', '.join(written)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,330 @@
+"""The submission, prepared once per session on the controller: build, install, discover.
+
+``--cann-source DIR`` takes a prebuilt ``dist/cann_bench*.whl`` (and optional
+``dist/cann_bench*.run``) as is; otherwise ``bash build.sh`` runs in a private
+copy of DIR (so the user's tree is never moved or edited, and a stale wheel
+from an earlier build is never picked up) and must leave exactly one wheel.
+The wheel is installed with ``pip --no-deps --target`` into the session's
+private directory, which only candidate workers put on their path: nothing of
+the submission (entry points, ``.pth`` files, ``pytest11`` plugins) ever loads
+into pytest. Discovery imports ``cann_bench`` in a candidate worker, never in
+the judge. Every failure becomes a :class:`SubmissionState` with a status and
+a message that names the log; nothing here raises for a broken submission.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+OK, COMPILE_FAILED, INSTALL_FAILED, IMPORT_FAILED = "ok", "compile_failed", "install_failed", "import_failed"
+
+INSTALL_TIMEOUT_S = 300.0
+RUN_TIMEOUT_S = 120.0
+COPY_IGNORE = (".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__", ".pytest_cache", "build",
+               "dist", "*.egg-info", "reports", ".cannbench-cache")
+OPP_VENDOR = "vendors/custom_ops"
+
+
+@dataclass
+class SubmissionState:
+    """What the workers need to run the submission, and what the reports say about it (builtins only:
+    it travels to xdist workers in ``workerinput``)."""
+
+    status: str
+    message: str = ""
+    source: Optional[str] = None
+    installed: bool = True  # False under --cann-no-install: the user's own cann_bench
+    prebuilt: bool = False
+    wheel: Optional[str] = None
+    wheel_sha256: Optional[str] = None
+    run_package: Optional[str] = None
+    site_dir: Optional[str] = None
+    env: dict[str, str] = field(default_factory=dict)
+    interfaces: list[list[str]] = field(default_factory=list)  # [name, source]
+    scan: dict[str, Any] = field(default_factory=dict)  # static-scan telemetry of the sources (never a verdict)
+    guard_problems: list[list[str]] = field(default_factory=list)  # [kind, detail]: forbidden symbol imports
+    build_log: Optional[str] = None
+    session_dir: Optional[str] = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SubmissionState":
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+def _tail(text: str, lines: int = 20, chars: int = 3000) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])[-chars:]
+
+
+def _file_tail(path: Path, lines: int = 20) -> str:
+    from pytest_cannbench.workers.procs import read_log_since
+
+    return _tail(read_log_since(path, 0, 64 * 1024).decode("utf-8", errors="replace"), lines)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _build_env() -> dict[str, str]:
+    """The judge's environment with its interpreter first on PATH: ``python`` in build.sh is ours (torch)."""
+    env = dict(os.environ)
+    bindir = os.path.dirname(sys.executable)
+    env["PATH"] = os.pathsep.join(p for p in (bindir, env.get("PATH", "")) if p)
+    env["PYTHON"] = sys.executable
+    return env
+
+
+def _run(cmd: list[str], cwd: Path, log: Path, timeout: float, env: dict[str, str]) -> tuple[Optional[int], float]:
+    """Run ``cmd`` in its own process group, output appended to ``log``; rc None on timeout (group killed)."""
+    t0 = time.perf_counter()
+    with open(log, "ab") as out:
+        out.write(f"$ {' '.join(cmd)}   (in {cwd})\n".encode())
+        out.flush()
+        proc = subprocess.Popen(cmd, cwd=str(cwd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
+        try:
+            rc: Optional[int] = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
+            rc = None
+        except BaseException:  # Ctrl-C: do not leave a compiler running
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            raise
+    return rc, time.perf_counter() - t0
+
+
+def _packages(dist: Path) -> tuple[list[Path], list[Path]]:
+    if not dist.is_dir():
+        return [], []
+    return sorted(dist.glob("cann_bench*.whl")), sorted(dist.glob("cann_bench*.run"))
+
+
+def build(source: Path, state: SubmissionState, work: Path, log: Path, timeout: float) -> Optional[tuple[Path, ...]]:
+    """The wheel (and .run) to install, building when there is no prebuilt one; None on failure (state says why)."""
+    wheels, runs = _packages(source / "dist")
+    if len(wheels) > 1 or len(runs) > 1:
+        names = ", ".join(p.name for p in wheels + runs)
+        state.status, state.message = COMPILE_FAILED, (f"{source / 'dist'} holds several packages ({names}); "
+                                                       "keep exactly one cann_bench wheel (and at most one .run)")
+        return None
+    if wheels:
+        state.prebuilt = True
+        return (wheels[0], *runs)
+    if not (source / "build.sh").is_file():
+        state.status, state.message = COMPILE_FAILED, (
+            f"{source} has neither dist/cann_bench*.whl nor build.sh: add a build.sh that leaves one "
+            "cann_bench wheel in dist/, or put a prebuilt wheel there")
+        return None
+    copy = work / "source"
+    shutil.copytree(source, copy, ignore=shutil.ignore_patterns(*COPY_IGNORE), ignore_dangling_symlinks=True)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_bytes(b"")
+    state.build_log = str(log)
+    rc, seconds = _run(["bash", "build.sh"], copy, log, timeout, _build_env())
+    state.seconds["build"] = round(seconds, 3)
+    if rc != 0:
+        why = (f"build.sh did not finish within {timeout:g} s (--cann-build-timeout) and was killed" if rc is None
+               else f"build.sh exited with code {rc} after {seconds:.1f} s")
+        state.status, state.message = COMPILE_FAILED, f"{why}; log {log}\n{_file_tail(log)}"
+        return None
+    wheels, runs = _packages(copy / "dist")
+    others = sorted(p.name for p in (copy / "dist").glob("*.whl")) if (copy / "dist").is_dir() else []
+    if len(wheels) != 1 or len(runs) > 1:
+        found = ", ".join(others) or "nothing"
+        state.status, state.message = COMPILE_FAILED, (f"build.sh succeeded but left {found} in dist/; it must "
+                                                       f"leave exactly one cann_bench*.whl; log {log}")
+        return None
+    return (wheels[0], *runs)
+
+
+def _env_after(script: Path, env: dict[str, str]) -> dict[str, str]:
+    """Variables that sourcing ``script`` sets or changes, as bash computes them."""
+    code = f'source "{script}" >/dev/null 2>&1; env -0'
+    before = subprocess.run(["bash", "-c", "env -0"], capture_output=True, env=env, timeout=30).stdout
+    after = subprocess.run(["bash", "-c", code], capture_output=True, env=env, timeout=30).stdout
+
+    def parse(raw: bytes) -> dict[str, str]:
+        out = {}
+        for item in raw.split(b"\0"):
+            if b"=" in item:
+                k, v = item.split(b"=", 1)
+                out[k.decode(errors="replace")] = v.decode(errors="replace")
+        return out
+
+    old, new = parse(before), parse(after)
+    return {k: v for k, v in new.items() if old.get(k) != v and k not in ("_", "SHLVL", "PWD", "OLDPWD")}
+
+
+def _prepend(env: dict[str, str], key: str, paths: list[str]) -> None:
+    current = [p for p in env.get(key, os.environ.get(key, "")).split(os.pathsep) if p]
+    env[key] = os.pathsep.join([p for p in paths if p not in current] + current)
+
+
+def install_run(run: Path, state: SubmissionState, work: Path, log: Path) -> bool:
+    """A custom-OPP ``.run`` into a private prefix; its environment is kept for the workers only."""
+    prefix = work / "opp"
+    prefix.mkdir(parents=True, exist_ok=True)
+    env = _build_env()
+    rc, _ = _run(["bash", str(run), "--quiet", f"--install-path={prefix}"], work, log, RUN_TIMEOUT_S, env)
+    if rc != 0:
+        helped = subprocess.run(["bash", str(run), "--help"], capture_output=True, timeout=10, env=env)
+        if b"--force" in helped.stdout + helped.stderr:
+            rc, _ = _run(["bash", str(run), "--quiet", "--force", f"--install-path={prefix}"], work, log,
+                         RUN_TIMEOUT_S, env)
+    if rc != 0:
+        why = "timed out" if rc is None else f"exited with code {rc}"
+        state.status, state.message = INSTALL_FAILED, f"installing {run.name} {why}; log {log}\n{_file_tail(log)}"
+        return False
+    vendor = prefix / OPP_VENDOR
+    set_env = vendor / "bin" / "set_env.bash"
+    extra = _env_after(set_env, env) if set_env.is_file() else {}
+    _prepend(extra, "ASCEND_CUSTOM_OPP_PATH", [str(vendor)])
+    libs = [vendor / "op_api" / "lib", vendor / "op_impl" / "ai_core" / "tbe" / "op_tiling"]
+    _prepend(extra, "LD_LIBRARY_PATH", [str(p) for p in libs if p.is_dir()])
+    state.env.update(extra)
+    return True
+
+
+def install_wheel(wheel: Path, state: SubmissionState, work: Path, log: Path) -> bool:
+    site = work / "site"
+    cmd = [sys.executable, "-m", "pip", "install", "--isolated", "--no-deps", "--no-index", "--no-compile",
+           "--disable-pip-version-check", "--no-warn-script-location", "--target", str(site), str(wheel)]
+    rc, seconds = _run(cmd, work, log, INSTALL_TIMEOUT_S, dict(os.environ))
+    state.seconds["install"] = round(seconds, 3)
+    if rc != 0:
+        why = "timed out" if rc is None else f"exited with code {rc}"
+        state.status, state.message = INSTALL_FAILED, (f"pip install of {wheel.name} {why}; log {log}\n"
+                                                       f"{_file_tail(log)}")
+        return False
+    state.site_dir = str(site)
+    return True
+
+
+def check_symbols(state: SubmissionState) -> None:
+    """The private install's shared objects may import no builtin compute (elf_symbols): a verdict for every
+    case in block mode, flags in warn mode."""
+    from pytest_cannbench.guard.elf_symbols import scan_libraries
+
+    if not state.site_dir:
+        return
+    problems, unreadable = scan_libraries(Path(state.site_dir))
+    state.guard_problems = [["builtin_compute", p.detail()] for p in problems[:20]]
+    state.scan["symbols"] = {"problems": [p.detail() for p in problems[:50]], "unreadable": unreadable[:20]}
+
+
+def discover(state: SubmissionState, log_dir: Path, work: Path, guard: str = "block") -> None:
+    """Import the submission in a candidate worker and list its interfaces (validated: it ran their code)."""
+    from pytest_cannbench.workers.candidate_client import CandidateWorker, WorkerGone
+    from pytest_cannbench.submission.interfaces import validate_names
+
+    worker = CandidateWorker(log_path=log_dir / "discovery.log", workdir=work / "discovery", mode="submission",
+                             site_dir=state.site_dir, env=dict(state.env), guard=guard)
+    t0 = time.perf_counter()
+    try:
+        worker.start()
+        raw = worker.discover()
+        state.interfaces = [[i.name, i.source] for i in validate_names(raw)]
+    except WorkerGone as exc:
+        state.status, state.message = IMPORT_FAILED, f"{exc}\n(log {worker.log_path})"
+    except ValueError as exc:
+        state.status, state.message = IMPORT_FAILED, f"interface discovery failed: {exc}"
+    finally:
+        worker.close()
+    state.seconds["discover"] = round(time.perf_counter() - t0, 3)
+
+
+def prepare(source: Optional[str], *, no_install: bool, report_dir: Path, build_timeout: float,
+            guard: str = "block") -> SubmissionState:
+    """Build, install and discover the submission; the returned state holds a private session directory
+    that :func:`cleanup` removes."""
+    work = Path(tempfile.mkdtemp(prefix="cannbench-session-"))
+    log_dir = report_dir / "logs"
+    state = SubmissionState(status=OK, source=source, installed=not no_install, session_dir=str(work))
+    if source:
+        state.scan = scan_summary(Path(source))
+    if not no_install:
+        assert source is not None
+        packages = build(Path(source), state, work, log_dir / "build.log", build_timeout)
+        if packages is None:
+            return state
+        wheel, *runs = packages
+        state.wheel, state.wheel_sha256 = wheel.name, _sha256(wheel)
+        install_log = log_dir / "install.log"
+        install_log.parent.mkdir(parents=True, exist_ok=True)
+        install_log.write_bytes(b"")
+        if runs:
+            state.run_package = runs[0].name
+            if not install_run(runs[0], state, work, install_log):
+                return state
+        if not install_wheel(wheel, state, work, install_log):
+            return state
+        check_symbols(state)
+    discover(state, log_dir, work, guard)
+    return state
+
+
+def scan_summary(source: Path) -> dict[str, Any]:
+    """Suspicious constructs in the submission's sources (static_scan): flags for the leaderboard, never a verdict."""
+    from pytest_cannbench.guard.static_scan import flags_of, scan_tree, summarize
+
+    try:
+        hits = scan_tree(source)
+    except OSError as exc:
+        return {"error": str(exc)}
+    return {"flags": flags_of(hits), "counts": summarize(hits),
+            "hits": [{"rule": h.rule, "path": h.path, "line": h.line, "snippet": h.snippet} for h in hits[:50]]}
+
+
+def cleanup(state: SubmissionState) -> None:
+    if state.session_dir:
+        shutil.rmtree(state.session_dir, ignore_errors=True)
+
+
+def header_lines(state: SubmissionState) -> list[str]:
+    """The terminal header's account of the submission (printed once, by the controller)."""
+    what = state.source or "the installed cann_bench (--cann-no-install)"
+    if state.wheel:
+        how = "prebuilt" if state.prebuilt else f"built in {state.seconds.get('build', 0):.1f} s"
+        what += f"; wheel {state.wheel} ({how}, sha256 {state.wheel_sha256[:12]})" if state.wheel_sha256 else ""
+    if state.run_package:
+        what += f"; OPP package {state.run_package}"
+    lines = [f"cannbench: submission {what}"]
+    if state.scan.get("counts"):
+        found = ", ".join(f"{rule} x{n}" for rule, n in sorted(state.scan["counts"].items()))
+        lines.append(f"cannbench: static scan (telemetry, not a verdict): {found}")
+    if not state.ok:
+        first = state.message.splitlines()[0] if state.message else ""
+        lines.append(f"cannbench: SUBMISSION {state.status.upper()}: {first} - every case fails as {state.status}")
+        return lines
+    names = ", ".join(f"{n}" + ("" if src == "torch.ops+module" else f" ({src})") for n, src in state.interfaces)
+    lines.append(f"cannbench: {len(state.interfaces)} interfaces discovered: {names or 'none'}")
+    return lines

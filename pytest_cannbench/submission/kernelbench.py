@@ -1,0 +1,86 @@
+"""KernelBench submissions: a directory of ``ModelNew`` modules, one per problem. Judge side, no imports of them.
+
+Accepted layouts for the problem ``level1/19_ReLU.py`` (first match wins):
+``19_ReLU/ai_op.py``, ``level1/19_ReLU/ai_op.py``, ``19_ReLU.py``, ``level1/19_ReLU.py``, and the seeds'
+example form without the number, ``ReLU/ai_op.py`` / ``ReLU.py``. Nothing is built or installed: the
+directory is copied once into a private session directory, and only candidate workers import from the copy.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from pytest_cannbench.submission.build import OK, SubmissionState
+
+MODEL_NEW = re.compile(r"^class\s+ModelNew\b", re.MULTILINE)
+MAX_SOURCE_BYTES = 4 << 20
+KIND = "kernelbench"
+
+
+def _defines_model_new(path: Path) -> bool:
+    try:
+        return path.stat().st_size <= MAX_SOURCE_BYTES and bool(MODEL_NEW.search(path.read_text(errors="replace")))
+    except OSError:
+        return False
+
+
+def modules(source: Path) -> list[Path]:
+    """Every file of the directory that defines ``class ModelNew`` (at most three levels deep)."""
+    found = []
+    for pattern in ("*.py", "*/*.py", "*/*/*.py"):
+        found += [p for p in sorted(source.glob(pattern)) if p.is_file() and _defines_model_new(p)]
+    return found
+
+
+def looks_like(source: Optional[str]) -> bool:
+    """A KernelBench submission: ModelNew modules and neither a build.sh nor a prebuilt wheel."""
+    if not source:
+        return False
+    root = Path(source)
+    if (root / "build.sh").is_file() or any(root.glob("dist/*.whl")):
+        return False
+    return bool(modules(root))
+
+
+def wanted(settings: Any) -> bool:
+    """Whether the session's submission is of this kind: ``--cann-bench stanford``, or auto and it looks so."""
+    bench = getattr(settings, "bench", "auto")
+    return bool(settings.source) and (bench == "stanford" or (bench == "auto" and looks_like(settings.source)))
+
+
+def prepare(source: str) -> SubmissionState:
+    """Copy the directory privately and list its modules; a directory without any is ``import_failed``."""
+    t0 = time.perf_counter()
+    session_dir = Path(tempfile.mkdtemp(prefix="cannbench-kb-submission-"))
+    copy = session_dir / "src"
+    shutil.copytree(source, copy, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", "venv"))
+    found = modules(copy)
+    names = [[p.relative_to(copy).as_posix(), KIND] for p in found]
+    if not found:
+        return SubmissionState(status="import_failed", message=f"{source}: no module defines class ModelNew",
+                               source=source, session_dir=str(session_dir))
+    return SubmissionState(status=OK, source=source, site_dir=None, interfaces=names, session_dir=str(session_dir),
+                           seconds={"copy": time.perf_counter() - t0})
+
+
+def module_for(state: SubmissionState, rel_path: str) -> Optional[str]:
+    """The submission module implementing the problem ``rel_path`` (e.g. ``level1/19_ReLU.py``), or None."""
+    if not state.session_dir:
+        return None
+    root = Path(state.session_dir) / "src"
+    parts = rel_path.split("/")
+    stem = Path(parts[-1]).stem
+    levels = parts[:-1]
+    bare = re.sub(r"^\d+_", "", stem)
+    candidates = [f"{stem}/ai_op.py", *[f"{lv}/{stem}/ai_op.py" for lv in levels], f"{stem}.py",
+                  *[f"{lv}/{stem}.py" for lv in levels], f"{bare}/ai_op.py", f"{bare}.py"]
+    for name in candidates:
+        path = root / name
+        if path.is_file() and _defines_model_new(path):
+            return str(path)
+    return None

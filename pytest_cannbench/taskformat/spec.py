@@ -1,0 +1,472 @@
+"""Read one operator directory (``proto.yaml`` + ``cases.yaml`` + ``golden.py``) into typed specs.
+
+Only pure Python and PyYAML: collection runs on every xdist worker and must
+stay cheap, so nothing here imports torch or executes the golden. Problems are
+reported as :class:`TaskFormatError` (the operator cannot be graded at all) or
+as per-case errors and warnings that name the file, the case and the field.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from pytest_cannbench.taskformat.dtypes import KNOWN_DTYPES, canonical_dtype
+
+REQUIRED_FILES = ("proto.yaml", "cases.yaml", "golden.py")
+CASE_KEYS = ("operator", "case_id", "input_shape", "dtype", "attrs", "value_range", "note")
+FORBIDDEN_CASE_KEYS = ("baseline_perf_us", "t_hw_us")
+
+# The attr `type` spellings seen in the official tasks, normalised. Anything else is
+# accepted with a warning: the harness only uses the declaration for display.
+ATTR_TYPES = {
+    "float": "float", "double": "float", "float32": "float",
+    "int": "int", "int32": "int", "int64": "int", "int64_t": "int", "int32_t": "int",
+    "bool": "bool", "boolean": "bool",
+    "string": "str", "str": "str",
+    "listint": "list_int", "int[]": "list_int", "list[int]": "list_int", "int_list": "list_int",
+    "listint64": "list_int",
+    "listfloat": "list_float", "float[]": "list_float", "list[float]": "list_float",
+    "list_float": "list_float",
+    "listbool": "list_bool", "bool[]": "list_bool",
+    "tensor": "tensor",
+}
+
+_SCHEMA_NAME = re.compile(r"^\s*(\w+)\s*\(")
+
+
+class TaskFormatError(ValueError):
+    """The operator directory cannot be graded; the message names file and field."""
+
+    def __init__(self, path: Path, where: str, problem: str, fix: str = "") -> None:
+        self.path = path
+        self.where = where
+        self.problem = problem
+        self.fix = fix
+        message = f"{path}: {where}: {problem}" if where else f"{path}: {problem}"
+        super().__init__(message + (f" ({fix})" if fix else ""))
+
+
+@dataclass(frozen=True)
+class TensorDecl:
+    """One proto input or output."""
+
+    name: str
+    dtypes: tuple[str, ...]
+    optional: bool = False
+    is_list: bool = False
+    compare: bool = True
+    index_gather: Optional[dict] = None
+
+
+@dataclass(frozen=True)
+class AttrDecl:
+    name: str
+    type: str  # normalised spelling, see ATTR_TYPES; the raw one when unknown
+    raw_type: str
+    has_default: bool
+    default: Any = None
+
+
+@dataclass(frozen=True)
+class OperatorSpec:
+    """What ``proto.yaml`` declares, normalised."""
+
+    name: str
+    function_name: str  # the golden / API function: identifier before "(" in schema, else name.lower()
+    schema: str
+    category: str
+    difficulty: str
+    inputs: tuple[TensorDecl, ...]
+    outputs: tuple[TensorDecl, ...]
+    attrs: tuple[AttrDecl, ...]
+    precision_thresholds: dict[str, float]
+    perf_model: Any = None  # perf_model.PerfModel: our proto extension (bytes and FLOPs of a case), or None
+
+    @property
+    def input_names(self) -> list[str]:
+        return [d.name for d in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        return [d.name for d in self.outputs]
+
+
+@dataclass
+class CaseSpec:
+    """One entry of ``cases.yaml``. ``error`` set means the case cannot run; it still becomes an item."""
+
+    index: int  # position in the file, for messages when case_id itself is broken
+    case_id: Optional[int]
+    raw: dict[str, Any]
+    error: Optional[str] = None
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        attrs = self.raw.get("attrs")
+        return dict(attrs) if isinstance(attrs, dict) else {}
+
+    @property
+    def dtype_names(self) -> list[str]:
+        """Distinct dtype names of the case, in order: pytest keywords for ``-k float16``."""
+        names: list[str] = []
+
+        def walk(value: Any) -> None:
+            if isinstance(value, (list, tuple)):
+                for v in value:
+                    walk(v)
+            elif isinstance(value, str) and value != "null" and value not in names:
+                names.append(value)
+
+        walk(self.raw.get("dtype"))
+        return names
+
+
+@dataclass
+class OperatorTask:
+    """A parsed operator directory."""
+
+    op_dir: Path
+    bench_root: Path
+    rel_path: str
+    spec: OperatorSpec
+    cases: list[CaseSpec]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def level(self) -> Optional[int]:
+        """Level from the ``levelN`` directory (what the official scorer sums), else from ``difficulty``."""
+        first = self.rel_path.split("/")[0]
+        match = re.fullmatch(r"level(\d+)", first)
+        if match:
+            return int(match.group(1))
+        match = re.fullmatch(r"[Ll](\d+)", self.spec.difficulty.strip())
+        return int(match.group(1)) if match else None
+
+    def case_key(self, case_id: int) -> str:
+        """The official case key, e.g. ``level1/exp_1``: it seeds the inputs and keys the metadata."""
+        return f"{self.rel_path}_{case_id}"
+
+    def result_key(self, case: "CaseSpec") -> str:
+        """The key results are filed under: the case key, or the file position of a case with no usable id."""
+        return self.case_key(case.case_id) if case.case_id is not None else f"{self.rel_path}_#{case.index}"
+
+
+# --------------------------------------------------------------------------------------------
+# YAML
+
+
+_LOADER: Any = None
+
+# YAML 1.1 (PyYAML) reads `1e-06` as a *string* because it has no dot; task authors mean a float
+# (add_rms_norm_dynamic_quant's epsilon). Resolving YAML 1.2 floats at load time fixes this at the
+# source, instead of the official harness's "convert any numeric-looking attr string" (anchor §12.14).
+_FLOAT_12 = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+
+
+def _yaml_loader() -> Any:
+    global _LOADER
+    if _LOADER is None:
+        import yaml
+
+        base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        loader = type("CannTaskLoader", (base,), {})
+        loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789"))
+        _LOADER = loader
+    return _LOADER
+
+
+def load_yaml(path: Path) -> Any:
+    """``yaml.safe_load`` semantics (anchors resolved, ``.inf``/``.nan`` as floats), C loader when present."""
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TaskFormatError(path, "", f"cannot read file: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise TaskFormatError(path, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    try:
+        return yaml.load(text, Loader=_yaml_loader())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise TaskFormatError(path, where, f"YAML syntax error: {problem}", "fix the YAML syntax") from None
+
+
+# --------------------------------------------------------------------------------------------
+# proto.yaml
+
+
+def _dtype_list(path: Path, where: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not value:
+        raise TaskFormatError(path, where, f"'dtype' must be a dtype name or a non-empty list, got {value!r}")
+    names = []
+    for item in value:
+        name = canonical_dtype(item) if isinstance(item, str) else None
+        if name is None:
+            raise TaskFormatError(path, where, f"unknown dtype {item!r}",
+                                  f"use one of {', '.join(sorted(KNOWN_DTYPES))}")
+        names.append(name)
+    return tuple(names)
+
+
+def _tensor_decls(path: Path, key: str, items: Any, *, outputs: bool) -> tuple[TensorDecl, ...]:
+    if not isinstance(items, list) or (not items and outputs):
+        raise TaskFormatError(path, f"operator.{key}", f"must be a {'non-empty ' if outputs else ''}list of "
+                              "mappings with 'name' and 'dtype'")
+    decls, seen = [], set()
+    for i, item in enumerate(items):
+        where = f"operator.{key}[{i}]"
+        if not isinstance(item, dict):
+            raise TaskFormatError(path, where, f"must be a mapping, got {type(item).__name__}")
+        name = item.get("name")
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TaskFormatError(path, where, f"missing or invalid field 'name' ({name!r})",
+                                  "give every input and output a Python identifier as name")
+        if name in seen:
+            raise TaskFormatError(path, where, f"duplicate name {name!r}")
+        seen.add(name)
+        if "dtype" not in item:
+            raise TaskFormatError(path, f"{where} ({name})", "missing field 'dtype'")
+        index_gather = item.get("index_gather")
+        if index_gather is not None and not isinstance(index_gather, dict):
+            raise TaskFormatError(path, f"{where} ({name})", f"'index_gather' must be a mapping, got {index_gather!r}",
+                                  "use {input, dim_attr, value_output} or {input, dim_attr, value_reduce}")
+        if isinstance(index_gather, dict):
+            _check_index_gather(path, f"{where} ({name}).index_gather", index_gather)
+        decls.append(TensorDecl(
+            name=name,
+            dtypes=_dtype_list(path, f"{where} ({name})", item["dtype"]),
+            optional=bool(item.get("optional", False)),
+            is_list=bool(item.get("is_list", False)),
+            compare=item.get("compare", True) is not False,
+            index_gather=dict(index_gather) if isinstance(index_gather, dict) else None,
+        ))
+    return tuple(decls)
+
+
+def _check_index_gather(path: Path, where: str, spec: dict) -> None:
+    for key in ("input", "dim_attr"):
+        if not isinstance(spec.get(key), str):
+            raise TaskFormatError(path, where, f"missing field {key!r}")
+    has_value, has_reduce = "value_output" in spec, "value_reduce" in spec
+    if has_value == has_reduce:
+        raise TaskFormatError(path, where, "needs exactly one of 'value_output' and 'value_reduce'")
+    if has_reduce and spec["value_reduce"] not in ("amax", "amin"):
+        raise TaskFormatError(path, where, f"'value_reduce' must be amax or amin, got {spec['value_reduce']!r}")
+
+
+def _attr_decls(path: Path, items: Any, warnings: list[str]) -> tuple[AttrDecl, ...]:
+    if items is None:
+        return ()
+    if not isinstance(items, list):
+        raise TaskFormatError(path, "operator.attrs", f"must be a list, got {type(items).__name__}")
+    decls = []
+    for i, item in enumerate(items):
+        where = f"operator.attrs[{i}]"
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise TaskFormatError(path, where, "must be a mapping with a string 'name'")
+        raw_type = str(item.get("type", ""))
+        key = raw_type.strip().lower().replace(" ", "")
+        norm = ATTR_TYPES.get(key)
+        if norm is None:
+            warnings.append(f"{path}: {where} ({item['name']}): unknown attr type {raw_type!r}, "
+                            "kept as declared (attr types are informative only)")
+        decls.append(AttrDecl(name=item["name"], type=norm or raw_type, raw_type=raw_type,
+                              has_default="default" in item, default=item.get("default")))
+    return tuple(decls)
+
+
+def parse_proto(path: Path, warnings: list[str]) -> OperatorSpec:
+    data = load_yaml(path)
+    if not isinstance(data, dict) or not isinstance(data.get("operator"), dict):
+        raise TaskFormatError(path, "", "top level must be a mapping with the key 'operator'")
+    op = data["operator"]
+    name = op.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise TaskFormatError(path, "operator", "missing field 'name'")
+    schema = op.get("schema") or ""
+    if not isinstance(schema, str):
+        raise TaskFormatError(path, "operator.schema", f"must be a string, got {type(schema).__name__}")
+    match = _SCHEMA_NAME.match(schema)
+    if schema and not match:
+        warnings.append(f"{path}: operator.schema: no function name before '(' in {schema!r}; "
+                        f"using {name.lower()!r}")
+    thresholds = op.get("precision_thresholds") or {}
+    if not isinstance(thresholds, dict):
+        raise TaskFormatError(path, "operator.precision_thresholds", "must be a mapping dtype -> threshold")
+    clean: dict[str, float] = {}
+    for key, value in thresholds.items():
+        dtype = canonical_dtype(str(key))
+        if dtype is None or isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise TaskFormatError(path, f"operator.precision_thresholds.{key}",
+                                  f"expected a known dtype mapped to a number >= 0, got {key!r}: {value!r}")
+        clean[dtype] = float(value)
+    from pytest_cannbench.taskformat.perf_model import parse_perf_model
+
+    inputs = _tensor_decls(path, "inputs", op.get("inputs"), outputs=False)
+    outputs = _tensor_decls(path, "outputs", op.get("outputs"), outputs=True)
+    attrs = _attr_decls(path, op.get("attrs"), warnings)
+    perf_model = parse_perf_model(op.get("perf_model"), str(path), inputs=[d.name for d in inputs],
+                                  outputs=[d.name for d in outputs], attrs=[a.name for a in attrs])
+    return OperatorSpec(
+        name=name.strip(),
+        function_name=match.group(1) if match else name.strip().lower(),
+        schema=schema.strip(),
+        category=str(op.get("category") or ""),
+        difficulty=str(op.get("difficulty") or ""),
+        inputs=inputs,
+        outputs=outputs,
+        attrs=attrs,
+        precision_thresholds=clean,
+        perf_model=perf_model,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# golden.py (parsed, never imported here)
+
+
+def check_golden_source(path: Path, spec: OperatorSpec) -> None:
+    """Syntax and the main function's presence, found with ``ast`` so no golden code runs at collection."""
+    try:
+        source = path.read_bytes()
+        tree = ast.parse(source, filename=str(path))
+    except OSError as exc:
+        raise TaskFormatError(path, "", f"cannot read file: {exc.strerror}") from None
+    except SyntaxError as exc:
+        raise TaskFormatError(path, f"line {exc.lineno}", f"Python syntax error: {exc.msg}",
+                              "fix the golden's syntax") from None
+    defined = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            defined.add(node.name)
+        elif isinstance(node, ast.Assign):
+            defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            defined.update((a.asname or a.name).split(".")[0] for a in node.names)
+    wanted = [spec.function_name, spec.name.lower()]
+    if not any(name in defined for name in wanted):
+        raise TaskFormatError(path, "", f"defines no golden function {spec.function_name!r}"
+                              + (f" or {spec.name.lower()!r}" if spec.name.lower() != spec.function_name else ""),
+                              "name the golden after the identifier before '(' in proto.yaml's schema")
+
+
+# --------------------------------------------------------------------------------------------
+# cases.yaml
+
+
+def parse_cases(path: Path, spec: OperatorSpec) -> list[CaseSpec]:
+    from pytest_cannbench.taskformat.inputs import CaseFormatError, plan_inputs
+
+    data = load_yaml(path)
+    if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
+        raise TaskFormatError(path, "", "top level must be a mapping with a list under 'cases'")
+    if not data["cases"]:
+        raise TaskFormatError(path, "cases", "the list is empty", "add at least one case")
+    cases: list[CaseSpec] = []
+    seen: dict[int, int] = {}
+    attr_names = {a.name for a in spec.attrs} | set(spec.input_names)
+    for index, raw in enumerate(data["cases"]):
+        if not isinstance(raw, dict):
+            cases.append(CaseSpec(index, None, {}, error=f"{path}: cases[{index}]: must be a mapping, "
+                                                           f"got {type(raw).__name__}"))
+            continue
+        case_id = raw.get("case_id")
+        label = f"{path}: case_id {case_id}" if isinstance(case_id, int) else f"{path}: cases[{index}]"
+        case = CaseSpec(index, case_id if isinstance(case_id, int) and not isinstance(case_id, bool) else None, raw)
+        cases.append(case)
+        if case.case_id is None or case.case_id < 0:
+            case.case_id = None
+            case.error = f"{label}: field 'case_id' must be a non-negative int, got {case_id!r}"
+            continue
+        if case.case_id in seen:
+            case.error = f"{label}: duplicate case_id (also cases[{seen[case.case_id]}])"
+            # The id belongs to the first case: keyed by it, this one would replace that case's
+            # outcome in the results (one case lost from every count). It is keyed by position.
+            case.case_id = None
+            continue
+        seen[case.case_id] = index
+        operator = raw.get("operator")
+        if operator is not None and str(operator) != spec.name:
+            case.error = (f"{label}: field 'operator' is {operator!r} but proto.yaml names {spec.name!r}")
+            continue
+        for key in ("input_shape", "dtype"):
+            if key not in raw:
+                case.error = f"{label}: missing field {key!r}"
+                break
+        if case.error:
+            continue
+        attrs = raw.get("attrs")
+        if attrs is not None and not isinstance(attrs, dict):
+            case.error = f"{label}: field 'attrs' must be a mapping, got {type(attrs).__name__}"
+            continue
+        try:
+            plan_inputs(spec.input_names, raw["input_shape"], raw["dtype"], raw.get("value_range"))
+        except CaseFormatError as exc:
+            case.error = f"{label}: {exc}"
+            continue
+        _case_warnings(case, label, spec, attr_names)
+    ids = sorted(seen)
+    if ids and ids != list(range(ids[0], ids[0] + len(ids))):
+        cases[0].warnings.append(f"{path}: case ids are not contiguous ({ids[0]}..{ids[-1]}, {len(ids)} cases)")
+    return cases
+
+
+def _case_warnings(case: CaseSpec, label: str, spec: OperatorSpec, attr_names: set[str]) -> None:
+    """Suspicious but valid: the case runs, the author is told."""
+    raw = case.raw
+    for key in FORBIDDEN_CASE_KEYS:
+        if key in raw:
+            case.warnings.append(f"{label}: field {key!r} is ignored (anchors live in metadata/<hw>.json)")
+    unknown = sorted(k for k in raw if k not in CASE_KEYS and k not in FORBIDDEN_CASE_KEYS)
+    if unknown:
+        case.warnings.append(f"{label}: unknown field(s) {', '.join(map(repr, unknown))} ignored")
+    extra = sorted(k for k in case.attrs if k not in attr_names)
+    if extra:
+        case.warnings.append(f"{label}: attrs {', '.join(map(repr, extra))} are not declared in proto.yaml")
+    shapes = raw.get("input_shape")
+    if isinstance(shapes, list) and shapes and isinstance(shapes[0], int):
+        case.warnings.append(f"{label}: input_shape is a bare shape, read as [[...]] (one input)")
+    dtypes = raw.get("dtype")
+    if isinstance(shapes, list) and isinstance(dtypes, list) and shapes and isinstance(shapes[0], list):
+        if len(dtypes) not in (1, len(shapes)):
+            case.warnings.append(f"{label}: dtype has {len(dtypes)} entries for {len(shapes)} input shapes")
+    allowed = {d.name: set(d.dtypes) for d in spec.inputs}
+    if isinstance(dtypes, list) and len(dtypes) == 1 and len(spec.inputs) > 1 and isinstance(dtypes[0], str):
+        dtypes = dtypes * len(spec.inputs)  # the shorthand stands for every input
+    if isinstance(dtypes, list) and len(dtypes) == len(spec.inputs):
+        for decl, value in zip(spec.inputs, dtypes):
+            names = [value] if isinstance(value, str) else value if isinstance(value, list) else []
+            for name in names:
+                canon = canonical_dtype(name) if isinstance(name, str) else None
+                if canon and canon not in allowed[decl.name]:
+                    case.warnings.append(f"{label}: input {decl.name!r} has dtype {name!r}, "
+                                         f"not among proto's {sorted(allowed[decl.name])}")
+
+
+# --------------------------------------------------------------------------------------------
+# the directory
+
+
+def load_operator(op_dir: Path, bench_root: Path) -> OperatorTask:
+    """Parse the three files. Raises :class:`TaskFormatError` when the operator cannot be graded."""
+    missing = [name for name in REQUIRED_FILES if not (op_dir / name).is_file()]
+    if missing:
+        raise TaskFormatError(op_dir, "", f"missing {', '.join(missing)}",
+                              "an operator directory needs proto.yaml, cases.yaml and golden.py")
+    warnings: list[str] = []
+    spec = parse_proto(op_dir / "proto.yaml", warnings)
+    check_golden_source(op_dir / "golden.py", spec)
+    cases = parse_cases(op_dir / "cases.yaml", spec)
+    rel_path = op_dir.relative_to(bench_root).as_posix() if op_dir != bench_root else op_dir.name
+    return OperatorTask(op_dir=op_dir, bench_root=bench_root, rel_path=rel_path, spec=spec, cases=cases,
+                        warnings=warnings)

@@ -1,0 +1,107 @@
+"""T_baseline and T_HW of a case: official metadata where it covers the hardware, live anchors otherwise.
+
+* Metadata (``metadata/<hw>.json``, :mod:`anchors`) is used when the hardware key
+  is known: ``--cann-hardware``, or the NPU's name through the alias table. It
+  gives both anchors, with the official fallback to 910b2 and its warnings.
+* Live anchors everywhere else (the CPU, GPUs): T_baseline is the golden in native
+  precision timed on the device by :mod:`perfrun`; T_HW is the roofline of the
+  case's bytes and FLOPs (the proto's ``perf_model``, else inputs + outputs read
+  or written once) over this machine's measured bandwidth and peak
+  (:mod:`roofline`, calibrated once and cached).
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from pytest_cannbench.timing.devices import DevicePlan
+from pytest_cannbench.options import Settings
+
+
+class CannAnchorWarning(UserWarning):
+    """Metadata anchors fell back to another hardware's file, or a value is missing or suspicious."""
+
+
+def hardware_key(settings: Settings, device: DevicePlan) -> Optional[str]:
+    """The metadata hardware key: the override, else the NPU's name; None means live anchors."""
+    if settings.hardware:
+        return settings.hardware
+    if device.kind == "npu":
+        import torch
+
+        return torch.npu.get_device_name(0)  # type: ignore[attr-defined]
+    return None
+
+
+def roofline_limits(cache_dir: Path, device: DevicePlan, threads: int) -> Any:
+    from pytest_cannbench.timing.roofline import cached_limits
+
+    return cached_limits(cache_dir / "roofline", "cpu" if device.kind == "cpu" else device.kind, threads)
+
+
+def tensor_facts(task: Any, data: Any) -> dict[str, Any]:
+    """Shapes and element sizes of the case's inputs and reference outputs, by proto name."""
+    from pytest_cannbench.taskformat.perf_model import TensorFacts
+
+    def facts(value: Any) -> Any:
+        if value is None:
+            return None
+        if isinstance(value, (list, tuple)):
+            return [TensorFacts.of(v) for v in value if v is not None]
+        return TensorFacts.of(value)
+
+    out = {name: facts(data.inputs[i]) if i < len(data.inputs) else None
+           for i, name in enumerate(task.spec.input_names)}
+    reference = data.native if data.native is not None else data.golden
+    for i, name in enumerate(task.spec.output_names):
+        out[name] = facts(reference[i]) if i < len(reference) else None
+    return out
+
+
+def case_attrs(task: Any, case: Any) -> dict[str, Any]:
+    attrs = {a.name: a.default for a in task.spec.attrs if a.has_default}
+    attrs.update(case.attrs)
+    return attrs
+
+
+def make_anchor_source(settings: Settings, device: DevicePlan, cache_dir: Path,
+                       threads: int) -> Callable[[Any, Any, Any], dict[str, Any]]:
+    """A function of (task, case, golden data) giving the case's anchors and their sources."""
+    key = hardware_key(settings, device)
+    metadata: dict[Path, Any] = {}
+    warned: set[str] = set()
+    limits: list[Any] = []
+
+    def from_metadata(task: Any, case: Any) -> Optional[dict[str, Any]]:
+        from pytest_cannbench.taskformat.metadata import MetadataAnchors
+
+        store = metadata.get(task.bench_root)
+        if store is None:
+            store = metadata[task.bench_root] = MetadataAnchors.from_bench_root(task.bench_root, key)
+        anchor = store.lookup(task.rel_path, case.case_id)
+        for message in store.warnings:
+            if message not in warned:
+                warned.add(message)
+                warnings.warn(CannAnchorWarning(message))
+        if anchor is None:
+            return None
+        return {"t_baseline_us": anchor.baseline_us, "baseline_source": anchor.source, "t_hw_us": anchor.t_hw_us,
+                "t_hw_source": anchor.source, "flags": list(anchor.flags)}
+
+    def anchors(task: Any, case: Any, data: Any) -> dict[str, Any]:
+        from pytest_cannbench.taskformat.perf_model import estimate_work
+        from pytest_cannbench.timing.roofline import t_hw_us
+
+        nbytes, flops = estimate_work(task.spec.perf_model, tensor_facts(task, data), case_attrs(task, case))
+        found = from_metadata(task, case) if key else None
+        if found is not None:
+            return {**found, "bytes": nbytes, "flops": flops}
+        if not limits:
+            limits.append(roofline_limits(cache_dir, device, threads))
+        source = "roofline (perf_model)" if task.spec.perf_model is not None else "roofline (inputs+outputs once)"
+        return {"t_hw_us": t_hw_us(nbytes, flops, limits[0]), "t_hw_source": source, "bytes": nbytes,
+                "flops": flops}
+
+    return anchors

@@ -1,0 +1,230 @@
+"""Timed calls inside the candidate worker: cache flush, device synchronisation, one timer per device.
+
+The judge plans a batch (warm-up calls on the correctness inputs, then timed calls,
+each on its own fresh input set) and this module runs it. Every timed call is
+preceded by a cache flush and wrapped in device synchronisation; its time is
+taken by the device's timer:
+
+* ``cpu_clock``: a monotonic clock bound when the worker started, before the
+  submission was imported; the judge cross-checks the phases it reports
+  against the wall time it observed itself.
+* ``cuda_profiler``: the union of the kernel intervals the profiler records on
+  every stream during the call (work on a side stream counts), falling back
+  to ``cuda_events`` (events around the call and a full device synchronise).
+* ``npu_profiler``: see :mod:`npu_profile`.
+"""
+
+from __future__ import annotations
+
+import glob
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+DEFAULT_LLC_BYTES = 32 << 20
+MAX_FLUSH_BYTES = 128 << 20  # virtual machines report the host's whole L3 (480 MiB here: 94 ms a flush)
+
+
+def last_level_cache_bytes() -> int:
+    """The largest CPU cache reported by sysfs (per socket), or 32 MiB when it cannot be read."""
+    best = 0
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            text = open(path).read().strip().upper()
+            value = int(text.rstrip("KMG"))
+            value <<= {"K": 10, "M": 20, "G": 30}.get(text[-1], 0)
+            best = max(best, value)
+        except (OSError, ValueError):
+            continue
+    return best or DEFAULT_LLC_BYTES
+
+
+class Flusher:
+    """Evicts the candidate's data from the caches before a timed call by writing a larger buffer."""
+
+    def __init__(self, device: str) -> None:
+        import torch
+
+        self.device = device
+        if device.startswith("cuda"):
+            l2 = getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0) or (64 << 20)
+            size = 2 * l2
+        else:
+            size = min(2 * last_level_cache_bytes(), MAX_FLUSH_BYTES)
+        self.buffer = torch.empty(size // 4, dtype=torch.float32, device=device if device != "cpu" else "cpu")
+        self.buffer.zero_()
+        self.bytes = size
+
+    def flush(self) -> None:
+        self.buffer.add_(1.0)  # reads and writes every line
+
+
+def synchronize(device: str) -> None:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    elif device.startswith("npu"):
+        torch.npu.synchronize()  # type: ignore[attr-defined]
+
+
+@dataclass
+class BatchTimes:
+    seconds: list[float] = field(default_factory=list)  # per timed call
+    phases: dict[str, float] = field(default_factory=dict)  # flush, warmup, calls, total (worker clock)
+    timer: str = "cpu_clock"
+    notes: list[str] = field(default_factory=list)
+    started: float = 0.0  # the worker clock when the batch began (after inputs and flusher were ready)
+
+
+def run_batch(fn: Callable, warmup_kwargs: Any, timed_kwargs: list[Any], warmup: int, device: str,
+              clock: Callable[[], float], flusher: Flusher | None, sink: Callable[[int, Any], None],
+              timer: str = "auto", npu: dict | None = None) -> BatchTimes:
+    """Warm-up calls, then one flushed, synchronised, timed call per input set.
+
+    ``sink(i, result)`` takes call i's result right after it (outside the timed window) and
+    copies it out, so the result can be freed: holding every result until the end would make
+    each call allocate fresh pages and charge page faults a steady-state kernel never pays.
+    """
+    out = BatchTimes()
+    start = out.started = clock()
+    for _ in range(warmup):
+        fn(**warmup_kwargs)
+    synchronize(device)
+    mark = clock()
+    out.phases["warmup"] = mark - start
+    if device.startswith("npu"):
+        return _npu_profiled(fn, timed_kwargs, device, clock, sink, out, start, npu or {})
+    if device.startswith("cuda") and timer in ("auto", "cuda_profiler"):
+        try:
+            return _cuda_profiled(fn, timed_kwargs, device, clock, flusher, sink, out, start)
+        except Exception as exc:  # noqa: BLE001 - no CUPTI: fall back to events
+            out.notes.append(f"profiler unavailable ({type(exc).__name__}: {exc}); timed with events")
+            out.seconds.clear()
+        return _cuda_events(fn, timed_kwargs, device, clock, flusher, sink, out, start)
+    # One clock reading ends a phase and starts the next, so the phases tile the batch exactly: a preemption
+    # between two statements of the loop lands in a phase (flush), never in a gap the judge would have to
+    # forgive. The judge's "not accounted for" check is then exact for an honest worker, however loaded.
+    flush_s = calls_s = sink_s = 0.0
+    for i, kwargs in enumerate(timed_kwargs):
+        t0 = mark
+        if flusher is not None:
+            flusher.flush()
+        synchronize(device)
+        t1 = clock()
+        result = fn(**kwargs)
+        synchronize(device)
+        t2 = clock()
+        sink(i, result)
+        del result
+        mark = clock()
+        flush_s += t1 - t0
+        calls_s += t2 - t1
+        sink_s += mark - t2
+        out.seconds.append(t2 - t1)
+    out.phases.update(flush=flush_s, calls=calls_s, write=sink_s, total=mark - start)
+    out.timer = "cpu_clock" if device == "cpu" else "host_clock"
+    return out
+
+
+def _cuda_events(fn: Callable, timed_kwargs: list[Any], device: str, clock: Callable[[], float],
+                 flusher: Flusher | None, sink: Callable[[int, Any], None], out: BatchTimes,
+                 start: float) -> BatchTimes:
+    import torch
+
+    for i, kwargs in enumerate(timed_kwargs):
+        if flusher is not None:
+            flusher.flush()
+        torch.cuda.synchronize()
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        result = fn(**kwargs)
+        torch.cuda.synchronize()  # every stream, not just the current one
+        end.record()
+        end.synchronize()
+        out.seconds.append(begin.elapsed_time(end) / 1e3)
+        sink(i, result)
+    out.phases["total"] = clock() - start
+    out.timer = "cuda_events"
+    return out
+
+
+def _cuda_profiled(fn: Callable, timed_kwargs: list[Any], device: str, clock: Callable[[], float],
+                   flusher: Flusher | None, sink: Callable[[int, Any], None], out: BatchTimes,
+                   start: float) -> BatchTimes:
+    """Kernel time per call from the profiler: the union of kernel intervals on all streams.
+
+    The flush kernels are excluded by running them outside the ``cannbench_call`` ranges and
+    keeping only kernels that start inside a call's range (each range ends with a device sync).
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    windows: list[tuple[int, int]] = []
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for i, kwargs in enumerate(timed_kwargs):
+            if flusher is not None:
+                flusher.flush()
+            torch.cuda.synchronize()
+            with record_function(f"cannbench_call_{i}"):
+                result = fn(**kwargs)
+                torch.cuda.synchronize()
+            sink(i, result)
+    events = prof.events()
+    for i in range(len(timed_kwargs)):
+        marks = [e for e in events if e.name == f"cannbench_call_{i}"]
+        if len(marks) != 1:
+            raise RuntimeError(f"call marker {i} seen {len(marks)} times")
+        windows.append((marks[0].time_range.start, marks[0].time_range.end))
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    for lo, hi in windows:
+        spans = sorted((k.time_range.start, k.time_range.end) for k in kernels if lo <= k.time_range.start <= hi)
+        out.seconds.append(_union_us(spans) / 1e6)
+    out.phases["total"] = clock() - start
+    out.timer = "cuda_profiler"
+    return out
+
+
+def _union_us(spans: list[tuple[int, int]]) -> float:
+    """Total length covered by possibly overlapping intervals (concurrent streams count once)."""
+    total, end = 0.0, None
+    for lo, hi in spans:
+        if end is None or lo > end:
+            total += hi - lo
+            end = hi
+        elif hi > end:
+            total += hi - end
+            end = hi
+    return total
+
+
+def _npu_profiled(fn: Callable, timed_kwargs: list[Any], device: str, clock: Callable[[], float],
+                  sink: Callable[[int, Any], None], out: BatchTimes, start: float, npu: dict) -> BatchTimes:
+    """Kernel time per step from ``kernel_details.csv``; the harness's cache-clean kernel, a reduction over
+    a tensor of a per-session secret shape, delimits the steps (never matched by name)."""
+    import tempfile
+
+    import torch
+
+    from pytest_cannbench.timing.npu_profile import profile_steps, shape_key
+
+    shape = tuple(npu["secret_shape"])
+    clean_buffer = torch.ones(shape, dtype=torch.float16, device=device)
+    if npu.get("freq_boost", True):  # bring the clocks up before the first measured step
+        a = torch.ones((4096, 4096), dtype=torch.float16, device=device)
+        for _ in range(20):
+            a @ a
+    results: list[Any] = []
+    calls = iter(timed_kwargs)
+    steps = profile_steps(lambda: results.append(fn(**next(calls))), len(timed_kwargs),
+                          lambda: torch.amax(clean_buffer, dim=-1), lambda: synchronize(device),
+                          tempfile.mkdtemp(prefix="prof-", dir="."), secret_shapes=[shape_key(shape)],
+                          level=npu.get("level", "Level1"))
+    for i, result in enumerate(results):  # copied out after the session: no device-to-host copy is profiled
+        sink(i, result)
+    out.seconds = [us / 1e6 for us in steps.step_us]
+    out.notes += steps.notes[:5]
+    if any(steps.no_device_kernel):
+        out.notes.append(f"steps without a device kernel: {[i for i, e in enumerate(steps.no_device_kernel) if e]}")
+    out.phases["total"] = clock() - start
+    out.timer = "npu_profiler"
+    return out

@@ -1,0 +1,533 @@
+"""Judge side of the candidate worker: start it, call operators, and survive whatever it does.
+
+A crash, ``os._exit``, hang or memory blow-up in a submission ends in one
+:class:`CandidateResult` with a status; the worker is killed (with its whole
+process group) and the next call starts a fresh one. Between calls the worker
+is frozen with ``SIGSTOP``: it cannot change its outputs while the judge reads
+them, nor burn CPU the judge's checks need.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from pytest_cannbench.workers import procs
+
+from pytest_cannbench.workers import wire
+from pytest_cannbench.workers.tensor_wire import Region, decode_outputs, plan_batch, plan_call, write_inputs
+
+LOG_ROTATE_BYTES = 8 << 20
+CASE_LOG_BYTES = 1 << 20  # kept per case: the end of what the submission printed
+POLL_S = 0.05  # memory watchdog period while a call runs
+EXIT_GRACE_POLLS, EXIT_GRACE_S = 4, 0.025  # how long a finished thread may take to disappear from /proc
+
+OK, RAISED, CRASHED, TIMEOUT, OOM_KILLED, IMPORT_FAILED = "ok", "raised", "crashed", "timeout", "oom_killed", \
+    "import_failed"
+INPUT_MUTATED, ASYNC_ESCAPE = "input_mutated", "async_escape"
+# Guard findings are statuses of their own, named like their failure types (see guard.KINDS); the most
+# serious decides when a call has several.
+GUARD_ORDER = ("forbidden_access", "api_tampered", "guard_blinded", "builtin_compute", "host_library")
+ALWAYS_DECIDING = ("forbidden_access", "api_tampered")  # fail the call in every guard mode
+
+
+@dataclass
+class CandidateResult:
+    status: str  # one of the constants above
+    outputs: Optional[list] = None  # tensors are views of the region: valid until the next call
+    message: str = ""
+    seconds: Optional[float] = None
+    log_tail: str = ""
+    case_log: Optional[str] = None
+    flags: list[str] = field(default_factory=list)  # guard findings that did not decide the verdict (warn mode)
+
+
+@dataclass
+class BatchResult:
+    """A timing batch as the judge sees it: per-call times and outputs, and what it observed itself."""
+
+    status: str
+    seconds: list[float] = field(default_factory=list)  # per timed call, as the worker reports them
+    outputs: list[list] = field(default_factory=list)  # per timed call: views of the region until the next request
+    phases: dict[str, float] = field(default_factory=dict)  # the worker's account of its time
+    wall_s: float = 0.0  # the judge's own clock around the whole exchange
+    cpu_s: Optional[float] = None  # CPU time the worker process used during the exchange (from /proc)
+    busiest_cpu_s: Optional[float] = None  # the same, of its busiest thread alone
+    timer: str = ""
+    notes: list[str] = field(default_factory=list)
+    message: str = ""
+    log_tail: str = ""
+    case_log: Optional[str] = None
+    flags: list[str] = field(default_factory=list)
+
+
+def guard_problems(reply: dict) -> list[tuple[str, str]]:
+    """The worker's guard findings, validated (they arrive as JSON from an untrusted process)."""
+    found = []
+    raw = reply.get("guard")
+    for item in raw if isinstance(raw, list) else []:
+        if isinstance(item, dict) and item.get("kind") in GUARD_ORDER:
+            found.append((str(item["kind"]), str(item.get("detail", ""))[:300]))
+    return found[:20]
+
+
+def guard_verdict(problems: list[tuple[str, str]], mode: str) -> tuple[Optional[str], str, list[str]]:
+    """``(status, message, flags)``: in block mode the most serious finding fails the call. In every mode,
+    forbidden access (it was refused anyway) and tampering with the clocks, the profiler or the worker's
+    own functions fail it too: a changed clock means the times cannot be trusted, whatever the mode; the
+    other findings become flags."""
+    flags = [f"{kind}: {detail}" for kind, detail in problems]
+    deciding = [p for p in problems if mode == "block" or p[0] in ALWAYS_DECIDING]
+    if not deciding:
+        return None, "", flags
+    deciding.sort(key=lambda p: GUARD_ORDER.index(p[0]))
+    kind = deciding[0][0]
+    details = "; ".join(dict.fromkeys(d for k, d in deciding if k == kind))
+    return kind, f"the guard refused the call ({kind}): {details}"[:1500], flags
+
+
+class WorkerGone(Exception):
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each of the worker's threads, read by the judge from /proc (the worker cannot forge
+    it): the scheduler's nanosecond run times where available, else user + system ticks (10 ms resolution).
+    A thread that ends between two readings drops out, which can only lower the plausibility floor."""
+    out: dict[int, float] = {}
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    tick = os.sysconf("SC_CLK_TCK")
+    for name in tids:
+        try:
+            with open(f"/proc/{pid}/task/{name}/schedstat") as fh:
+                out[int(name)] = int(fh.read().split()[0]) / 1e9
+            continue
+        except (OSError, ValueError, IndexError):
+            pass
+        try:
+            with open(f"/proc/{pid}/task/{name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            out[int(name)] = (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def cpu_used(before: dict[int, float], after: dict[int, float]) -> tuple[Optional[float], Optional[float]]:
+    """``(all threads, busiest thread)`` CPU seconds between two :func:`thread_cpu` readings. One thread can
+    not run longer than the wall time it was given, so the busiest thread bounds the batch from below
+    whatever the number of threads; a thread born in between counts from zero."""
+    if not after:
+        return None, None
+    used = [max(0.0, cpu - before.get(tid, 0.0)) for tid, cpu in after.items()]
+    return sum(used), max(used)
+
+
+def process_snapshot(pid: int) -> tuple[int, frozenset[int]]:
+    """The worker's thread count and child processes, read by the judge from /proc (the worker cannot lie)."""
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0, frozenset()
+    children: set[int] = set()
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as fh:
+                children.update(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return len(tids), frozenset(children)
+
+
+def escaped(before: tuple[int, frozenset[int]], after: tuple[int, frozenset[int]]) -> str:
+    """Work the call left running: threads or child processes that did not exist when it began."""
+    problems = []
+    if after[0] > before[0]:
+        problems.append(f"{after[0] - before[0]} new thread(s)")
+    if after[1] - before[1]:
+        problems.append(f"{len(after[1] - before[1])} new child process(es)")
+    return " and ".join(problems)
+
+
+def mutated_inputs(region: Region, args: dict[str, Any], kwargs: dict[str, Any]) -> list[str]:
+    """Inputs whose bytes in the region differ from what the judge wrote (compared in the judge, after the call)."""
+
+    changed = []
+    for name, (kind, value) in args.items():
+        if kind == "v":
+            continue
+        slots = [value] if kind == "t" else value
+        originals = [kwargs[name]] if kind == "t" else list(kwargs[name])
+        for slot, original in zip(slots, originals):
+            if slot is None or original is None or not slot["nbytes"]:
+                continue
+            if not _same_bytes(region, slot["offset"], slot["nbytes"], original):
+                changed.append(name)
+                break
+    return changed
+
+
+def _same_bytes(region: Region, offset: int, nbytes: int, original: Any) -> bool:
+    """Byte equality of a region slot and the tensor the judge wrote there, compared 8 bytes at a time
+    (a uint8 comparison is 6x slower: 2.2 ms against 0.35 ms for 4 MiB here)."""
+    import torch
+
+    then = original.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
+    words = nbytes // 8 * 8
+    if words:
+        now = torch.frombuffer(region.mm, dtype=torch.int64, count=words // 8, offset=offset)
+        if not torch.equal(now, then[:words].view(torch.int64)):
+            return False
+    if nbytes > words:
+        tail = torch.frombuffer(region.mm, dtype=torch.uint8, count=nbytes - words, offset=offset + words)
+        return torch.equal(tail, then[words:])
+    return True
+
+
+# What a submission's process may see of the judge's environment: system basics and device runtimes.
+# Everything else (PYTEST_CURRENT_TEST, PYTEST_XDIST_*, CI secrets, our own settings) would tell it which
+# phase or test it is in, or leak what it should not know.
+ENV_KEEP = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "PWD",
+                      "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "CONDA_PREFIX",
+                      "CPATH", "LIBRARY_PATH", "CC", "CXX"})
+ENV_KEEP_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "ASCEND_", "NPU_", "TORCH_", "MKL_", "OMP_", "KMP_", "CANN_")
+
+
+def scrubbed_environment(environ: Any) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k in ENV_KEEP or k.startswith(ENV_KEEP_PREFIXES)}
+
+
+def default_memory_bytes() -> int:
+    """Half of physical memory: room for any honest kernel, and the judge keeps the other half."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.5)
+    except (ValueError, OSError):
+        return 0
+
+
+@dataclass
+class CandidateWorker:
+    """One long-lived worker per pytest process; ``mode`` is ``submission`` or ``golden`` (self-check)."""
+
+    log_path: Path
+    workdir: Path
+    mode: str = "submission"
+    site_dir: Optional[str] = None
+    env: dict[str, str] = field(default_factory=dict)
+    threads: int = 1
+    device: str = "cpu"
+    memory_bytes: int = 0
+    startup_timeout_s: float = 300.0
+    guard: str = "block"  # submission mode only: off | warn | block
+    protect: list[str] = field(default_factory=list)  # directories the submission may not touch
+    contain: bool = True  # submission mode only: the seccomp filter
+    static_problems: list = field(default_factory=list)  # [kind, detail] found before any run (symbol scan)
+    proc: Optional[subprocess.Popen] = None
+    region: Optional[Region] = None
+    starts: int = 0
+    frozen: bool = False
+    log_mark: int = 0
+    import_problems: list = field(default_factory=list)  # guard findings made while the submission was imported
+    last_tmp: Optional[str] = None  # the operator whose files the private TMPDIR holds
+    _killed_for: Optional[str] = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def _spawn(self) -> subprocess.Popen:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        procs.rotate_log(self.log_path, LOG_ROTATE_BYTES)
+        if self.region is None:
+            self.region = Region()
+        cmd = [sys.executable, "-m", "pytest_cannbench.workers.candidate_main", "--region-fd", str(self.region.fd),
+               "--threads", str(self.threads), "--device", self.device, "--workdir", str(self.workdir),
+               "--judge-pid", str(os.getpid())]
+        if self.site_dir:
+            cmd += ["--site", self.site_dir]
+        if self.mode != "golden":  # untrusted code (cann_bench or KernelBench ModelNew): scrubbed env, own TMPDIR
+            cmd += ["--guard", self.guard] + [f"--protect={p}" for p in self.protect]
+            if self.contain:
+                cmd.append("--contain")
+            env = scrubbed_environment(os.environ)
+            tmp = self.tmpdir
+            tmp.mkdir(parents=True, exist_ok=True)
+            env["TMPDIR"] = str(tmp)
+        else:  # goldens are task code, trusted like the golden worker's
+            env = dict(os.environ)
+        env.update(self.env)
+        env["OMP_NUM_THREADS"] = str(self.threads)
+        package_root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
+        with open(self.log_path, "ab") as log:
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                    start_new_session=True, env=env, pass_fds=(self.region.fd,),
+                                    cwd=str(self.workdir))
+        self.proc, self.frozen, self._killed_for = proc, False, None
+        self.starts += 1
+        return proc
+
+    def _ensure(self) -> dict:
+        """A running worker; returns its hello reply (raises WorkerGone when it cannot start)."""
+        if self.proc is not None and self.proc.poll() is None:
+            return {}
+        self._spawn()
+        try:
+            reply = self._exchange({"op": "hello", "mode": self.mode}, self.startup_timeout_s)
+        except WorkerGone as exc:
+            raise WorkerGone(IMPORT_FAILED if exc.status == TIMEOUT else exc.status,
+                              f"worker did not start: {exc}") from None
+        self.import_problems = [(str(k), str(d)) for k, d in self.static_problems] + guard_problems(reply)
+        if not reply.get("ok"):
+            self.kill()
+            trace = "\n".join(str(reply.get("traceback") or "").strip().splitlines()[-6:])
+            found = "".join(f"\nguard: {kind}: {detail}" for kind, detail in self.import_problems)
+            raise WorkerGone(IMPORT_FAILED, f"{reply.get('stage')}: {reply.get('error')}{found}\n{trace}"[:3000])
+        return reply
+
+    @property
+    def tmpdir(self) -> Path:
+        return self.workdir.parent / f"tmp-{self.workdir.name}"  # beside the cwd, which stays empty
+
+    def wipe_tmp(self, owner: str) -> None:
+        """A fresh private TMPDIR for each operator: nothing a submission leaves there reaches the next one.
+        Called while the worker is frozen (or not running)."""
+        if self.mode != "submission" or owner == self.last_tmp:
+            return
+        self.last_tmp = owner
+        tmp = self.tmpdir
+        if tmp.is_dir():
+            for entry in tmp.iterdir():
+                procs.remove_tree(entry)
+
+    def start(self) -> float:
+        """Start the worker now (it is started lazily otherwise); returns the seconds it took."""
+        t0 = time.perf_counter()
+        self._ensure()
+        self._freeze()
+        return time.perf_counter() - t0
+
+    # ------------------------------------------------------------ requests
+
+    def discover(self) -> list:
+        """``[[name, source], ...]`` as the worker reports it (validate with interfaces.validate_names)."""
+        self._ensure()
+        reply = self._exchange({"op": "discover"}, self.startup_timeout_s)
+        self._freeze()
+        if not reply.get("ok"):
+            raise WorkerGone(CRASHED, str(reply.get("error")))
+        return reply.get("interfaces")
+
+    def call(self, target: dict, kwargs: dict[str, Any], *, expected_out_bytes: int, timeout: float,
+             case_log: Optional[Path] = None) -> CandidateResult:
+        """Run one operator call; never raises for anything the candidate does."""
+        layout, writes = plan_call(kwargs, expected_out_bytes)
+        self.log_mark = procs.log_size(self.log_path)
+        self.wipe_tmp(str(target.get("rel_path") or target.get("name")))
+        try:
+            self._ensure()
+            write_inputs(self.region, layout, writes)
+            before = process_snapshot(self.proc.pid)
+            reply = self._exchange({"op": "call", "target": target, "args": layout.args,
+                                    "region_size": self.region.size, "out_offset": layout.out_offset,
+                                    "out_capacity": layout.out_capacity}, timeout)
+        except WorkerGone as exc:
+            return self._finish(CandidateResult(exc.status, message=str(exc)), case_log)
+        except BaseException:  # e.g. pytest-timeout interrupting the wait: the worker's state is unknown
+            self.kill()
+            raise
+        self._freeze()
+        problem = self._contract(before, layout.args, kwargs)
+        if problem is not None:
+            return self._finish(problem, case_log)
+        verdict, why, flags = guard_verdict(self.import_problems + guard_problems(reply), self.guard)
+        if verdict is not None:
+            return self._finish(CandidateResult(verdict, message=why, flags=flags), case_log)
+        if not reply.get("ok"):
+            return self._finish(CandidateResult(RAISED, message=f"candidate raised {reply.get('error')}"
+                                                if reply.get("stage") == "call" else
+                                                f"{reply.get('stage')}: {reply.get('error')}"), case_log)
+        outputs = decode_outputs(reply.get("outputs"), self.region, layout, self.device)
+        seconds = reply.get("seconds")
+        return self._finish(CandidateResult(OK, outputs=outputs, flags=flags,
+                                            seconds=float(seconds) if isinstance(seconds, (int, float)) else None),
+                            case_log)
+
+    def _contract(self, before: tuple[int, frozenset[int]], args: dict[str, Any],
+                  kwargs: dict[str, Any]) -> Optional[CandidateResult]:
+        """What the judge checks itself once the worker is frozen: inputs untouched, nothing left running."""
+        assert self.proc is not None
+        left = escaped(before, process_snapshot(self.proc.pid))
+        for _ in range(EXIT_GRACE_POLLS if left else 0):  # a joined thread may still be leaving the kernel:
+            self._thaw()                                  # let it go (work left running would not)
+            time.sleep(EXIT_GRACE_S)
+            self._freeze()
+            left = escaped(before, process_snapshot(self.proc.pid))
+            if not left:
+                break
+        if left:
+            self.kill()  # the escaped work must not outlive the case
+            return CandidateResult(ASYNC_ESCAPE, message=f"the call returned with work still running ({left})")
+        changed = mutated_inputs(self.region, args, kwargs)
+        if changed:
+            return CandidateResult(INPUT_MUTATED, message=f"the call modified its input(s) {', '.join(changed)}")
+        return None
+
+    def time_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
+                   expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
+                   npu: Optional[dict] = None, case_log: Optional[Path] = None) -> BatchResult:
+        """``warmup`` calls on set 0, then one timed call per entry of ``call_sets``; never raises for the
+        candidate. The judge's wall clock brackets the exchange, for the plausibility check."""
+        layout, writes = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
+        self.log_mark = procs.log_size(self.log_path)
+        self.wipe_tmp(str(target.get("rel_path") or target.get("name")))
+        try:
+            self._ensure()
+            write_inputs(self.region, layout, writes)
+            message = {"op": "time", "target": target, "region_size": self.region.size, "sets": layout.sets,
+                       "calls": [{"set": i, "out_offset": c.out_offset, "out_capacity": c.out_capacity}
+                                 for i, c in zip(call_sets, layout.calls)],
+                       "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer, "npu": npu}
+            before = process_snapshot(self.proc.pid)
+            cpu0 = thread_cpu(self.proc.pid)
+            t0 = time.perf_counter()
+            reply = self._exchange(message, timeout)
+            wall = time.perf_counter() - t0
+            cpu_s, busiest_s = cpu_used(cpu0, thread_cpu(self.proc.pid))
+        except WorkerGone as exc:
+            return self._finish(BatchResult(exc.status, message=str(exc)), case_log)
+        except BaseException:
+            self.kill()
+            raise
+        self._freeze()
+        for args, kwargs in zip(layout.sets, kwargs_sets):
+            problem = self._contract(before, args, kwargs)
+            if problem is not None:
+                return self._finish(BatchResult(problem.status, message=problem.message, wall_s=wall), case_log)
+        verdict, why, flags = guard_verdict(self.import_problems + guard_problems(reply), self.guard)
+        if verdict is not None:
+            return self._finish(BatchResult(verdict, message=why, wall_s=wall, flags=flags), case_log)
+        if not reply.get("ok"):
+            text = (f"candidate raised {reply.get('error')}" if reply.get("stage") == "call"
+                    else f"{reply.get('stage')}: {reply.get('error')}")
+            return self._finish(BatchResult(RAISED, message=text, wall_s=wall), case_log)
+        seconds, outputs, phases = reply.get("seconds"), reply.get("outputs"), reply.get("phases")
+        if (not isinstance(seconds, list) or len(seconds) != len(call_sets) or not isinstance(outputs, list)
+                or len(outputs) != len(call_sets) or not isinstance(phases, dict)
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in seconds)
+                or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in phases.values())):
+            return self._finish(BatchResult(CRASHED, message="the worker sent a malformed timing reply",
+                                            wall_s=wall), case_log)
+        decoded = [decode_outputs(d, self.region, c, self.device) for d, c in zip(outputs, layout.calls)]
+        notes = [str(n)[:300] for n in reply.get("notes") or []][:10]
+        return self._finish(BatchResult(OK, seconds=[float(v) for v in seconds], outputs=decoded,
+                                        phases={str(k)[:20]: float(v) for k, v in phases.items()}, wall_s=wall,
+                                        cpu_s=cpu_s, busiest_cpu_s=busiest_s,
+                                        timer=str(reply.get("timer"))[:40], notes=notes, flags=flags), case_log)
+
+    def _finish(self, result: Any, case_log: Optional[Path]) -> Any:
+        segment = procs.read_log_since(self.log_path, self.log_mark, CASE_LOG_BYTES)
+        if segment.strip():
+            lines = [line for line in segment.decode("utf-8", errors="replace").splitlines()
+                     if line.strip() and not line.startswith(("Extension modules:", "USDT:"))]  # faulthandler's
+            # and the profiler's noise
+            result.log_tail = "\n".join(lines[-8:])[-2000:]
+            if case_log is not None:
+                try:
+                    case_log.parent.mkdir(parents=True, exist_ok=True)
+                    case_log.write_bytes(segment)
+                    result.case_log = str(case_log)
+                except OSError:
+                    pass
+        return result
+
+    # ------------------------------------------------------------ plumbing
+
+    def _exchange(self, message: dict, timeout: float) -> dict:
+        proc = self.proc
+        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        self._thaw()
+        try:
+            wire.send(proc.stdin, message)
+        except (BrokenPipeError, OSError):
+            raise self._gone(proc) from None
+        fd = proc.stdout.fileno()
+
+        def watch_memory() -> None:
+            used = _rss_bytes(proc.pid)
+            if self.memory_bytes and used > self.memory_bytes:
+                self._killed_for = (f"the worker used {used / 2**30:.1f} GiB, over its limit of "
+                                    f"{self.memory_bytes / 2**30:.1f} GiB (--cann-worker-memory)")
+                raise self._gone(proc, kill=True)
+
+        if not procs.wait_readable(fd, timeout, POLL_S, watch_memory):
+            self.kill()
+            raise WorkerGone(TIMEOUT, f"no answer within {timeout:g} s; the worker's process group was killed")
+        try:
+            return wire.receive_json(fd)
+        except wire.PeerClosed:
+            raise self._gone(proc) from None
+        except wire.BadFrame as exc:
+            self.kill()
+            raise WorkerGone(CRASHED, f"the worker broke the protocol: {exc}") from None
+
+    def _gone(self, proc: subprocess.Popen, kill: bool = False) -> WorkerGone:
+        if kill:
+            procs.signal_group(proc, signal.SIGKILL)
+        code = procs.reap(proc)
+        self.proc, self.frozen = None, False
+        if self._killed_for:
+            return WorkerGone(OOM_KILLED, self._killed_for)
+        if code == -signal.SIGKILL:
+            return WorkerGone(OOM_KILLED, "the worker was killed by SIGKILL, most likely by the kernel's "
+                                          "out-of-memory killer")
+        if code < 0:
+            return WorkerGone(CRASHED, f"the worker died of {procs.how_it_ended(code)}")
+        return WorkerGone(CRASHED, f"the worker exited with code {code} in the middle of a call")
+
+    def _signal(self, sig: int) -> None:
+        if self.proc is not None:
+            procs.signal_group(self.proc, sig)
+
+    def _freeze(self) -> None:
+        if self.proc is not None and not self.frozen:
+            self._signal(signal.SIGSTOP)
+            self.frozen = True
+
+    def _thaw(self) -> None:
+        if self.proc is not None and self.frozen:
+            self._signal(signal.SIGCONT)
+            self.frozen = False
+
+    def kill(self) -> None:
+        proc, self.proc, self.frozen = self.proc, None, False
+        if proc is not None:
+            procs.kill_group(proc)
+
+    def close(self) -> None:
+        proc = self.proc
+        if proc is not None:
+            self._thaw()
+            self.proc, self.frozen = None, False
+            procs.stop(proc, lambda: wire.send(proc.stdin, {"op": "exit"}))
+        if self.region is not None:
+            self.region.close()
+            self.region = None

@@ -1,0 +1,314 @@
+"""The candidate worker: the only process that imports and runs submission code.
+
+One per pytest process, started lazily by :mod:`candidate_client`, in its own
+process group so the judge can kill it and everything it forked. It receives
+requests as pickles from the judge (trusted), tensors through the judge's
+shared-memory region (:mod:`tensor_wire`), and answers in JSON only: the judge
+never unpickles anything this process writes. stdout is reserved for frames;
+whatever the submission prints, from Python or C, lands in the log file the
+judge gave as stderr.
+
+In self-check mode the "submission" is the task's golden, run through exactly
+this path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import faulthandler
+import importlib
+import mmap
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable
+
+from pytest_cannbench.workers import procs
+
+from pytest_cannbench.workers import wire
+
+_clock = time.perf_counter  # bound before any submission code can replace it
+
+
+def _die_with_parent(judge_pid: int) -> None:
+    """If the judge dies (even while it holds this process stopped), the kernel kills this one."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if judge_pid and os.getppid() != judge_pid:  # the judge died before the line above took effect
+        os._exit(1)
+
+
+def _error(stage: str, exc: BaseException) -> dict:
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = str(Path(__file__).resolve().parents[1])
+    theirs = [f for f in frames if not f.filename.startswith(ours)]
+    where = f" ({theirs[-1].filename}:{theirs[-1].lineno})" if theirs else ""
+    return {"ok": False, "stage": stage, "error_type": type(exc).__name__,
+            "error": f"{type(exc).__name__}: {str(exc)[:2000]}{where}",
+            "traceback": "".join(traceback.format_exception(exc))[-6000:]}
+
+
+class Worker:
+    def __init__(self, region_fd: int, device: str) -> None:
+        self.guard: Any = None  # guard.Guard in submission mode
+        self.region_fd = region_fd
+        self.region_size = 0
+        self.mm: Any = None
+        self.device = device
+        self.module: Any = None
+        self.callables: dict[tuple, Callable] = {}
+        self.flusher: Any = None
+
+    def map_region(self, size: int) -> None:
+        """Map the judge's region; pre-faulted, so first touches of fresh inputs are not timed."""
+        if size != self.region_size:
+            flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+            self.mm = mmap.mmap(self.region_fd, size, flags=flags)
+            self.region_size = size
+
+    def hello(self, req: dict) -> dict:
+        t0 = _clock()
+        if req.get("mode") == "submission":
+            try:
+                self.module = importlib.import_module("cann_bench")
+            except BaseException as exc:  # noqa: BLE001 - any import failure is the submission's
+                return self._failure("import cann_bench", exc)
+        return {"ok": True, "pid": os.getpid(), "import_seconds": _clock() - t0, "guard": self._guard_report()}
+
+    def _guard_report(self) -> list:
+        return self.guard.report() if self.guard is not None else []
+
+    def _failure(self, stage: str, exc: BaseException) -> dict:
+        """An error reply that still carries what the guard found (an audit refusal is often the cause)."""
+        return {**_error(stage, exc), "guard": self._guard_report()}
+
+    def discover(self, req: dict) -> dict:
+        import torch
+
+        found: list[list[str]] = []
+        try:
+            for op in torch._C._dispatch_get_all_op_names():
+                if op.startswith("cann_bench::"):
+                    found.append([op.split("::", 1)[1].split(".", 1)[0], "torch.ops"])
+        except Exception:  # noqa: BLE001 - a private API; the module path still works
+            pass
+        if self.module is not None:
+            for name in dir(self.module):
+                if name.startswith("_"):
+                    continue
+                try:
+                    value = getattr(self.module, name)
+                except Exception:  # noqa: BLE001
+                    continue
+                if callable(value) and not isinstance(value, type):
+                    found.append([name, "module"])
+        return {"ok": True, "interfaces": found}
+
+    def resolve(self, target: dict) -> Callable:
+        key = tuple(sorted((k, str(v)) for k, v in target.items()))
+        fn = self.callables.get(key)
+        if fn is not None:
+            return fn
+        if target["kind"] == "kernelbench":
+            fn = self.resolve_kernelbench(target)
+        elif target["kind"] == "golden":
+            from pytest_cannbench.workers.golden_binding import load_golden
+
+            fn = load_golden(Path(target["op_dir"]), target["rel_path"], target["function_name"],
+                             target["name_lower"]).main
+        else:
+            import torch
+
+            from pytest_cannbench.submission.interfaces import call_candidates
+
+            names = call_candidates(target["name"], target.get("function_name"))
+            fn = None
+            namespace = getattr(torch.ops, "cann_bench", None)
+            for name in names:
+                fn = _lookup(namespace, name)
+                if fn is not None:
+                    break
+            if fn is None and self.module is not None:
+                for name in names:
+                    value = _lookup(self.module, name)
+                    if value is not None and not isinstance(value, type):
+                        fn = value
+                        break
+            if fn is None:
+                raise LookupError(f"no callable for {target['name']} (tried {', '.join(names)} in "
+                                  "torch.ops.cann_bench and cann_bench)")
+        self.callables[key] = fn
+        return fn
+
+    def resolve_kernelbench(self, target: dict) -> Callable:
+        """A KernelBench model (ModelNew, or the reference Model in golden mode) built with the reference's
+        parameters; see kernelbench_problem.build_callable."""
+        from pytest_cannbench.kernelbench.problem import build_callable
+
+        return build_callable(target, self.device)
+
+    def call(self, req: dict) -> dict:
+        from pytest_cannbench.workers.tensor_wire import flatten, poison, read_args, write_outputs
+
+        self.map_region(req["region_size"])
+        try:
+            fn = self.resolve(req["target"])
+            kwargs = read_args(self.mm, req["args"], self.device)
+        except BaseException as exc:  # noqa: BLE001
+            return _error("prepare call", exc)
+        try:
+            t0 = _clock()
+            result = self.guard.call(fn, kwargs) if self.guard is not None else fn(**kwargs)
+            if self.device.startswith("cuda"):
+                import torch
+
+                torch.cuda.synchronize()
+            seconds = _clock() - t0
+        except BaseException as exc:  # noqa: BLE001 - the candidate's exception is its verdict
+            return self._failure("call", exc)
+        try:
+            flat = flatten(result)
+            outputs = write_outputs(self.mm, self.region_size, flat, req["out_offset"], req["out_capacity"], kwargs)
+            poison(flat, outputs)
+        except BaseException as exc:  # noqa: BLE001
+            return self._failure("return outputs", exc)
+        return {"ok": True, "outputs": outputs, "seconds": seconds, "guard": self._guard_report()}
+
+
+    def time(self, req: dict) -> dict:
+        """A timing batch: warm-up calls, then flushed, synchronised, timed calls, outputs kept per call."""
+        from pytest_cannbench.workers.tensor_wire import flatten, poison, read_args, write_outputs
+        from pytest_cannbench.timing.in_worker import Flusher, run_batch
+
+        started = _clock()
+        self.map_region(req["region_size"])
+        try:
+            fn = self.resolve(req["target"])
+            sets = [read_args(self.mm, args, self.device) for args in req["sets"]]
+            if req.get("flush") and self.flusher is None and not self.device.startswith("npu"):
+                self.flusher = Flusher(self.device)
+        except BaseException as exc:  # noqa: BLE001
+            return _error("prepare timing", exc)
+        calls = req["calls"]
+        outputs: list[Any] = [None] * len(calls)
+
+        def sink(i: int, result: Any) -> None:
+            c = calls[i]
+            flat = flatten(result)
+            outputs[i] = write_outputs(self.mm, self.region_size, flat, c["out_offset"], c["out_capacity"],
+                                       sets[c["set"]])
+            poison(flat, outputs[i])
+
+        try:
+            # On the CPU the whole batch runs under the guard's profiler; the CUDA and NPU timers run their own
+            # profiler sessions, so there the guard covers the correctness calls and timed outputs are verified.
+            guarded = self.guard is not None and self.device == "cpu"
+            with (self.guard.batch() if guarded else contextlib.nullcontext(lambda f: f)) as wrap:
+                times = run_batch(wrap(fn), sets[req["warmup_set"]], [sets[c["set"]] for c in calls],
+                                  req["warmup"], self.device, _clock, self.flusher if req.get("flush") else None, sink,
+                                  req.get("timer", "auto"), req.get("npu"))
+        except BaseException as exc:  # noqa: BLE001 - the candidate's, or its output could not be written
+            return self._failure("call", exc)
+        report = self._guard_report()
+        # the guard's own work after the loop (profiler teardown and trace, the checks): CPU time the judge sees
+        guard_s = max(0.0, _clock() - times.started - times.phases.get("total", 0.0))
+        phases = dict(times.phases, prepare=times.started - started, guard=guard_s)
+        return {"ok": True, "seconds": times.seconds, "outputs": outputs, "phases": phases, "timer": times.timer,
+                "notes": times.notes, "guard": report}
+
+
+def _warm_thread_pools(device: str) -> None:
+    """Create torch's lazily started thread pools now, before any submission code: the judge counts the
+    worker's threads around every call, and a pool growing inside an honest first call must not look like
+    work left running."""
+    import torch
+
+    a = torch.ones(1 << 22)
+    a.add_(1.0)
+    a.sum()
+    torch.ones(256, 256) @ torch.ones(256, 256)
+    if device.startswith("cuda"):
+        torch.ones(1, device=device).add_(1)
+        torch.cuda.synchronize()
+
+
+def _lookup(namespace: Any, name: str) -> Any:
+    if namespace is None:
+        return None
+    try:
+        value = getattr(namespace, name)
+    except Exception:  # noqa: BLE001 - torch.ops raises AttributeError or RuntimeError for unknown ops
+        return None
+    return value if callable(value) else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--region-fd", type=int, required=True)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--site", default="")
+    parser.add_argument("--workdir", default="")
+    parser.add_argument("--judge-pid", type=int, default=0)
+    parser.add_argument("--guard", choices=("off", "warn", "block"), default=None,
+                        help="submission mode: the anti-cheat guard's mode (absent for trusted goldens)")
+    parser.add_argument("--protect", action="append", default=[], help="a directory the submission may not touch")
+    parser.add_argument("--contain", action="store_true", help="install the containment filter (seccomp)")
+    args = parser.parse_args(argv)
+    _die_with_parent(args.judge_pid)
+    procs.become_expendable()
+    out = procs.take_stdout_for_frames()
+    faulthandler.enable()  # a segfault leaves the Python stack in the log
+    if args.workdir:
+        os.chdir(args.workdir)
+    if args.guard and args.guard != "off" and not args.device.startswith("npu"):  # torch_npu needs numpy
+        from pytest_cannbench.guard.runtime import hide_host_modules
+
+        hide_host_modules()
+    import torch
+
+    from pytest_cannbench.timing import in_worker  # noqa: F401 - bound before any submission code runs
+    from pytest_cannbench.workers import tensor_wire  # noqa: F401
+
+    torch.set_num_threads(max(1, args.threads))
+    _warm_thread_pools(args.device)
+    if args.site:
+        sys.path.insert(0, args.site)
+    worker = Worker(args.region_fd, args.device)
+    if args.guard:
+        from pytest_cannbench.guard import containment
+        from pytest_cannbench.guard.runtime import Guard
+
+        worker.guard = Guard(args.guard, args.device, args.site, args.protect)
+        containment.limit_resources()
+        if args.contain:
+            status = containment.install_filter(allow_processes=args.device.startswith("npu"))
+            print(f"cannbench: containment {status}", file=sys.stderr, flush=True)
+        worker.guard.install_audit_hook()
+    handlers = {"hello": worker.hello, "discover": worker.discover, "call": worker.call, "time": worker.time}
+    while True:
+        try:
+            req = wire.receive(0)
+        except wire.PeerClosed:
+            return 0
+        op = req.get("op")
+        if op == "exit":
+            return 0
+        handler = handlers.get(op)
+        reply = handler(req) if handler else {"ok": False, "stage": "protocol", "error": f"unknown request {op!r}"}
+        try:
+            wire.send_json(out, reply)
+        except (TypeError, ValueError) as exc:
+            wire.send_json(out, {"ok": False, "stage": "reply", "error": f"{type(exc).__name__}: {exc}"})
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,127 @@
+"""The plugin as a whole: cheap import, options, header, golden cache, checkers, thread budget."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pytest_cannbench import state as session
+
+
+def test_importing_the_plugin_loads_no_heavy_module() -> None:
+    code = ("import sys, pytest_cannbench.plugin; "
+            "print(sorted(m for m in ('torch', 'numpy', 'yaml') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_entry_point_is_declared() -> None:
+    from importlib.metadata import entry_points
+
+    eps = {ep.name: ep.value for ep in entry_points(group="pytest11")}
+    assert eps.get("cannbench") == "pytest_cannbench.plugin"
+
+
+def test_header_and_help(pytester: pytest.Pytester, task_tree) -> None:
+    task_tree("basic")
+    result = pytester.runpytest("--cann-tasks=tasks", "--cann-seed=7", "--collect-only", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["cannbench: tasks tasks", "cannbench: no candidate; seed 7, inputs uniform/fixed, "
+                                 "golden fp64_cpu, checker relative_error", "*3 tests collected*"])
+    help_text = pytester.runpytest("--help").stdout.str()
+    for option in ("--cann-tasks", "--cann-self-check", "--cann-seed", "--cann-input-dist", "--cann-input-compat",
+                   "--cann-golden-precision", "--cann-golden-cache", "--cann-golden-timeout",
+                   "--cann-golden-memory", "--cann-checker"):
+        assert option in help_text
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--cann-golden-timeout=0"], "--cann-golden-timeout must be positive"),
+    (["--cann-golden-memory=-1"], "--cann-golden-memory must be at least 1 GiB*"),
+    (["--cann-golden-memory=0.5"], "--cann-golden-memory must be at least 1 GiB*"),
+    (["--cann-seed=-1"], "--cann-seed must be >= 0*"),
+    (["-o", "cann_checker=exact"], "cann_checker = 'exact': expected one of relative_error, allclose"),
+])
+def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: list[str], message: str) -> None:
+    result = pytester.runpytest(*args, "--collect-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}*"])
+
+
+def test_ini_keys_configure_the_run(pytester: pytest.Pytester, task_tree) -> None:
+    task_tree("basic")
+    pytester.makeini("[pytest]\ncann_tasks = tasks\ncann_self_check = true\ncann_golden_cache = off\n")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
+    result.stdout.fnmatch_lines(["cannbench: golden cache off; logs *", "1 operators, 3 cases: 3 passed"])
+    assert not (pytester.path / ".cannbench-cache").exists()
+
+
+def test_golden_cache_second_run_computes_no_golden(pytester: pytest.Pytester, task_tree) -> None:
+    tasks = task_tree("basic")
+    cache = pytester.path / "gcache"
+    args = ("--cann-tasks=tasks", "--cann-self-check", f"--cann-golden-cache={cache}", "-p", "no:cacheprovider",
+            "--cann-no-perf")
+    first = pytester.runpytest(*args)
+    first.assert_outcomes(passed=3)
+    first.stdout.no_fnmatch_line("golden outputs from cache*")
+    assert len(list(cache.rglob("*.pt"))) == 3
+    second = pytester.runpytest(*args)
+    second.assert_outcomes(passed=3)
+    second.stdout.fnmatch_lines(["golden outputs from cache: 3/3 cases"])
+
+    # A changed golden invalidates its entries; a damaged entry is a miss, rewritten.
+    golden = tasks / "level1" / "axpy" / "golden.py"
+    golden.write_text(golden.read_text() + "\n# edited\n")
+    victim = sorted(cache.rglob("*.pt"))[0]
+    third = pytester.runpytest(*args)
+    third.assert_outcomes(passed=3)
+    third.stdout.no_fnmatch_line("golden outputs from cache*")
+    victim.write_bytes(b"not a torch file")
+    fourth = pytester.runpytest(*args)
+    fourth.assert_outcomes(passed=3)
+    assert len(list(cache.rglob("*.pt"))) == 6
+
+
+@pytest.mark.parametrize("extra", [["--cann-golden-precision=native_cpu"], ["--cann-checker=allclose"],
+                                   ["--cann-input-dist=normal"], ["--cann-input-compat=official"]])
+def test_alternative_modes_grade_the_goldens(pytester: pytest.Pytester, task_tree, extra: list[str]) -> None:
+    task_tree("basic")
+    reprec = pytester.inline_run("--cann-tasks=tasks", "--cann-self-check", "--cann-golden-cache=off",
+                                 "-p", "no:cacheprovider", *extra)
+    reprec.assertoutcome(passed=3)
+    checkers = {v["checker"] for rep in reprec.getreports("pytest_runtest_logreport")
+                if rep.when == "call" for v in rep.cann["accuracy"]}
+    assert checkers == {"allclose" if "--cann-checker=allclose" in extra else "relative_error"}
+
+
+def test_outcome_reaches_junit_properties(pytester: pytest.Pytester, task_tree) -> None:
+    task_tree("basic")
+    result = pytester.runpytest("--cann-tasks=tasks", "--cann-self-check", "--cann-golden-cache=off",
+                                "-p", "no:cacheprovider", "--junitxml=out.xml", "-k", "01")
+    result.assert_outcomes(passed=1)
+    xml = (pytester.path / "out.xml").read_text()
+    assert 'name="cann_case" value="level1/axpy_1"' in xml
+    assert 'name="cann_status" value="passed"' in xml
+
+
+def test_seed_changes_inputs_but_not_case_keys(pytester: pytest.Pytester, task_tree) -> None:
+    task_tree("basic")
+    results = {}
+    for seed in ("0", "5"):
+        reprec = pytester.inline_run("--cann-tasks=tasks", "--cann-self-check", "--cann-golden-cache=off",
+                                     f"--cann-seed={seed}", "-p", "no:cacheprovider", "-k", "01")
+        (rep,) = [r for r in reprec.getreports("pytest_runtest_logreport") if r.when == "call"]
+        results[seed] = (rep.cann["key"], rep.cann["accuracy"][0]["max_abs_err"], rep.cann["accuracy"][0]["mere"])
+    assert results["0"][0] == results["5"][0] == "level1/axpy_1"
+    assert json.dumps(results["0"][1:]) != json.dumps(results["5"][1:]) or results["0"][1] == 0.0
+
+
+def test_thread_budget_divides_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "64")
+    assert session.cpu_threads() == 1
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "1")
+    assert session.cpu_threads() >= 1
+    assert session.processes() == 1

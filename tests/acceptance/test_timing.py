@@ -1,0 +1,294 @@
+"""Timing: the protocol's pure parts, the device lock, and timed inner sessions with honest and cheating
+submissions (replayed outputs, a patched worker clock), metadata and live anchors, and perf_model."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from inner import InnerRun, make_wheel, run_inner
+
+from pytest_cannbench.timing.devices import parse_ids, plan
+from pytest_cannbench.timing.stats import implausible, summarize
+
+TIMED = ("--cann-tasks=tasks", "-p", "no:cacheprovider", "--cann-golden-cache=off", "--cann-repeat=3",
+         "--cann-warmup=1")
+SOFTPLUS = "softplus[01]", "softplus[02]", "softplus[03]", "softplus[04]"
+
+
+# --------------------------------------------------------------------------------------------
+# pure parts
+
+
+def test_summarize_median_quartiles_and_spread():
+    s = summarize([v * 1e-6 for v in (10, 20, 30, 40, 50)])
+    assert (s.median_us, s.min_us, s.max_us, s.samples) == pytest.approx((30, 10, 50, 5))
+    assert (s.p25_us, s.p75_us) == pytest.approx((20, 40))
+    assert s.spread == pytest.approx(20 / 30)
+    assert summarize([2e-6]).spread == 0
+
+
+GOOD = {"prepare": 0.001, "warmup": 0.003, "flush": 0.003, "calls": 0.003, "write": 0.0005, "total": 0.0095}
+
+
+BIG = {k: v * 50 for k, v in GOOD.items()}  # a 0.5 s batch
+
+
+@pytest.mark.parametrize("seconds, phases, wall, cpu, fragment", [
+    ([0.001] * 3, GOOD, 0.0125, 0.012, None),
+    ([0.001] * 3, GOOD, 0.5, 0.012, None),  # a starved judge sees a long wall time: not the worker's fault
+    ([0.001] * 3, GOOD, 0.005, 0.004, "for a batch the judge saw take"),  # more time than there was
+    ([0.005] * 3, {k: v / 10 for k, v in BIG.items()}, 0.5, 0.49, "its clock runs slow"),
+    ([0.0001] * 3, GOOD, 0.0125, 0.012, "do not add up"),
+    ([0.001] * 3, dict(GOOD, total=0.04), 0.0425, 0.04, "not accounted for"),
+    ([0.001, 0.0, 0.001], GOOD, 0.0125, 0.012, "non-positive"),
+    ([0.001, float("nan"), 0.001], GOOD, 0.0125, 0.012, "non-finite"),
+], ids=["honest", "starved-judge", "too-much", "slow-clock", "calls-mismatch", "unaccounted", "zero", "nan"])
+def test_implausible(seconds, phases, wall, cpu, fragment):
+    why = implausible(seconds, phases, wall, "cpu_clock", cpu)
+    assert (why is None) if fragment is None else (fragment in why), why
+
+
+SLOW = {k: v / 10 for k, v in GOOD.items()}  # the same 10 ms batch through a clock running 10x slow
+
+
+@pytest.mark.parametrize("phases, cpu, threads, busiest, fragment", [
+    (GOOD, 0.012, 2, 0.0102, None),  # one thread did the work
+    (GOOD, 0.021, 2, 0.0106, None),  # two threads shared it
+    (GOOD, 0.010, 2, 0.0100, None),  # a loaded machine: less CPU than wall time, never more
+    (SLOW, 0.012, 2, 0.0102, "its clock runs slow"),  # short batch, caught by its busiest thread alone
+    (SLOW, 0.012, 8, None, None),  # without per-thread figures a short batch under 8 threads hides
+    (SLOW, 0.021, 2, 0.0106, "its clock runs slow"),
+], ids=["one-thread", "two-threads", "loaded", "slow-short", "slow-no-thread-data", "slow-two-threads"])
+def test_implausible_short_batches_by_the_busiest_thread(phases, cpu, threads, busiest, fragment):
+    why = implausible([phases["calls"] / 3] * 3, phases, 0.02, "cpu_clock", cpu, threads, busiest)
+    assert (why is None) if fragment is None else (fragment in why), why
+
+
+def test_device_plans():
+    cpu = plan("cpu", [0], "gw3")
+    assert (cpu.label, cpu.worker_device, cpu.env) == ("cpu", "cpu", {})
+    cuda = plan("cuda", [2, 5], "gw1")
+    assert (cuda.label, cuda.worker_device, cuda.env) == ("cuda:5", "cuda:0", {"CUDA_VISIBLE_DEVICES": "5"})
+    assert plan("cuda", [2, 5], "gw2").physical_id == 2 and plan("npu", [7], "main").env == {
+        "ASCEND_RT_VISIBLE_DEVICES": "7"}
+    assert parse_ids("0, 3") == [0, 3] and parse_ids(None) == [0]
+    for bad in ("a", "-1", ","):
+        with pytest.raises(ValueError):
+            parse_ids(bad)
+
+
+def test_timing_lock_excludes_other_processes(tmp_path):
+    """Two processes timing on one device take turns: their locked spans never overlap."""
+    script = textwrap.dedent('''
+        import json, sys, time
+        from pytest_cannbench.timing.devices import DevicePlan, timing_lock
+        spans = []
+        for _ in range(3):
+            with timing_lock(DevicePlan("cuda", 987)):
+                start = time.monotonic(); time.sleep(0.1); spans.append([start, time.monotonic()])
+        print(json.dumps(spans))
+    ''')
+    procs = [subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    spans = sorted(span for p in procs for span in json.loads(p.communicate(timeout=60)[0]))
+    assert len(spans) == 6
+    assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), spans
+
+
+# --------------------------------------------------------------------------------------------
+# timed inner sessions
+
+HONEST = '''import torch
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    return torch.nn.functional.softplus(x.float(), beta=beta, threshold=threshold).to(x.dtype).contiguous()
+'''
+
+REPLAY = '''import torch
+
+_first = {}
+_calls = {}
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    """Right on the correctness calls (the first and the second pass), then replays the last result: caught
+    only if timed outputs are checked."""
+    key = (tuple(x.shape), x.dtype, beta, threshold)
+    _calls[key] = _calls.get(key, 0) + 1
+    if _calls[key] <= 2:
+        _first[key] = torch.nn.functional.softplus(x.float(), beta=beta, threshold=threshold).to(x.dtype)
+    return _first[key].clone()
+'''
+
+SLOW_CLOCK = HONEST + '''
+
+import sys
+
+_worker = sys.modules["__main__"]  # the worker's own module: its clock lives in this process, patch it
+_real = _worker._clock
+_worker._clock = lambda: _real() / 10
+'''
+
+BLIND_SLOW_CLOCK = SLOW_CLOCK + '''
+import gc
+
+for _obj in gc.get_objects():  # the guard's captured identities: with none left, nothing looks replaced
+    if type(_obj).__name__ == "Guard" and hasattr(_obj, "_identities"):
+        _obj._identities = []
+'''
+
+
+def wheel_dir(root: Path, code: str) -> Path:
+    make_wheel(root / "dist", {"cann_bench/__init__.py": code})
+    return root
+
+
+def timed(pytester, capsys, task_tree, code: str, *args: str, tree: str = "submission") -> InnerRun:
+    tasks = task_tree(tree)
+    source = wheel_dir(Path(pytester.path) / "sub", code)
+    return run_inner(pytester, capsys, tasks, *TIMED, f"--cann-source={source}", *args)
+
+
+def test_honest_submission_is_timed_with_live_anchors(pytester, capsys, task_tree):
+    run = timed(pytester, capsys, task_tree, HONEST)
+    for name in SOFTPLUS:
+        case = run.cases[name]
+        assert case.outcome == "passed", case.longrepr
+        t = case.cann["timing"]
+        assert t["measured"] and t["timer"] == "cpu_clock" and t["device"] == "cpu"
+        assert t["cand"]["samples"] == 3 and t["input_sets"] == 3
+        assert t["t_cand_us"] > 0 and t["t_baseline_us"] > 0 and t["baseline_source"] == "live"
+        assert t["t_hw_us"] >= 1 and t["t_hw_source"] == "roofline (inputs+outputs once)"
+        assert t["bytes"] > 0 and t["flops"] is None
+    assert run.cases["rms_scale[01]"].cann["status"] == "missing"
+    assert "timing on cpu (cpu_clock; median of 3 verified calls on fresh inputs)" in run.text
+    assert "cannbench: T_HW from the roofline cpu" in run.text
+
+
+def test_timed_windows_never_overlap_under_xdist(pytester, capsys, task_tree):
+    run = timed(pytester, capsys, task_tree, HONEST, "-n", "2")
+    windows = sorted(w for name in SOFTPLUS for w in run.cases[name].cann["timing"]["windows"])
+    assert len(windows) == 4
+    assert all(a[1] <= b[0] for a, b in zip(windows, windows[1:])), windows
+
+
+def test_no_perf_means_not_measured(pytester, capsys, task_tree):
+    run = timed(pytester, capsys, task_tree, HONEST, "--cann-no-perf")
+    timing = run.cases["softplus[01]"].cann["timing"]
+    assert timing["measured"] is False and timing["reason"] == "--cann-no-perf" and timing["t_cand_us"] is None
+    assert "timing on" not in run.text.split("= cannbench =")[-1]
+
+
+def test_replayed_outputs_fail_as_timed_output_wrong(pytester, capsys, task_tree):
+    run = timed(pytester, capsys, task_tree, REPLAY)
+    for name in SOFTPLUS:
+        case = run.cases[name]
+        assert (case.outcome, case.cann["status"], case.cann["failure_type"]) == (
+            "failed", "failed", "timed_output_wrong"), name
+        assert "timed call 1 (its own input set) is wrong" in case.cann["message"]
+        assert case.cann["timing"]["measured"] is False
+
+
+@pytest.mark.parametrize("guard", ["off", "warn", "block"])
+def test_a_patched_worker_clock_is_tampering_in_every_guard_mode(guard, pytester, capsys, task_tree):
+    run = timed(pytester, capsys, task_tree, SLOW_CLOCK, f"--cann-guard={guard}")
+    for name in SOFTPLUS:
+        case = run.cases[name]
+        assert (case.cann["status"], case.cann["failure_type"]) == ("failed", "api_tampered"), name
+        assert "__main__._clock was replaced or rewritten" in case.cann["message"]
+
+
+def test_a_slowed_clock_the_guard_cannot_see_is_implausible(pytester, capsys, task_tree):
+    """The worker's own tamper check is emptied first, so only the judge's evidence (the CPU time /proc charged
+    to the worker's threads) is left; it catches the slowed clock on every case, the smallest included."""
+    run = timed(pytester, capsys, task_tree, BLIND_SLOW_CLOCK)
+    for name in SOFTPLUS:
+        case = run.cases[name]
+        assert (case.cann["status"], case.cann["failure_type"]) == ("failed", "timing_implausible"), name
+        assert "its clock runs slow" in case.cann["message"]
+
+
+METADATA = {"_metadata": {"hardware": "910b2"},
+            "level1": {"softplus": {"1": {"baseline_perf_us": 500.0, "t_hw_us": 50.0},
+                                    "2": {"baseline_perf_us": 800.0, "t_hw_us": 80.0}}}}
+
+
+def test_metadata_anchors_where_they_exist_live_elsewhere(pytester, capsys, task_tree):
+    tasks = task_tree("submission")
+    (tasks / "metadata").mkdir()
+    (tasks / "metadata" / "910b2.json").write_text(json.dumps(METADATA))
+    source = wheel_dir(Path(pytester.path) / "sub", HONEST)
+    run = run_inner(pytester, capsys, tasks, *TIMED, f"--cann-source={source}", "--cann-hardware=910b2")
+    one = run.cases["softplus[01]"].cann["timing"]
+    assert (one["t_baseline_us"], one["t_hw_us"]) == (500.0, 50.0)
+    assert one["baseline_source"] == one["t_hw_source"] == "metadata:910b2"
+    three = run.cases["softplus[03]"].cann["timing"]  # not in the file: live anchors
+    assert three["baseline_source"] == "live" and three["t_hw_source"].startswith("roofline")
+
+
+PROTO_WITH_MODEL = '''operator:
+  name: Softplus
+  attrs:
+  - {name: beta, type: float, default: 1.0, required: false}
+  - {name: threshold, type: float, default: 20.0, required: false}
+  inputs:
+  - {name: x, dtype: [float16, bfloat16, float32]}
+  outputs:
+  - {name: y, dtype: [float16, bfloat16, float32]}
+  schema: softplus(Tensor x, float beta=1.0, float threshold=20.0) -> Tensor y
+  perf_model:
+    bytes: "%s"
+    flops: "4 * x.numel"
+'''
+
+
+def test_perf_model_sets_t_hw_and_flags_impossible_speed(pytester, capsys, task_tree):
+    """A stated 1e10 bytes cannot move in microseconds: T_HW is huge and every time is implausibly fast."""
+    tasks = task_tree("submission")
+    (tasks / "level1" / "softplus" / "proto.yaml").write_text(PROTO_WITH_MODEL % "1e10 + 0 * x.nbytes")
+    source = wheel_dir(Path(pytester.path) / "sub", HONEST)
+    run = run_inner(pytester, capsys, tasks, *TIMED, f"--cann-source={source}")
+    t = run.cases["softplus[01]"].cann["timing"]
+    assert t["bytes"] == 1e10 and t["flops"] == 4 * 64 * 33
+    assert t["t_hw_source"] == "roofline (perf_model)" and t["t_hw_us"] > 1e5
+    assert "implausible_time" in t["flags"]
+
+
+def test_a_bad_perf_model_is_a_task_error(pytester, capsys, task_tree):
+    tasks = task_tree("submission")
+    (tasks / "level1" / "softplus" / "proto.yaml").write_text(PROTO_WITH_MODEL % "__import__('os').getpid()")
+    source = wheel_dir(Path(pytester.path) / "sub", HONEST)
+    run = run_inner(pytester, capsys, tasks, *TIMED, f"--cann-source={source}")
+    case = run.cases["softplus[task]"]
+    assert case.cann["failure_type"] == "task_error" and "operator.perf_model.bytes" in case.cann["message"]
+    assert run.cases["rms_scale[01]"].cann["status"] == "missing"  # the other operator is untouched
+
+
+SIDE_STREAM = '''import torch
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    """All the work on a side stream: a timer that only watches the current stream sees nothing."""
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        y = x.float()
+        for _ in range(200):
+            y = y * 1.0000001
+        out = torch.nn.functional.softplus(x.float(), beta=beta, threshold=threshold).to(x.dtype)
+    torch.cuda.current_stream().wait_stream(side)
+    return out
+'''
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA timer needs a CUDA GPU; none here")
+def test_cuda_side_stream_work_is_timed(pytester, capsys, task_tree):
+    run = timed(pytester, capsys, task_tree, SIDE_STREAM, "--cann-device=cuda")
+    t = run.cases["softplus[01]"].cann["timing"]
+    assert t["device"] == "cuda:0" and t["timer"] in ("cuda_profiler", "cuda_events")
+    assert t["t_cand_us"] > 20  # 200 dependent kernels cannot finish in microseconds

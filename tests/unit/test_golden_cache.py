@@ -1,0 +1,73 @@
+"""The golden cache and the worker-side truncation of goldens: units, no processes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from pytest_cannbench.judge import golden_cache
+from pytest_cannbench.judge.golden_cache import GoldenCache, cache_key
+from pytest_cannbench.workers.golden_main import truncate_to_reference
+
+KEY_ARGS = dict(golden_sha="a" * 64, case={"case_id": 1, "input_shape": [[4]]}, seed=1, dist="uniform",
+                compat="fixed", precision="fp64_cpu", torch_version="2.13.0", input_names=["x"])
+
+
+def test_key_changes_with_every_ingredient() -> None:
+    base = cache_key(**KEY_ARGS)
+    assert base == cache_key(**KEY_ARGS)
+    for name, value in [("golden_sha", "b" * 64), ("case", {"case_id": 2, "input_shape": [[4]]}), ("seed", 2),
+                        ("dist", "normal"), ("compat", "official"), ("precision", "native_cpu"),
+                        ("torch_version", "2.14.0"), ("input_names", ["y"])]:
+        assert cache_key(**{**KEY_ARGS, name: value}) != base, name
+
+
+def test_round_trip_and_damaged_entry(tmp_path: Path) -> None:
+    cache = GoldenCache(tmp_path)
+    entry = {"binding": [["x", "input", 0], ["alpha", "attr", 2.0]], "hooked": None,
+             "golden": [torch.arange(4.0)], "native": [torch.arange(4.0).half()], "native_error": None,
+             "has_get_output": False}
+    assert cache.store("k" * 64, entry)
+    loaded = cache.load("k" * 64)
+    assert loaded["binding"] == entry["binding"] and torch.equal(loaded["golden"][0], entry["golden"][0])
+    assert loaded["native"][0].dtype == torch.float16
+    (path,) = list(tmp_path.rglob("*.pt"))
+    path.write_bytes(b"garbage")
+    assert cache.load("k" * 64) is None
+    assert not list(tmp_path.rglob(".tmp-*"))
+
+
+def test_low_disk_stops_writing_without_raising(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(golden_cache, "MIN_FREE_BYTES", 1 << 62)
+    cache = GoldenCache(tmp_path)
+    assert cache.store("k" * 64, {"golden": []}) is False
+    assert "GiB free" in cache.disabled_reason
+    assert cache.store("j" * 64, {"golden": []}) is False
+    assert not list(tmp_path.rglob("*.pt"))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_unwritable_directory_stops_writing(tmp_path: Path) -> None:
+    tmp_path.chmod(0o500)
+    try:
+        cache = GoldenCache(tmp_path / "sub")
+        assert cache.store("k" * 64, {"golden": []}) is False
+        assert "cannot write" in cache.disabled_reason
+    finally:
+        tmp_path.chmod(0o700)
+
+
+def test_golden_truncated_to_reference_dtype_only_where_safe() -> None:
+    golden = [torch.tensor([1 / 3], dtype=torch.float64), torch.tensor([2.5], dtype=torch.float64),
+              torch.tensor([3], dtype=torch.int64), torch.tensor([1.0, 2.0], dtype=torch.float64), None]
+    native = [torch.tensor([0.0], dtype=torch.float16), torch.tensor([0], dtype=torch.int32),
+              torch.tensor([0], dtype=torch.int64), torch.tensor([0.0], dtype=torch.bfloat16), None]
+    out = truncate_to_reference(golden, native)
+    assert out[0].dtype == torch.float16 and out[0].item() == torch.tensor(1 / 3).half().item()
+    assert out[1].dtype == torch.float64  # integer reference: the float truth is kept
+    assert out[2] is golden[2]
+    assert out[3].dtype == torch.float64  # shape differs from the reference: left for the checker to report
+    assert out[4] is None
