@@ -14,10 +14,15 @@ stricter rule; every such rule is marked ``FIX`` below and in docs/precision.md:
 * FIX exact-int-bool: bool outputs are exact like integers (the official
   harness sent bool down the float path and tolerated two flipped bits).
 * FIX structure: type (no subclasses), shape, dtype, contiguity and device are
-  checked before any number and reported as ``"structural"`` failures; the
-  official harness never checked dtype or device.
+  checked before any number and reported as structural failures
+  (``outcome.STRUCTURAL``); the official harness never checked dtype or device.
 * FIX bit-exact-fp8: threshold 0 is bit-exact for every float dtype, fp8 too
   (the official bit view only covered fp16/bf16/fp32/fp64).
+
+Numeric failures carry ``outcome.PRECISION``, so a verdict speaks the same vocabulary as the case it
+belongs to.  The table lives in :mod:`~pytest_cannbench.judge.thresholds`, the chunked error statistics
+in :mod:`~pytest_cannbench.judge.error_scan`, the ``index_gather`` checks in
+:mod:`~pytest_cannbench.judge.index_checks`; this module holds the rules and the per-output verdict.
 
 This module imports torch at top level; the plugin imports it lazily.
 """
@@ -25,145 +30,23 @@ This module imports torch at top level; the plugin imports it lazily.
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any, Mapping, Sequence
 
 import torch
 
+from pytest_cannbench.judge.error_scan import Stats, chunks, scan
+from pytest_cannbench.judge.thresholds import (
+    DtypeThresholds,
+    allclose_tolerances,
+    dtype_name,
+    is_exact_family,
+    thresholds_for,
+)
+from pytest_cannbench.outcome import PRECISION, STRUCTURAL
 from pytest_cannbench.workers.tensor_wire import OutputProblem
 
-__all__ = [
-    "THRESHOLDS",
-    "DtypeThresholds",
-    "OutputVerdict",
-    "thresholds_for",
-    "compare_output",
-    "compare_outputs",
-    "check_index_gather",
-    "ALLCLOSE_TOLERANCES",
-]
-
-# Denominator guard of the relative error, as in the official standard.
-_EPS = 1e-7
-
-
-# --------------------------------------------------------------------------------------------
-# Threshold table
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DtypeThresholds:
-    """One row of the precision table.
-
-    Float rows: ``mere`` is T, ``mare`` is 10*T, the region constants are the
-    official ones and ``exact`` is True only when T == 0 (bit-exact).
-    Integer/bool rows: ``mere`` and ``mare`` both carry the allowed
-    max |a - g| (0 unless the proto overrides it) and ``exact`` means 0.
-    """
-
-    mere: float
-    mare: float
-    small_threshold: float
-    small_error: float
-    cancel_boundary: float
-    exact: bool
-
-
-def _float_row(t: float, small_threshold: float, small_error: float, cancel: float) -> DtypeThresholds:
-    # MARE limit is exactly 10*T in code (the official doc rounds it to a power of two).
-    return DtypeThresholds(t, 10 * t, small_threshold, small_error, cancel, t == 0)
-
-
-_INT_NAMES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
-_EXACT_ROW = DtypeThresholds(0.0, 0.0, 0.0, 0.0, 0.0, True)
-
-THRESHOLDS: dict[str, DtypeThresholds] = {
-    "float16": _float_row(2**-10, 2**-11, 2**-16, 2**-5),
-    "bfloat16": _float_row(2**-7, 2**-8, 2**-16, 2**-3),
-    "float32": _float_row(2**-13, 2**-14, 2**-30, 2**-8),
-    "float64": _float_row(2**-13, 2**-14, 2**-30, 2**-8),
-    "hifloat32": _float_row(2**-11, 2**-12, 2**-28, 2**-8),
-    "float8_e4m3fn": _float_row(2**-3, 2**-4, 2**-6, 2**-1),
-    "float8_e5m2": _float_row(2**-2, 2**-3, 2**-5, 2**0),
-    **{n: _EXACT_ROW for n in _INT_NAMES},
-    "bool": _EXACT_ROW,
-}
-
-# Short spellings seen in protos and torch aliases; everything else is taken literally.
-_ALIASES = {
-    "half": "float16", "fp16": "float16", "bf16": "bfloat16", "float": "float32", "fp32": "float32",
-    "double": "float64", "fp64": "float64", "int": "int32", "long": "int64", "short": "int16",
-    "byte": "uint8", "char": "int8",
-}
-
-_INT_NAME_RE = re.compile(r"^u?int\d+$")
-
-
-def _dtype_name(dtype: Any) -> str:
-    """Lower-case torch dtype name ("float16") for a torch.dtype or a string."""
-    if isinstance(dtype, torch.dtype):
-        return str(dtype).removeprefix("torch.")
-    if isinstance(dtype, str):
-        name = dtype.strip().lower().removeprefix("torch.")
-        return _ALIASES.get(name, name)
-    raise TypeError(f"dtype must be a torch.dtype or a str, got {type(dtype).__name__}")
-
-
-def _is_exact_family(name: str) -> bool:
-    """Integers and bool: compared as whole numbers, never by relative error."""
-    return name == "bool" or bool(_INT_NAME_RE.match(name))
-
-
-def _normalise_overrides(overrides: Mapping[str, Any] | None) -> dict[str, float]:
-    if not overrides:
-        return {}
-    out: dict[str, float] = {}
-    for key, value in overrides.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ValueError(f"precision_thresholds[{key!r}] must be a non-negative number, got {value!r}")
-        out[_dtype_name(key)] = float(value)
-    return out
-
-
-def thresholds_for(dtype: Any, overrides: Mapping[str, float] | None = None) -> DtypeThresholds:
-    """The row that governs an output of ``dtype`` (its own dtype, not the case's).
-
-    An override T (proto ``precision_thresholds``) on a float dtype gives
-    MERE T and MARE 10*T and keeps the region constants; on an integer or bool
-    dtype it is the allowed max |a - g|.  Unknown float dtypes use the float32 row.
-    """
-    name = _dtype_name(dtype)
-    ov = _normalise_overrides(overrides)
-    if _is_exact_family(name):
-        allowed = ov.get(name, 0.0)
-        return DtypeThresholds(allowed, allowed, 0.0, 0.0, 0.0, allowed == 0)
-    row = THRESHOLDS.get(name, THRESHOLDS["float32"])
-    if name in ov:
-        t = ov[name]
-        row = replace(row, mere=t, mare=10 * t, exact=t == 0)
-    return row
-
-
-# allclose checker: (rtol, atol) per dtype.  fp16/bf16/fp32/fp64 are torch.testing's
-# defaults; fp8 rows are ours (rtol = one mantissa step, atol = the small_error constant).
-ALLCLOSE_TOLERANCES: dict[str, tuple[float, float]] = {
-    "float16": (1e-3, 1e-5),
-    "bfloat16": (1.6e-2, 1e-5),
-    "float32": (1.3e-6, 1e-5),
-    "float64": (1e-7, 1e-7),
-    "float8_e4m3fn": (2**-3, 2**-6),
-    "float8_e5m2": (2**-2, 2**-5),
-}
-
-
-def _allclose_tolerances(name: str, overrides: Mapping[str, float] | None) -> tuple[float, float]:
-    """Override T on a float dtype sets rtol = atol = T (0 means exact equality)."""
-    ov = _normalise_overrides(overrides)
-    if name in ov:
-        return ov[name], ov[name]
-    return ALLCLOSE_TOLERANCES.get(name, ALLCLOSE_TOLERANCES["float32"])
+__all__ = ["OutputVerdict", "compare_output", "compare_outputs"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -252,8 +135,8 @@ def _structural_error(actual: Any, golden: torch.Tensor, name: str, expected: st
         return f"{name}: output layout {actual.layout} is not torch.strided"
     if tuple(actual.shape) != tuple(golden.shape):
         return f"{name}: shape {tuple(actual.shape)} != golden shape {tuple(golden.shape)}"
-    if expected and _dtype_name(actual.dtype) != expected:
-        return f"{name}: dtype {_dtype_name(actual.dtype)} != expected {expected}"
+    if expected and dtype_name(actual.dtype) != expected:
+        return f"{name}: dtype {dtype_name(actual.dtype)} != expected {expected}"
     if not full:
         return None
     if not actual.is_contiguous():
@@ -264,178 +147,8 @@ def _structural_error(actual: Any, golden: torch.Tensor, name: str, expected: st
     return None
 
 
-# Outputs are scanned in chunks: every statistic is a count, a sum or a max, and working on
-# 1 Mi elements at a time keeps the fp64 temporaries in the allocator's cache instead of
-# page-faulting a dozen full-size copies (16 Mi-element outputs went from 8 s to well under 1 s).
-_CHUNK = 1 << 20
 
-
-@dataclass
-class _Analysis:
-    """The float rules' view of one chunk: saturated fp64 values, errors and region masks."""
-
-    a: torch.Tensor            # candidate, fp64, one-sided inf saturated
-    g: torch.Tensor            # truncated golden, fp64, one-sided inf saturated
-    diff: torch.Tensor
-    rel: torch.Tensor
-    ndiff: torch.Tensor        # native |n - g_t| (zeros without a native)
-    nrel: torch.Tensor
-    valid: torch.Tensor
-    nan_mismatch: torch.Tensor
-    inf_sign_mismatch: torch.Tensor
-    small: torch.Tensor
-    cancel: torch.Tensor
-    normal: torch.Tensor
-    has_native: bool
-
-
-def _all_finite(x: torch.Tensor) -> bool:
-    """One reduction instead of isfinite's three passes: a NaN or Inf anywhere makes the fp64 sum
-    non-finite, and finite values of any dtype up to fp32 cannot overflow an fp64 sum of a chunk."""
-    return math.isfinite(float(x.sum(dtype=torch.float64)))
-
-
-def _analyse(actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | None,
-             th: DtypeThresholds) -> _Analysis:
-    dt = actual.dtype
-    a = actual.detach().double()
-    # Truncated golden: the fp64 truth as the candidate's dtype can represent it.
-    g = golden.detach().cpu().to(dt).double()
-    fmax = float(torch.finfo(dt).max)
-    finite = _all_finite(a) and _all_finite(g)
-    if finite:  # the common case: no NaN/Inf bookkeeping at all
-        no = torch.zeros(a.shape, dtype=torch.bool)
-        valid, nan_mismatch, inf_sign_mismatch = ~no, no, no
-    else:
-        nan_a, nan_g = torch.isnan(a), torch.isnan(g)
-        inf_a, inf_g = torch.isinf(a), torch.isinf(g)
-        both_inf = inf_a & inf_g
-        inf_sign_mismatch = both_inf & (torch.sign(a) != torch.sign(g))
-        # One-sided inf (e.g. fp16 saturation) -> +-dtype max, then compared numerically.
-        a = torch.where(inf_a & ~inf_g & ~nan_g, torch.sign(a) * fmax, a)
-        g = torch.where(inf_g & ~inf_a & ~nan_a, torch.sign(g) * fmax, g)
-        valid = ~(nan_a | nan_g | both_inf)
-        nan_mismatch = nan_a ^ nan_g
-    diff = (a - g).abs_()
-    gabs = g.abs()
-    inv = (gabs + _EPS).reciprocal_()
-    rel = diff * inv
-    if native is not None:
-        n = native.detach().cpu().double()
-        native_finite = _all_finite(n)
-        if not native_finite:
-            n = torch.where(torch.isinf(n) & torch.isfinite(g), torch.sign(n) * fmax, n)
-        ndiff = (n - g).abs_()
-        if not (native_finite and finite):
-            # A native NaN is not counted as a native error (as officially: NaN compares False),
-            # which keeps the candidate's allowance strict.
-            ndiff = torch.nan_to_num_(ndiff, nan=0.0)
-        if not finite:
-            ndiff = torch.where(valid, ndiff, 0.0)
-        nrel = ndiff * inv
-    else:
-        ndiff = nrel = torch.zeros_like(diff)
-    small = gabs < th.small_threshold
-    near_zero = gabs < th.cancel_boundary
-    if bool(near_zero.any()):
-        cancel = near_zero & ~small & (a.abs() < th.cancel_boundary)
-    else:
-        cancel = near_zero
-    if not finite:
-        small &= valid
-        cancel &= valid
-    normal = valid & ~(small | cancel)
-    return _Analysis(a, g, diff, rel, ndiff, nrel, valid, nan_mismatch, inf_sign_mismatch,
-                     small, cancel, normal, native is not None)
-
-
-def _chunks(actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | None,
-            th: DtypeThresholds):
-    a, g = actual.detach().reshape(-1), golden.detach().reshape(-1)
-    n = native.detach().reshape(-1) if native is not None else None
-    for start in range(0, a.numel(), _CHUNK):
-        stop = start + _CHUNK
-        yield start, _analyse(a[start:stop], g[start:stop], None if n is None else n[start:stop], th)
-
-
-@dataclass
-class _Stats:
-    """Counts, sums and maxima over all chunks; everything the verdict and the report need."""
-
-    count: dict[str, int]
-    total: dict[str, float]
-    top: dict[str, float | None]
-
-    def add(self, key: str, mask: torch.Tensor) -> int:
-        k = int(torch.count_nonzero(mask))
-        self.count[key] = self.count.get(key, 0) + k
-        return k
-
-    def sum(self, key: str, values: torch.Tensor, mask: torch.Tensor, k: int) -> None:
-        """Sum of ``values`` where ``mask``; ``k`` = mask's count, so empty and full masks cost little."""
-        if k == 0:
-            return
-        part = values.sum() if k == mask.numel() else torch.where(mask, values, 0.0).sum()
-        self.total[key] = self.total.get(key, 0.0) + float(part)
-
-    def max(self, key: str, values: torch.Tensor, mask: torch.Tensor, k: int) -> None:
-        if k == 0:
-            return
-        m = float(values.max() if k == mask.numel() else torch.where(mask, values, -math.inf).max())
-        old = self.top.get(key)
-        self.top[key] = m if old is None else max(old, m)
-
-    def mean(self, key: str, count_key: str) -> float | None:
-        n = self.count.get(count_key, 0)
-        return self.total.get(key, 0.0) / n if n else None
-
-
-def _scan(actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | None, th: DtypeThresholds,
-          tolerances: tuple[float, float] | None = None) -> _Stats:
-    lim = th.mare
-    st = _Stats({}, {}, {})
-    for _, an in _chunks(actual, golden, native, th):
-        st.add("nan_mismatch", an.nan_mismatch)
-        st.add("inf_sign_mismatch", an.inf_sign_mismatch)
-        k = {region: st.add(region, getattr(an, region)) for region in ("valid", "small", "cancel", "normal")}
-        over, nover = an.rel > lim, an.nrel > lim
-        st.add("valid_err", an.valid & over)
-        if k["small"]:
-            st.add("small_err", an.small & (an.diff > th.small_error))
-            st.add("small_native_err", an.small & (an.ndiff > th.small_error))
-        if k["cancel"]:
-            st.add("cancel_err", an.cancel & over)
-            st.add("cancel_native_err", an.cancel & nover)
-        normal = an.valid if k["normal"] == k["valid"] else an.normal  # same set: reuse the cheaper mask
-        st.add("normal_err", normal & over)
-        st.add("normal_native_err", normal & nover)
-        st.sum("rel", an.rel, an.valid, k["valid"])
-        st.sum("diff", an.diff, an.valid, k["valid"])
-        st.max("rel", an.rel, an.valid, k["valid"])
-        st.max("diff", an.diff, an.valid, k["valid"])
-        st.sum("normal_rel", an.rel, normal, k["normal"])
-        st.max("normal_rel", an.rel, normal, k["normal"])
-        if an.has_native:
-            st.sum("nrel", an.nrel, an.valid, k["valid"])
-            st.sum("normal_nrel", an.nrel, normal, k["normal"])
-        for region in ("small", "cancel"):
-            st.max(f"{region}_diff", an.diff, getattr(an, region), k[region])
-            st.max(f"{region}_ndiff", an.ndiff, getattr(an, region), k[region])
-        if tolerances is not None:
-            rtol, atol = tolerances
-            st.add("far", an.valid & (an.diff > atol + rtol * an.g.abs()))
-    raw = actual.detach().reshape(-1)
-    for start in range(0, raw.numel(), _CHUNK):
-        part = raw[start:start + _CHUNK]
-        if part.dtype.itemsize == 1 and part.is_floating_point():
-            part = part.double()  # fp8 has no isnan/isinf kernels
-        if not _all_finite(part):
-            st.add("nan", torch.isnan(part))
-            st.add("inf", torch.isinf(part))
-    return st
-
-
-def _record_stats(v: OutputVerdict, st: _Stats, actual: torch.Tensor, has_native: bool) -> None:
+def _record_stats(v: OutputVerdict, st: Stats, actual: torch.Tensor, has_native: bool) -> None:
     """Fill every numeric field, whichever rule ends up deciding."""
     c = st.count
     v.total_count = actual.numel()
@@ -474,7 +187,7 @@ def _bit_mismatches(actual: torch.Tensor, golden: torch.Tensor) -> int:
     return _n(a_bits != g_bits)
 
 
-def _region_failures(v: OutputVerdict, st: _Stats, th: DtypeThresholds, actual: torch.Tensor,
+def _region_failures(v: OutputVerdict, st: Stats, th: DtypeThresholds, actual: torch.Tensor,
                      golden: torch.Tensor, native: torch.Tensor | None) -> list[str]:
     """Region analysis: count ratio err_cand / max(err_native, 1) <= 2 per region, plus
     the magnitude bounds of FIX small-bound / cancel-bound, plus the strict normal rule."""
@@ -502,7 +215,7 @@ def _region_failures(v: OutputVerdict, st: _Stats, th: DtypeThresholds, actual: 
     return out
 
 
-def _bound_failure(region: str, label: str, st: _Stats, floor: float, floor_name: str, actual: torch.Tensor,
+def _bound_failure(region: str, label: str, st: Stats, floor: float, floor_name: str, actual: torch.Tensor,
                    golden: torch.Tensor, native: torch.Tensor | None, th: DtypeThresholds) -> list[str]:
     """Every point of the region must satisfy |a - g_t| <= max(floor, 2 * native max there)."""
     native_max = st.top.get(f"{region}_ndiff") or 0.0
@@ -510,7 +223,7 @@ def _bound_failure(region: str, label: str, st: _Stats, floor: float, floor_name
     if (st.top.get(f"{region}_diff") or 0.0) <= bound:
         return []
     over_count, worst_diff, worst_golden = 0, -1.0, 0.0
-    for _, an in _chunks(actual, golden, native, th):  # second pass only when a point is over
+    for _, an in chunks(actual, golden, native, th):  # second pass only when a point is over
         over = getattr(an, region) & (an.diff > bound)
         over_count += int(over.sum())
         if bool(over.any()):
@@ -558,15 +271,15 @@ def _ok(v: OutputVerdict, rule: str, detail: str) -> OutputVerdict:
     return v
 
 
-def _nan_inf_failure(v: OutputVerdict, st: _Stats) -> OutputVerdict | None:
+def _nan_inf_failure(v: OutputVerdict, st: Stats) -> OutputVerdict | None:
     k = st.count.get("nan_mismatch", 0)
     if k:
-        return _fail(v, "precision", "nan_positions",
+        return _fail(v, PRECISION, "nan_positions",
                      f"{v.name} [{v.dtype}]: NaN positions differ from the golden at {k} of "
                      f"{v.total_count} elements")
     k = st.count.get("inf_sign_mismatch", 0)
     if k:
-        return _fail(v, "precision", "inf_sign",
+        return _fail(v, PRECISION, "inf_sign",
                      f"{v.name} [{v.dtype}]: Inf sign differs from the golden at {k} of "
                      f"{v.total_count} elements")
     return None
@@ -597,7 +310,7 @@ def _judge_integer(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor,
         return _ok(v, "integer",
                    "exact match" if allowed == 0 else f"max |a-g| {_fmt(v.max_abs_err)} <= {_fmt(allowed)}")
     need = "must match exactly" if allowed == 0 else f"allowed max |a-g| {_fmt(allowed)}"
-    return _fail(v, "precision", "integer",
+    return _fail(v, PRECISION, "integer",
                  f"{v.name} [{v.dtype}]: {v.mismatch_count} of {v.total_count} elements differ "
                  f"(max |a-g| {_fmt(v.max_abs_err)}; {need})")
 
@@ -605,14 +318,14 @@ def _judge_integer(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor,
 def _judge_relative(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor,
                     native: torch.Tensor | None, th: DtypeThresholds) -> OutputVerdict:
     v.threshold = th.mere
-    st = _scan(actual, golden, native, th)
+    st = scan(actual, golden, native, th)
     _record_stats(v, st, actual, native is not None)
     if th.exact:
         bad = _bit_mismatches(actual, golden)
         v.mismatch_count = bad
         if bad == 0:
             return _ok(v, "bit_exact", "bit-exact")
-        return _fail(v, "precision", "bit_exact",
+        return _fail(v, PRECISION, "bit_exact",
                      f"{v.name} [{v.dtype}]: threshold 0 requires bit-exact output; {bad} of "
                      f"{v.total_count} elements differ in bits (incl. +-0.0 and NaN payloads)")
     failed = _nan_inf_failure(v, st)
@@ -624,12 +337,12 @@ def _judge_relative(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor
         return _ok(v, "fast_path", f"MERE {_fmt(v.mere)} < {_fmt(th.mere)}, MARE {_fmt(v.mare)} < {_fmt(th.mare)}")
     reasons = _region_failures(v, st, th, actual, golden, native)
     if reasons:
-        return _fail(v, "precision", "region",
+        return _fail(v, PRECISION, "region",
                      f"{v.name} [{v.dtype}]: MERE {_fmt(v.mere)} / MARE {_fmt(v.mare)} over T "
                      f"{_fmt(th.mere)} / {_fmt(th.mare)}; " + "; ".join(reasons))
     gate = _mere_gate_failure(v, th)
     if gate is not None:
-        return _fail(v, "precision", "mere_gate", f"{v.name} [{v.dtype}]: {gate}")
+        return _fail(v, PRECISION, "mere_gate", f"{v.name} [{v.dtype}]: {gate}")
     return _ok(v, "region", f"region analysis: small {v.small_value_err}/{v.small_value_native_err}, "
                             f"cancel {v.cancel_err}/{v.cancel_native_err}, normal {v.normal_err}/"
                             f"{v.normal_native_err} (candidate/native errors), normal MERE "
@@ -640,9 +353,9 @@ def _judge_allclose(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor
                     native: torch.Tensor | None, th: DtypeThresholds,
                     overrides: Mapping[str, float] | None) -> OutputVerdict:
     """|a - g_t| <= atol + rtol * |g_t| everywhere (equal_nan), after the NaN/Inf rules."""
-    rtol, atol = _allclose_tolerances(v.dtype, overrides)
+    rtol, atol = allclose_tolerances(v.dtype, overrides)
     v.rtol, v.atol = rtol, atol
-    st = _scan(actual, golden, native, th, (rtol, atol))
+    st = scan(actual, golden, native, th, (rtol, atol))
     _record_stats(v, st, actual, native is not None)
     failed = _nan_inf_failure(v, st)
     if failed is not None:
@@ -650,7 +363,7 @@ def _judge_allclose(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor
     v.mismatch_count = st.count.get("far", 0)
     if v.mismatch_count == 0:
         return _ok(v, "allclose", f"allclose rtol={rtol:g} atol={atol:g}, max |a-g| {_fmt(v.max_abs_err)}")
-    return _fail(v, "precision", "allclose",
+    return _fail(v, PRECISION, "allclose",
                  f"{v.name} [{v.dtype}]: {v.mismatch_count} of {v.total_count} elements not close "
                  f"(rtol={rtol:g}, atol={atol:g}; max |a-g| {_fmt(v.max_abs_err)})")
 
@@ -677,12 +390,12 @@ def compare_output(actual: Any, golden: Any, native: Any = None, *, index: int =
         raise ValueError(f"unknown checker {checker!r}; expected one of {sorted(_CHECKERS)}")
     checker = _CHECKERS[checker]
     if expected_dtype is not None:
-        expected = _dtype_name(expected_dtype)
+        expected = dtype_name(expected_dtype)
     elif isinstance(native, torch.Tensor):
-        expected = _dtype_name(native.dtype)
+        expected = dtype_name(native.dtype)
     else:
         expected = ""
-    dtype = _dtype_name(actual.dtype) if isinstance(actual, torch.Tensor) else (
+    dtype = dtype_name(actual.dtype) if isinstance(actual, torch.Tensor) else (
         "none" if actual is None else getattr(actual, "type_name", type(actual).__name__))
     v = OutputVerdict(index=index, name=name, dtype=dtype, expected_dtype=expected,
                       passed=False, compared=compare, checker=checker)
@@ -691,11 +404,11 @@ def compare_output(actual: Any, golden: Any, native: Any = None, *, index: int =
         v.compared = False
         return _ok(v, "both_none", "both candidate and golden are None")
     if golden is None:
-        return _fail(v, "structural", "none", f"{name}: candidate returned {dtype} where the golden has no output")
+        return _fail(v, STRUCTURAL, "none", f"{name}: candidate returned {dtype} where the golden has no output")
     if not isinstance(golden, torch.Tensor):
         raise TypeError(f"golden output {name!r} must be a torch.Tensor or None, got {type(golden).__name__}")
     if actual is None:
-        return _fail(v, "structural", "none", f"{name}: candidate returned None where the golden has a tensor")
+        return _fail(v, STRUCTURAL, "none", f"{name}: candidate returned None where the golden has a tensor")
     if native is not None:
         if not isinstance(native, torch.Tensor):
             raise TypeError(f"native output {name!r} must be a torch.Tensor or None, got {type(native).__name__}")
@@ -704,13 +417,13 @@ def compare_output(actual: Any, golden: Any, native: Any = None, *, index: int =
 
     err = _structural_error(actual, golden, name, expected, full=compare)
     if err is not None:
-        return _fail(v, "structural", "structural", err)
+        return _fail(v, STRUCTURAL, "structural", err)
     if not compare:
         v.total_count = actual.numel()
         return _ok(v, "not_compared", "compare: false, structure only")
 
     th = thresholds_for(actual.dtype, overrides)
-    if _is_exact_family(dtype):
+    if is_exact_family(dtype):
         return _judge_integer(v, actual, golden, th)
     if checker == "allclose":
         return _judge_allclose(v, actual, golden, native, th, overrides)
@@ -731,7 +444,7 @@ def compare_outputs(actual: Sequence[Any], golden: Sequence[Any], native: Sequen
     if len(actual) != len(golden):
         v = OutputVerdict(index=0, name="outputs", dtype="", expected_dtype="", passed=False,
                           compared=True, checker=_CHECKERS.get(checker, checker))
-        return [_fail(v, "structural", "count",
+        return [_fail(v, STRUCTURAL, "count",
                       f"output count mismatch: candidate returned {len(actual)}, golden has {len(golden)}")]
     if native is not None and len(native) != len(golden):
         raise ValueError(f"native reference returned {len(native)} outputs, golden {len(golden)}")
@@ -747,145 +460,3 @@ def compare_outputs(actual: Sequence[Any], golden: Sequence[Any], native: Sequen
             compare=compare_flags[i] if compare_flags and i < len(compare_flags) else True,
         ))
     return verdicts
-
-
-# --------------------------------------------------------------------------------------------
-# index_gather
-# --------------------------------------------------------------------------------------------
-
-_INDEX_SPEC_KEYS = ("input", "dim_attr", "value_output", "value_reduce", "keepdim_attr")
-_REDUCERS = {"amax": torch.amax, "amin": torch.amin}
-_INDEX_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-
-
-def _spec_problem(spec: Any) -> str | None:
-    """Why an ``index_gather`` proto entry is malformed, naming the field; None if fine."""
-    if not isinstance(spec, Mapping):
-        return (f"spec must be a mapping with 'input', 'dim_attr' and 'value_output' or "
-                f"'value_reduce', got {type(spec).__name__} {spec!r}")
-    unknown = sorted(str(k) for k in spec if k not in _INDEX_SPEC_KEYS)
-    if unknown:
-        return f"unknown field(s) {unknown}; allowed {list(_INDEX_SPEC_KEYS)}"
-    for key in ("input", "dim_attr", "value_output", "keepdim_attr"):
-        val = spec.get(key)
-        if val is not None and (not isinstance(val, str) or not val):
-            return f"field {key!r} must be a non-empty string, got {val!r}"
-    if spec.get("input") is None:
-        return "field 'input' is required (the proto input the indices point into)"
-    has_out, has_red = spec.get("value_output") is not None, spec.get("value_reduce") is not None
-    if has_out == has_red:
-        return "exactly one of fields 'value_output' and 'value_reduce' must be given"
-    if has_red and spec["value_reduce"] not in _REDUCERS:
-        return f"field 'value_reduce' must be 'amax' or 'amin', got {spec['value_reduce']!r}"
-    if has_out and spec.get("keepdim_attr") is not None:
-        return "field 'keepdim_attr' only applies with 'value_reduce'"
-    return None
-
-
-def _nan_equal(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Element-wise equality in which NaN equals NaN (all-NaN cases have valid indices)."""
-    common = torch.promote_types(a.dtype, b.dtype)
-    a, b = a.to(common), b.to(common)
-    eq = a == b
-    if common.is_floating_point:
-        eq |= torch.isnan(a) & torch.isnan(b)
-    return eq
-
-
-def _bounds_problem(idx: torch.Tensor, size: int) -> str | None:
-    if idx.numel() == 0:
-        return None
-    lo, hi = int(idx.min().item()), int(idx.max().item())
-    if lo < 0 or hi >= size:
-        return f"index out of bounds: range [{lo}, {hi}] but the gathered dimension has size {size}"
-    return None
-
-
-def check_index_gather(spec: Any, *, inputs: Mapping[str, Any], attrs: Mapping[str, Any],
-                       outputs: Mapping[str, Any], index_output: str) -> tuple[bool, str]:
-    """Tie-order-independent index validation from the proto's ``index_gather``.
-
-    Pairing form ``{input, dim_attr, value_output}``: input.gather(dim, idx) must equal
-    the candidate's own value output.  Reduce form ``{input, dim_attr, value_reduce,
-    keepdim_attr}``: input.gather(dim, idx) must equal input.amax/amin(dim).  Any tied
-    index is accepted; NaN == NaN.  A missing dim attribute fails (no silent default).
-    """
-    tag = f"index_gather[{index_output}]"
-    problem = _spec_problem(spec)
-    if problem is not None:
-        return False, f"{tag}: malformed spec: {problem}"
-    src = spec["input"]
-    dim_attr = spec.get("dim_attr") or "dim"
-    x = inputs.get(src)
-    if not isinstance(x, torch.Tensor):
-        return False, f"{tag}: input {src!r} is not a tensor among the case inputs"
-    idx = outputs.get(index_output)
-    if not isinstance(idx, torch.Tensor):
-        return False, f"{tag}: index output {index_output!r} is missing or not a tensor"
-    if idx.dtype not in _INDEX_DTYPES:
-        return False, f"{tag}: index output dtype {_dtype_name(idx.dtype)} is not an integer dtype"
-    if dim_attr not in attrs:
-        return False, f"{tag}: case attrs lack the dim attribute {dim_attr!r}"
-    dim = attrs[dim_attr]
-    if isinstance(dim, bool) or not isinstance(dim, int):
-        return False, f"{tag}: dim attribute {dim_attr!r} must be an int, got {dim!r}"
-    x = x.detach().cpu()
-    idx = idx.detach().cpu().long()
-    if x.dim() == 0:
-        return False, f"{tag}: input {src!r} is 0-d; nothing to index"
-    d = dim + x.dim() if dim < 0 else dim
-    if not 0 <= d < x.dim():
-        return False, f"{tag}: dim {dim} out of range for a {x.dim()}-d input"
-
-    if spec.get("value_output") is not None:
-        return _check_pairing(tag, x, d, idx, outputs, spec["value_output"])
-    return _check_reduce(tag, x, d, idx, attrs, spec["value_reduce"], spec.get("keepdim_attr"))
-
-
-def _gather_check(tag: str, x: torch.Tensor, d: int, idx: torch.Tensor, target: torch.Tensor,
-                  what: str) -> tuple[bool, str]:
-    """In bounds, and ``x.gather(d, idx)`` equal to ``target`` (NaN == NaN): the tie-order-free test."""
-    bounds = _bounds_problem(idx, x.size(d))
-    if bounds:
-        return False, f"{tag}: {bounds}"
-    eq = _nan_equal(torch.gather(x, d, idx), target)
-    bad = _n(~eq)
-    if bad:
-        return False, f"{tag}: {bad} of {eq.numel()} indices do not point at {what}"
-    return True, f"{tag}: all {eq.numel()} indices point at {what}"
-
-
-def _check_pairing(tag: str, x: torch.Tensor, d: int, idx: torch.Tensor,
-                   outputs: Mapping[str, Any], value_name: str) -> tuple[bool, str]:
-    values = outputs.get(value_name)
-    if not isinstance(values, torch.Tensor):
-        return False, f"{tag}: value output {value_name!r} is missing or not a tensor"
-    values = values.detach().cpu()
-    if idx.dim() != x.dim():
-        return False, f"{tag}: index has {idx.dim()} dims, input has {x.dim()}"
-    if tuple(idx.shape) != tuple(values.shape):
-        return False, f"{tag}: index shape {tuple(idx.shape)} != value output shape {tuple(values.shape)}"
-    for k in range(x.dim()):
-        if k != d and idx.size(k) > x.size(k):
-            return False, f"{tag}: index size {idx.size(k)} on dim {k} exceeds input size {x.size(k)}"
-    return _gather_check(tag, x, d, idx, values, f"the value in {value_name!r}")
-
-
-def _check_reduce(tag: str, x: torch.Tensor, d: int, idx: torch.Tensor, attrs: Mapping[str, Any],
-                  reduce: str, keepdim_attr: str | None) -> tuple[bool, str]:
-    keepdim = attrs.get(keepdim_attr, False) if keepdim_attr else False
-    if keepdim not in (True, False, 0, 1):
-        return False, f"{tag}: keepdim attribute {keepdim_attr!r} must be a bool, got {keepdim!r}"
-    if x.size(d) == 0:
-        return False, f"{tag}: cannot reduce an empty dimension {d}"
-    if not keepdim:
-        if idx.dim() != x.dim() - 1:
-            return False, f"{tag}: keepdim=False expects a {x.dim() - 1}-d index, got {idx.dim()}-d"
-        idx = idx.unsqueeze(d)
-    elif idx.dim() != x.dim():
-        return False, f"{tag}: keepdim=True expects a {x.dim()}-d index, got {idx.dim()}-d"
-    ref = _REDUCERS[reduce](x, dim=d, keepdim=True)
-    if tuple(idx.shape) != tuple(ref.shape):
-        return False, (f"{tag}: index shape {tuple(idx.shape)} != {reduce} result shape {tuple(ref.shape)} "
-                       "(keepdim form)")
-    return _gather_check(tag, x, d, idx, ref, f"a slice {reduce}")

@@ -23,8 +23,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, List, Optional, Sequence, Tuple
 
+from pytest_cannbench.taskformat.dtypes import DTYPE_INFO
+from pytest_cannbench.taskformat.errors import CaseFormatError
+
 __all__ = [
-    "CaseFormatError",
     "TensorPlan",
     "InputPlan",
     "DTYPES",
@@ -37,67 +39,12 @@ __all__ = [
 
 Range = Tuple[float, float]
 
-# dtype name -> (kind, bytes per element).  Names are torch attribute names.
-_DTYPE_INFO = {
-    "float16": ("float", 2),
-    "bfloat16": ("float", 2),
-    "float32": ("float", 4),
-    "float64": ("float", 8),
-    "float8_e4m3fn": ("float", 1),
-    "float8_e5m2": ("float", 1),
-    "int8": ("int", 1),
-    "int16": ("int", 2),
-    "int32": ("int", 4),
-    "int64": ("int", 8),
-    "uint8": ("int", 1),
-    "uint16": ("int", 2),
-    "uint32": ("int", 4),
-    "uint64": ("int", 8),
-    "bool": ("bool", 1),
-}
 #: Accepted dtype names (matched case-insensitively, as the official mapper does).
-DTYPES = tuple(_DTYPE_INFO)
-
-# Largest finite value per float dtype: torch.full refuses to fill beyond it.
-_FLOAT_MAX = {
-    "float16": 65504.0,
-    "bfloat16": 3.3895313892515355e38,
-    "float32": 3.4028234663852886e38,
-    "float64": 1.7976931348623157e308,
-    "float8_e4m3fn": 448.0,
-    "float8_e5m2": 57344.0,
-}
+DTYPES = tuple(DTYPE_INFO)
 _INT64_MAX = 2**63 - 1
-_INT_BOUNDS = {
-    "int8": (-(2**7), 2**7 - 1),
-    "int16": (-(2**15), 2**15 - 1),
-    "int32": (-(2**31), 2**31 - 1),
-    "int64": (-(2**63), _INT64_MAX),
-    "uint8": (0, 2**8 - 1),
-    "uint16": (0, 2**16 - 1),
-    "uint32": (0, 2**32 - 1),
-    "uint64": (0, 2**64 - 1),
-}
 
 INPUT_DISTS = ("uniform", "normal")
 INPUT_COMPAT_MODES = ("fixed", "official")
-
-
-class CaseFormatError(ValueError):
-    """A cases.yaml field that cannot be turned into inputs.
-
-    Raised at planning time so a malformed case fails collection with a
-    message naming the field and the input, instead of crashing (or silently
-    misbehaving, as the official harness does) at run time.
-    """
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"field {field!r}: {message}")
-        self.field = field
-        self.message = message
-
-    def __reduce__(self):  # keep (field, message) across pickling (xdist workers)
-        return (type(self), (self.field, self.message))
 
 
 @dataclass(frozen=True)
@@ -123,7 +70,7 @@ class TensorPlan:
 
     @property
     def nbytes(self) -> int:
-        return self.numel * _DTYPE_INFO[self.dtype][1]
+        return self.numel * DTYPE_INFO[self.dtype].itemsize
 
 
 @dataclass(frozen=True)
@@ -282,7 +229,7 @@ def _dtype_entries(raw: Any, m: int) -> list:
 def _canonical_dtype(value: Any, label: str) -> str:
     if value is None:
         return "float32"  # the official generator's fallback for a null entry
-    if not isinstance(value, str) or value.lower() not in _DTYPE_INFO:
+    if not isinstance(value, str) or value.lower() not in DTYPE_INFO:
         raise CaseFormatError(
             "dtype", f"{label}: unknown dtype {value!r} (supported: {', '.join(DTYPES)})"
         )
@@ -366,16 +313,17 @@ def _check_range(rng: Optional[Range], dtype: str, label: str) -> None:
     if rng is None:
         return
     lo, hi = rng
-    kind = _DTYPE_INFO[dtype][0]
+    kind = DTYPE_INFO[dtype].kind
     where = f"{label} ({dtype})"
     if kind == "float":
         try:
             flo, fhi = float(lo), float(hi)
         except OverflowError:
             raise CaseFormatError("value_range", f"{where}: bound out of float range in {list(rng)}") from None
-        if flo == fhi and math.isfinite(flo) and abs(flo) > _FLOAT_MAX[dtype]:
+        fmax = DTYPE_INFO[dtype].max
+        if flo == fhi and math.isfinite(flo) and abs(flo) > fmax:
             raise CaseFormatError(
-                "value_range", f"{where}: constant {lo!r} does not fit the dtype (max {_FLOAT_MAX[dtype]})"
+                "value_range", f"{where}: constant {lo!r} does not fit the dtype (max {fmax})"
             )
         return
     for bound in rng:
@@ -384,7 +332,7 @@ def _check_range(rng: Optional[Range], dtype: str, label: str) -> None:
     if kind == "bool":
         return
     a, b = int(lo), int(hi)
-    dmin, dmax = _INT_BOUNDS[dtype]
+    dmin, dmax = DTYPE_INFO[dtype].min, DTYPE_INFO[dtype].max
     if lo != hi and a > b:
         raise CaseFormatError("value_range", f"{where}: empty integer range {list(rng)}")
     top = dmax if lo == hi else min(dmax, _INT64_MAX - 1)  # randint's exclusive high must fit int64
@@ -507,7 +455,7 @@ def _torch_dtype(torch: Any, name: str) -> Any:
 
 def _make_tensor(torch: Any, shape: tuple, dtype: str, rng: Optional[Range], gen: Any, dist: str) -> Any:
     tdt = _torch_dtype(torch, dtype)
-    kind = _DTYPE_INFO[dtype][0]
+    kind = DTYPE_INFO[dtype].kind
     if kind == "float":
         lo, hi = (0.0, 1.0) if rng is None else rng
         if not (math.isfinite(lo) and math.isfinite(hi)):

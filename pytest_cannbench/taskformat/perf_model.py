@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
-from pytest_cannbench.taskformat.spec import TaskFormatError
+from pytest_cannbench.taskformat.errors import TaskFormatError
 
 FIELDS = ("bytes", "flops")
 FACTS = ("numel", "nbytes", "itemsize", "ndim", "shape", "count")

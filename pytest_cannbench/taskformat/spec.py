@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pytest_cannbench.taskformat.dtypes import KNOWN_DTYPES, canonical_dtype
+from pytest_cannbench.taskformat.errors import CaseFormatError, TaskFormatError
+from pytest_cannbench.taskformat.inputs import plan_inputs
+from pytest_cannbench.taskformat.perf_model import PerfModel, parse_perf_model
 
 REQUIRED_FILES = ("proto.yaml", "cases.yaml", "golden.py")
 CASE_KEYS = ("operator", "case_id", "input_shape", "dtype", "attrs", "value_range", "note")
@@ -36,18 +39,6 @@ ATTR_TYPES = {
 }
 
 _SCHEMA_NAME = re.compile(r"^\s*(\w+)\s*\(")
-
-
-class TaskFormatError(ValueError):
-    """The operator directory cannot be graded; the message names file and field."""
-
-    def __init__(self, path: Path, where: str, problem: str, fix: str = "") -> None:
-        self.path = path
-        self.where = where
-        self.problem = problem
-        self.fix = fix
-        message = f"{path}: {where}: {problem}" if where else f"{path}: {problem}"
-        super().__init__(message + (f" ({fix})" if fix else ""))
 
 
 @dataclass(frozen=True)
@@ -84,7 +75,7 @@ class OperatorSpec:
     outputs: tuple[TensorDecl, ...]
     attrs: tuple[AttrDecl, ...]
     precision_thresholds: dict[str, float]
-    perf_model: Any = None  # perf_model.PerfModel: our proto extension (bytes and FLOPs of a case), or None
+    perf_model: Optional[PerfModel] = None  # our proto extension (bytes and FLOPs of a case), or None
 
     @property
     def input_names(self) -> list[str]:
@@ -310,8 +301,6 @@ def parse_proto(path: Path, warnings: list[str]) -> OperatorSpec:
             raise TaskFormatError(path, f"operator.precision_thresholds.{key}",
                                   f"expected a known dtype mapped to a number >= 0, got {key!r}: {value!r}")
         clean[dtype] = float(value)
-    from pytest_cannbench.taskformat.perf_model import parse_perf_model
-
     inputs = _tensor_decls(path, "inputs", op.get("inputs"), outputs=False)
     outputs = _tensor_decls(path, "outputs", op.get("outputs"), outputs=True)
     attrs = _attr_decls(path, op.get("attrs"), warnings)
@@ -365,8 +354,6 @@ def check_golden_source(path: Path, spec: OperatorSpec) -> None:
 
 
 def parse_cases(path: Path, spec: OperatorSpec) -> list[CaseSpec]:
-    from pytest_cannbench.taskformat.inputs import CaseFormatError, plan_inputs
-
     data = load_yaml(path)
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise TaskFormatError(path, "", "top level must be a mapping with a list under 'cases'")

@@ -17,9 +17,9 @@ import sys
 import pytest
 import torch
 
+from pytest_cannbench.taskformat.errors import CaseFormatError
 from pytest_cannbench.taskformat.inputs import (
     DTYPES,
-    CaseFormatError,
     InputPlan,
     TensorPlan,
     case_seed,

@@ -21,7 +21,7 @@ from pytest_cannbench.taskformat.perf_model import (
     estimate_work,
     parse_perf_model,
 )
-from pytest_cannbench.taskformat.spec import TaskFormatError
+from pytest_cannbench.taskformat.errors import TaskFormatError
 
 SOURCE = "tasks/level1/op/proto.yaml"
 INPUTS = ("x", "w", "xs", "opt")

@@ -21,9 +21,9 @@ from pytest_cannbench.taskformat.dirs import (
     iter_operator_dirs,
     looks_like_operator_dir,
 )
+from pytest_cannbench.taskformat.errors import TaskFormatError
 from pytest_cannbench.taskformat.spec import (
     ATTR_TYPES,
-    TaskFormatError,
     check_golden_source,
     load_operator,
     load_yaml,

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from pytest_cannbench.judge.precision import compare_outputs
+from pytest_cannbench.outcome import STRUCTURAL
 from pytest_cannbench.workers.tensor_wire import (
     DTYPE_NAMES,
     MAX_NDIM,
@@ -535,7 +536,7 @@ def test_compare_outputs_reports_output_problem(compare):
     golden = torch.zeros(3, 4, dtype=torch.float64)
     (verdict,) = compare_outputs([problem], [golden], None, names=["y"], compare_flags=[compare])
     assert verdict.passed is False
-    assert verdict.failure_type == "structural"
+    assert verdict.failure_type == STRUCTURAL
     assert problem.message in verdict.message
     assert verdict.message.startswith("y:")
     assert verdict.dtype == "Tensor"
@@ -550,7 +551,7 @@ def test_compare_outputs_decoded_problem_next_to_good_output(region):
     assert verdicts[0].passed, verdicts[0].message
     for verdict, problem in zip(verdicts[1:], decoded[1:]):
         assert isinstance(problem, OutputProblem)
-        assert not verdict.passed and verdict.failure_type == "structural"
+        assert not verdict.passed and verdict.failure_type == STRUCTURAL
         assert problem.message in verdict.message
     assert "not contiguous" in verdicts[1].message
     assert "dict" in verdicts[2].message
