@@ -31,12 +31,14 @@ TIMED_OUTPUT_WRONG = "timed_output_wrong"  # right when checked, wrong when time
 TIMING_IMPLAUSIBLE = "timing_implausible"  # the worker's times do not fit what the judge observed
 INPUT_MUTATED = "input_mutated"  # the call wrote into its inputs
 ASYNC_ESCAPE = "async_escape"  # the call returned with threads or processes of its own still running
-# The anti-cheat guard's findings (guard.py): each is also the worker status that carries it.
+# The anti-cheat guard's findings (guard/): each kind is also the candidate worker's status and the failure
+# type that carry it. The one definition: the worker's guard, the judge's policy and the verdict import these.
+FORBIDDEN_ACCESS = "forbidden_access"  # task or report files, processes, network, signals
+API_TAMPERED = "api_tampered"  # timing, profiler or worker functions were replaced
+GUARD_BLINDED = "guard_blinded"  # the profiler was switched off or its trace lost our markers
 BUILTIN_COMPUTE = "builtin_compute"  # builtin ops (aten compute) ran under the candidate's call
 HOST_LIBRARY = "host_library"  # numpy/scipy/Inductor/ctypes or a foreign shared object did the work
-GUARD_BLINDED = "guard_blinded"  # the profiler was switched off or its trace lost our markers
-API_TAMPERED = "api_tampered"  # timing, profiler or worker functions were replaced
-FORBIDDEN_ACCESS = "forbidden_access"  # task or report files, processes, network, signals
+# Most serious first: when a call has several findings, the first of these decides (guard.policy).
 GUARD_FAILURES = (FORBIDDEN_ACCESS, API_TAMPERED, GUARD_BLINDED, BUILTIN_COMPUTE, HOST_LIBRARY)
 # compile_failed, install_failed and import_failed are both a status and their own failure type.
 

@@ -32,14 +32,10 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from pytest_cannbench.guard import builtin_ops
+from pytest_cannbench.guard.policy import BLOCK, OFF
+from pytest_cannbench.outcome import API_TAMPERED, BUILTIN_COMPUTE, FORBIDDEN_ACCESS, GUARD_BLINDED, HOST_LIBRARY
 
 MARK = "cannbench::candidate_call"
-OFF, WARN, BLOCK = "off", "warn", "block"
-MODES = (OFF, WARN, BLOCK)
-
-BUILTIN_COMPUTE, HOST_LIBRARY = "builtin_compute", "host_library"
-GUARD_BLINDED, API_TAMPERED, FORBIDDEN_ACCESS = "guard_blinded", "api_tampered", "forbidden_access"
-KINDS = (BUILTIN_COMPUTE, HOST_LIBRARY, GUARD_BLINDED, API_TAMPERED, FORBIDDEN_ACCESS)
 
 # Compute that would run outside the profiler's view. numpy is hidden before torch is imported (torch works
 # without it); the others are refused when imported.
@@ -146,8 +142,9 @@ class Guard:
         self.protected = tuple(os.path.realpath(p) for p in protected if p)
         # Inside these nothing is refused, even under a protected root (a tree given as ".", say): its own
         # install, its cwd and TMPDIR, this package, the interpreter and torch.
+        package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         self.allowed = tuple(os.path.realpath(p) for p in (
-            site_dir, os.getcwd(), os.environ.get("TMPDIR", ""), os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            site_dir, os.getcwd(), os.environ.get("TMPDIR", ""), package,
             sys.prefix, sys.base_prefix, os.path.dirname(os.path.abspath(torch.__file__))) if p)
         self.pid = os.getpid()
         self.problems: list[Problem] = []

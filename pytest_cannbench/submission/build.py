@@ -293,8 +293,8 @@ def prepare(source: Optional[str], *, no_install: bool, report_dir: Path, build_
 
 
 def scan_summary(source: Path) -> dict[str, Any]:
-    """Suspicious constructs in the submission's sources (static_scan): flags for the leaderboard, never a verdict."""
-    from pytest_cannbench.guard.static_scan import flags_of, scan_tree, summarize
+    """Suspicious constructs in the submission's sources (guard.scan): flags for the leaderboard, never a verdict."""
+    from pytest_cannbench.guard.scan import flags_of, scan_tree, summarize
 
     try:
         hits = scan_tree(source)

@@ -1,5 +1,6 @@
-"""Unit tests for static_scan.py: one positive and one near-miss negative per rule, the scan's bookkeeping (syntax
-errors, size and count caps, skipped directories, symbolic links), determinism, and the repository's own examples.
+"""Unit tests for the static scan (guard/scan*.py): one positive and one near-miss negative per rule, the scan's
+bookkeeping (syntax errors, size and count caps, skipped directories, symbolic links), determinism, the allowlist
+shared with the runtime guard, and the repository's own examples.
 
 A positive source marks the line that must be reported with a ``HIT`` comment; the test checks that exact line.
 """
@@ -15,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cannbench.guard.static_scan import (
-    ALLOWED_NAMES, COMPUTE_NAMES, RULES, Hit, flags_of, scan_source, scan_tree, summarize,
-)
+from pytest_cannbench.guard import builtin_ops
+from pytest_cannbench.guard.scan import RULES, Hit, flags_of, scan_source, scan_tree, summarize
+from pytest_cannbench.guard.scan_names import ALLOWED_NAMES, COMPUTE_NAMES, FLAGGED_COPIES, SCAN_ALSO_PASSES
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -299,6 +300,26 @@ def test_compute_and_allowed_names_disjoint() -> None:
     assert {"exp", "matmul", "softmax", "log_softmax", "topk", "gather", "softplus", "leaky_relu"} <= COMPUTE_NAMES
 
 
+def test_allow_list_is_the_runtime_one_with_stated_differences() -> None:
+    # one list: what the runtime guard allows, less the copies the scan flags on purpose, plus non-ops
+    assert ALLOWED_NAMES == (builtin_ops.ALLOWED - FLAGGED_COPIES) | SCAN_ALSO_PASSES
+    assert FLAGGED_COPIES == {"cat", "stack"} and FLAGGED_COPIES <= COMPUTE_NAMES
+    assert not COMPUTE_NAMES & builtin_ops.ALLOWED - FLAGGED_COPIES
+
+
+@pytest.mark.parametrize("name", ["_to_copy", "slice", "item", "resize_", "unfold"])
+def test_runtime_allowed_ops_pass_the_scan_in_compute_namespaces(tmp_path: Path, name: str) -> None:
+    write(tmp_path, "m.py", f"import torch\ndef f(x):\n    return torch.ops.aten.{name}(x)\n")
+    write(tmp_path, "k.cpp", f"auto a = at::_ops::{name}::call(x);\nauto b = at::native::{name}(x);\n")
+    assert not [h for h in scan_tree(tmp_path) if h.rule in ("builtin_compute", "aten_call")]
+
+
+@pytest.mark.parametrize("name", sorted(FLAGGED_COPIES))
+def test_flagged_copies_are_still_flagged(tmp_path: Path, name: str) -> None:
+    write(tmp_path, "m.py", f"import torch\ndef f(x, y):\n    return torch.{name}([x, y])  # HIT\n")
+    assert lines_of(scan_tree(tmp_path), "builtin_compute") == {3}
+
+
 # ---- bookkeeping: syntax errors, caps, skipped directories, links -----------------------------------------------
 
 @pytest.mark.parametrize("text, error_line, ctypes_line", [
@@ -411,7 +432,7 @@ def test_scanned_code_is_never_executed(tmp_path: Path) -> None:
 
 
 def test_module_does_not_import_torch() -> None:
-    code = ("import sys; from pathlib import Path; import pytest_cannbench.guard.static_scan as s; "
+    code = ("import sys; from pathlib import Path; import pytest_cannbench.guard.scan as s; "
             "s.scan_tree(Path(sys.argv[1])); assert 'torch' not in sys.modules, 'torch imported'")
     done = subprocess.run([sys.executable, "-c", code, str(EXAMPLES)], capture_output=True, text=True, cwd=REPO)
     assert done.returncode == 0, done.stderr
