@@ -11,7 +11,7 @@ taken by the device's timer:
 * ``cuda_profiler``: the union of the kernel intervals the profiler records on
   every stream during the call (work on a side stream counts), falling back
   to ``cuda_events`` (events around the call and a full device synchronise).
-* ``npu_profiler``: see :mod:`npu_profile`.
+* ``npu_profiler``: see :mod:`.npu_run` and :mod:`.npu_parse`.
 """
 
 from __future__ import annotations
@@ -205,7 +205,8 @@ def _npu_profiled(fn: Callable, timed_kwargs: list[Any], device: str, clock: Cal
 
     import torch
 
-    from pytest_cannbench.timing.npu_profile import profile_steps, shape_key
+    from pytest_cannbench.timing.npu_parse import shape_key
+    from pytest_cannbench.timing.npu_run import profile_steps
 
     shape = tuple(npu["secret_shape"])
     clean_buffer = torch.ones(shape, dtype=torch.float16, device=device)

@@ -1,16 +1,16 @@
-"""Ascend NPU timing: run steps under torch_npu's profiler and turn kernel_details.csv into per-step times.
+"""Ascend NPU timing, the pure half: secret delimiter shapes and the ``kernel_details.csv`` parser.
 
-Each timed step is ``clean(); call(); device_sync(); prof.step()``, where ``clean`` is the harness's
-L2-flushing reduction. Unlike the official harness, which finds its own kernels by name (a submission
-can call its kernel ``CannBenchCacheClean`` and hide its time), harness kernels are recognised by an
+Each timed step is ``clean(); call(); device_sync(); prof.step()`` (:mod:`.npu_run`), where ``clean`` is the
+harness's L2-flushing reduction. Unlike the official harness, which finds its own kernels by name (a
+submission can call its kernel ``CannBenchCacheClean`` and hide its time), harness kernels are recognised by an
 input shape the submission cannot know: every session draws a secret shape for the cache-clean buffer
 (see :func:`pick_secret_shape`). A row whose ``Input Shapes`` matches a secret is a delimiter; the rows
 after it, up to the next delimiter, are one step, and a step's time is the sum of all its kernels'
 durations (not a sum of per-name medians, which distorts kernels that run in only some steps).
 
 The parser fails closed: anything it cannot attribute with certainty raises :class:`ProfileParseError`.
-Only the csv module and the standard library are imported here; torch_npu is imported inside
-:func:`profile_steps`, so this module loads (and its parser is tested) on machines without an NPU.
+Only the csv module and the standard library are imported here, so the parser loads (and is tested) on
+machines without an NPU.
 """
 
 from __future__ import annotations
@@ -21,26 +21,16 @@ import math
 import os
 import random
 import re
-import shutil
 import statistics
-import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Union
-
-KERNEL_DETAILS = "kernel_details.csv"
-PROFILER_OUTPUT = "ASCEND_PROFILER_OUTPUT"
-LEVELS = ("Level0", "Level1", "Level2")
+from typing import Iterable, Optional, Union
 
 
 class ProfileParseError(RuntimeError):
     """The profiler output cannot be attributed to steps with certainty; the case is not timed."""
-
-
-class ProfileExportTimeout(ProfileParseError):
-    """The profiler's export did not produce a complete kernel_details.csv in time."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -83,7 +73,7 @@ def normalize_shapes(text: Optional[str]) -> str:
     return _SHAPE_NOISE.sub("", text)
 
 
-def _normalize_secrets(secret_shapes: Iterable[str]) -> frozenset[str]:
+def normalize_secrets(secret_shapes: Iterable[str]) -> frozenset[str]:
     secrets = set()
     for raw in secret_shapes:
         if not isinstance(raw, str):
@@ -102,7 +92,7 @@ def matches_secret(input_shapes: Optional[str], secrets: frozenset[str]) -> bool
     """Whether a row's ``Input Shapes`` marks a harness kernel: the whole field or its first input matches.
 
     Matching the first input alone lets the harness leave the reduction's extra inputs (axes, ...) to
-    however the installed CANN renders them; ``secrets`` must come from :func:`_normalize_secrets`.
+    however the installed CANN renders them; ``secrets`` must come from :func:`normalize_secrets`.
     """
     norm = normalize_shapes(input_shapes)
     if not norm:
@@ -324,7 +314,7 @@ def parse_kernel_details_text(text: str, secret_shapes: Iterable[str], n_steps: 
     """Split kernel_details.csv text into ``n_steps`` steps at the secret-shape delimiters and sum each."""
     if n_steps < 1:
         raise ValueError(f"n_steps must be >= 1, got {n_steps}")
-    secrets = _normalize_secrets(secret_shapes)
+    secrets = normalize_secrets(secret_shapes)
     rows, cols = _read_rows(text.lstrip("\ufeff"), secrets)
     notes = list(cols.notes)
     where = f" in {source}" if source else ""
@@ -421,113 +411,3 @@ def parse_kernel_details(path: Union[str, os.PathLike], secret_shapes: Iterable[
     except OSError as exc:
         raise ProfileParseError(f"cannot read {path}: {exc}") from exc
     return parse_kernel_details_text(text, secret_shapes, n_steps, source=str(path))
-
-
-# --------------------------------------------------------------------------------------------
-# output directories
-
-
-def find_kernel_details(prof_dir: Union[str, os.PathLike]) -> Optional[Path]:
-    """The run's kernel_details.csv: ``*_ascend_pt/ASCEND_PROFILER_OUTPUT/`` first, else anywhere below.
-
-    None when there is none yet. Several files found by the same pattern raise rather than pick the
-    newest: a per-run directory holds exactly one export, so two mean mixed runs, and "newest" could
-    be a half-written one.
-    """
-    root = Path(prof_dir)
-    if not root.is_dir():
-        return None
-    for found in (sorted(root.glob(f"*_ascend_pt/{PROFILER_OUTPUT}/{KERNEL_DETAILS}")),
-                  sorted(p for p in root.rglob(KERNEL_DETAILS) if p.is_file())):
-        if len(found) == 1:
-            return found[0]
-        if len(found) > 1:
-            listed = ", ".join(str(p.relative_to(root)) for p in found)
-            raise ProfileParseError(f"{len(found)} kernel_details.csv under {root} ({listed}): runs are mixed")
-    return None
-
-
-def wait_for_kernel_details(prof_dir: Union[str, os.PathLike], *, timeout_s: float = 60.0,
-                            poll_s: float = 0.2) -> Path:
-    """Poll until kernel_details.csv exists and its size holds still across two polls.
-
-    The export may run after the profiler context closes (async parsing); reading a file that is
-    still being written would lose the last steps' rows.
-    """
-    deadline = time.monotonic() + timeout_s
-    last: Optional[tuple[Path, int]] = None
-    while True:
-        path = find_kernel_details(prof_dir)
-        if path is not None:
-            try:
-                size = path.stat().st_size
-            except OSError:
-                size = -1
-            if size > 0 and last == (path, size):
-                return path
-            last = (path, size)
-        if time.monotonic() >= deadline:
-            state = "none written" if path is None else f"{path} still changing"
-            raise ProfileExportTimeout(f"no complete kernel_details.csv under {prof_dir} after {timeout_s:g}s "
-                                       f"({state})")
-        time.sleep(poll_s)
-
-
-def clean_profiler_dir(path: Union[str, os.PathLike]) -> Path:
-    """Empty (or create) a run's profiler directory, so its export can never mix with a previous run's."""
-    target = Path(path)
-    if target.is_symlink():
-        raise ValueError(f"refusing to clean {target}: it is a symlink")
-    resolved = target.resolve()
-    protected = {Path(resolved.anchor), Path.home().resolve(), Path.cwd().resolve()}
-    if resolved in protected or resolved in Path.cwd().resolve().parents:
-        raise ValueError(f"refusing to clean {resolved}: not a per-run profiler directory")
-    if resolved.exists() and not resolved.is_dir():
-        raise ValueError(f"refusing to clean {resolved}: not a directory")
-    if resolved.exists():
-        shutil.rmtree(resolved)
-    resolved.mkdir(parents=True)
-    return resolved
-
-
-# --------------------------------------------------------------------------------------------
-# the runner (needs torch_npu and an NPU)
-
-
-def profile_steps(call: Callable[[], object], n_steps: int, clean: Callable[[], object],
-                  device_sync: Callable[[], object], out_dir: Union[str, os.PathLike], *,
-                  secret_shapes: Iterable[str], level: str = "Level1",
-                  export_timeout_s: float = 60.0) -> ProfiledSteps:
-    """Time ``n_steps`` calls under torch_npu's profiler and parse them with the secret delimiters.
-
-    ``clean`` must launch exactly one kernel whose first input has a secret shape (the delimiter);
-    ``device_sync`` must wait for the device (e.g. ``torch.npu.synchronize``) so no step's kernels run
-    into the next. Use Level1 or Level2: Level0 collects only part of the operator info and may leave
-    Input Shapes empty (the parse then fails with a hint). AI Core metrics are requested off; some
-    torch_npu releases force PipeUtilization at Level1/2 regardless. Warm-up calls belong before this.
-    """
-    if level not in LEVELS:
-        raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
-    if n_steps < 1:
-        raise ValueError(f"n_steps must be >= 1, got {n_steps}")
-    secrets = tuple(secret_shapes)
-    _normalize_secrets(secrets)  # fail before touching the device
-    import torch_npu  # optional dependency, NPU hosts only: never at module import
-
-    api = torch_npu.profiler
-    out = clean_profiler_dir(out_dir)
-    config = {"profiler_level": getattr(api.ProfilerLevel, level)}
-    metrics_off = getattr(getattr(api, "AiCMetrics", None), "AiCoreNone", None)
-    if metrics_off is not None:
-        config["aic_metrics"] = metrics_off
-    with api.profile(activities=[api.ProfilerActivity.NPU],
-                     schedule=api.schedule(wait=0, warmup=0, active=n_steps, repeat=1),
-                     on_trace_ready=api.tensorboard_trace_handler(str(out)),
-                     experimental_config=api._ExperimentalConfig(**config)) as prof:
-        for _ in range(n_steps):
-            clean()
-            call()
-            device_sync()
-            prof.step()
-    csv_path = wait_for_kernel_details(out, timeout_s=export_timeout_s)
-    return parse_kernel_details(csv_path, secrets, n_steps)
