@@ -1,4 +1,4 @@
-"""``cannbench merge OUT.json INPUT...``: one leaderboard from the boards and ``results.jsonl`` files of several runs.
+"""``cannbench merge OUT.json INPUT...`` (:mod:`pytest_cannbench.cli`): one leaderboard from the boards and ``results.jsonl`` files of several runs.
 
 Sharded CI jobs (``--cann-shard K/N``) each write a partial leaderboard; a resumed or killed run leaves its cases
 in ``results.jsonl``. Merging takes the case outcomes back out of every input, keeps one per case key (the later
@@ -6,13 +6,10 @@ input wins, and each replacement is reported), and rebuilds the board with :func
 score is recomputed by :mod:`scoring` from the outcomes and never copied from an input. ``submission``,
 ``environment`` and the configuration come from the first leaderboard input; inputs that disagree on the wheel or
 on an option that changes results are reported, because their cases were not graded alike.
-
-Exit status: 0 when OUT was written, 2 on a usage or input error (with a message saying which file and why).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass, field
@@ -34,7 +31,7 @@ BAD_LINES_LISTED = 5
 
 
 class InputError(Exception):
-    """An input that cannot be merged; main() reports it and exits 2."""
+    """An input that cannot be merged; the CLI reports it and exits 2."""
 
 
 @dataclass
@@ -100,7 +97,7 @@ def _read_board(path: str, data: dict[str, Any]) -> Source:
         raise InputError(f"{path}: neither a results.jsonl nor a pytest-cannbench leaderboard (schema {schema!r}, "
                          f"expected {leaderboard.SCHEMA!r})")
     if schema != leaderboard.SCHEMA:
-        _warn(f"{path}: leaderboard schema {schema!r}, this version writes {leaderboard.SCHEMA!r}; reading it anyway")
+        warn(f"{path}: leaderboard schema {schema!r}, this version writes {leaderboard.SCHEMA!r}; reading it anyway")
     return Source(path, "leaderboard", outcomes_from_board(data, path), board=data)
 
 
@@ -119,7 +116,7 @@ def _read_jsonl(path: str, text: str) -> Source:
             source.skipped_lines += 1
             if source.skipped_lines <= BAD_LINES_LISTED:
                 what = "not JSON (cut short by a killed run?)" if entry is None else "not a {run, outcome} line"
-                _warn(f"{path}:{number}: {what}; ignored")
+                warn(f"{path}:{number}: {what}; ignored")
             continue
         run = entry.get("run") or "?"
         source.runs[run] = source.runs.get(run, 0) + 1
@@ -129,7 +126,7 @@ def _read_jsonl(path: str, text: str) -> Source:
         latest[outcome["key"]] = {**outcome, "timing": _restore_numbers(outcome.get("timing"))}
     source.outcomes = list(latest.values())
     if source.skipped_lines > BAD_LINES_LISTED:
-        _warn(f"{path}: {source.skipped_lines} lines ignored in all")
+        warn(f"{path}: {source.skipped_lines} lines ignored in all")
     if source.skipped_lines and not source.outcomes:
         raise InputError(f"{path}: neither a leaderboard nor a results.jsonl with any case outcome")
     return source
@@ -144,7 +141,7 @@ def read_input(path: str) -> Source:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read it ({exc})") from None
     if not text.strip():
-        _warn(f"{path}: empty; no cases from it")
+        warn(f"{path}: empty; no cases from it")
         return Source(path, "results.jsonl")
     try:
         data = json.loads(text)
@@ -157,7 +154,7 @@ def read_input(path: str) -> Source:
     return _read_jsonl(path, text)
 
 
-def _warn(message: str, stream: Optional[TextIO] = None) -> None:
+def warn(message: str, stream: Optional[TextIO] = None) -> None:
     print(f"cannbench merge: {message}", file=stream or sys.stderr)
 
 
@@ -177,18 +174,18 @@ def _check_agreement(sources: list[Source]) -> None:
             other_wheel = ((other.board or {}).get("submission") or {}).get("wheel_sha256")
             if other_wheel != wheel:
                 warned = True
-                _warn(f"warning: {other.path} graded a different wheel (sha256 {str(other_wheel)[:12]}) than "
+                warn(f"warning: {other.path} graded a different wheel (sha256 {str(other_wheel)[:12]}) than "
                       f"{first.path} ({str(wheel)[:12]}); a rebuild of the same source differs too, so build the "
                       "wheel once and grade that (docs/ci.md)")
             other_config = _comparable((other.board or {}).get("config"))
             differing = sorted(k for k in set(config) | set(other_config) if config.get(k) != other_config.get(k))
             if differing:
                 warned = True
-                _warn(f"warning: {other.path} ran with other options than {first.path}: "
+                warn(f"warning: {other.path} ran with other options than {first.path}: "
                       + ", ".join(f"{k}={other_config.get(k)!r} (not {config.get(k)!r})" for k in differing))
         caps = {bool(((s.board or {}).get("weights") or {}).get("hap_cap")) for s in boards}
         if len(caps) > 1:
-            _warn(f"warning: inputs disagree on the HAP cap; merging as {first.path} did")
+            warn(f"warning: inputs disagree on the HAP cap; merging as {first.path} did")
     runs: dict[str, int] = {}
     for s in sources:
         for run, n in s.runs.items():
@@ -197,7 +194,7 @@ def _check_agreement(sources: list[Source]) -> None:
             run = str(s.board["config"]["run_identity"])
             runs[run] = runs.get(run, 0) + len(s.outcomes)
     if len(runs) > 1 and not warned:  # the identity hashes the wheel and the options: said above already
-        _warn("warning: the inputs come from different runs (submission or options differ): "
+        warn("warning: the inputs come from different runs (submission or options differ): "
               + ", ".join(f"{run} ({n} cases)" for run, n in sorted(runs.items())))
 
 
@@ -206,7 +203,7 @@ def merge(paths: Sequence[str], *, cap: Optional[bool] = None) -> dict[str, Any]
     sources = [read_input(p) for p in paths]
     for s in sources:
         if s.repeated:
-            _warn(f"{s.path}: {s.repeated} cases recorded more than once; the last line of each wins")
+            warn(f"{s.path}: {s.repeated} cases recorded more than once; the last line of each wins")
     _check_agreement(sources)
     merged: dict[str, dict[str, Any]] = {}
     origin: dict[str, str] = {}
@@ -220,9 +217,9 @@ def merge(paths: Sequence[str], *, cap: Optional[bool] = None) -> dict[str, Any]
             merged[key] = outcome
             origin[key] = s.path
     for line in replaced[:LISTED]:
-        _warn(f"duplicate case {line}")
+        warn(f"duplicate case {line}")
     if len(replaced) > LISTED:
-        _warn(f"... and {len(replaced) - LISTED} more duplicate cases (the later input wins each)")
+        warn(f"... and {len(replaced) - LISTED} more duplicate cases (the later input wins each)")
     if not merged:
         raise InputError("no case outcomes in " + ", ".join(paths))
     first = next((s.board for s in sources if s.board is not None), None) or {}
@@ -235,61 +232,3 @@ def merge(paths: Sequence[str], *, cap: Optional[bool] = None) -> dict[str, Any]
                               environment=dict(first.get("environment") or {}), config=config, cap=cap)
     board["merged_from"] = [{"path": s.path, "kind": s.kind, "cases": len(s.outcomes)} for s in sources]
     return board
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cannbench", description="pytest-cannbench command-line tools.")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    merge_cmd = commands.add_parser(
-        "merge", help="merge leaderboards and results.jsonl files into one leaderboard (scores recomputed)",
-        description="Merge the leaderboard JSON and results.jsonl files of several runs (e.g. the shards of "
-                    "--cann-shard K/N) into one leaderboard. A case present in several inputs is taken from the "
-                    "later input. Every score is recomputed from the case outcomes.")
-    merge_cmd.add_argument("out", metavar="OUT.json", help="merged leaderboard to write (atomically)")
-    merge_cmd.add_argument("inputs", metavar="INPUT", nargs="+", help="leaderboard JSON or results.jsonl files")
-    merge_cmd.add_argument("--markdown", metavar="PATH", help="also write the Markdown summary")
-    merge_cmd.add_argument("--eval-report", metavar="PATH", help="also write the official EvalReport JSON shape")
-    cap = merge_cmd.add_mutually_exclusive_group()
-    cap.add_argument("--hap-cap", dest="cap", action="store_true", default=None,
-                     help="clip each case's HAP at 1 (default: as the first leaderboard input)")
-    cap.add_argument("--no-hap-cap", dest="cap", action="store_false", help="the official, uncapped HAP")
-    return parser
-
-
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = _parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse: --help (0) or a usage error (2)
-        return int(exc.code or 0)
-    if args.command != "merge":
-        parser.print_help(sys.stderr)
-        return 2
-    try:
-        board = merge(args.inputs, cap=args.cap)
-    except InputError as exc:
-        _warn(f"error: {exc}")
-        return 2
-    try:
-        leaderboard.write(Path(args.out), board)
-        written = [args.out]
-        if args.markdown:
-            from pytest_cannbench.report.markdown import render
-
-            leaderboard.write_atomic(Path(args.markdown), render(board))
-            written.append(args.markdown)
-        if args.eval_report:
-            from pytest_cannbench.report.eval_report import to_eval_report
-
-            leaderboard.write_atomic(Path(args.eval_report), leaderboard.dumps(to_eval_report(board), indent=1) + "\n")
-            written.append(args.eval_report)
-    except OSError as exc:
-        _warn(f"error: cannot write {exc.filename or ''}: {exc.strerror or exc}")
-        return 2
-    print(f"cannbench merge: {board['cases_total']} cases of {len(board['operators'])} operators from "
-          f"{len(args.inputs)} inputs; total score {board['total_score']:.2f}; wrote {', '.join(written)}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -141,7 +141,7 @@ def test_merged_shards_score_like_the_unsharded_run(pytester, capsys, task_tree,
     ops = [{o["rel_path"] for o in board["operators"]} for board in shards]
     assert ops[0] | ops[1] == {"level1/softplus", "level2/rms_scale"} and not ops[0] & ops[1]
     merged = tmp_path / "merged.json"
-    done = subprocess.run([sys.executable, "-m", "pytest_cannbench.report.merge", "merge", str(merged),
+    done = subprocess.run([sys.executable, "-m", "pytest_cannbench.cli", "merge", str(merged),
                            str(tmp_path / "shard1.json"), str(tmp_path / "shard2.json")],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -13,7 +13,8 @@ from synth_outcomes import all_outcomes, board_of, outcome, timed
 
 from pytest_cannbench.report import leaderboard
 from pytest_cannbench.report.eval_report import to_eval_report
-from pytest_cannbench.report.merge import main, outcomes_from_board
+from pytest_cannbench.cli import main
+from pytest_cannbench.report.merge import outcomes_from_board
 from pytest_cannbench.nodes.sharding import in_shard
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -250,12 +251,12 @@ def test_the_module_runs_as_a_command(tmp_path: Path) -> None:
     a = _write_board(tmp_path / "a.json", outcomes[:6])
     b = _write_jsonl(tmp_path / "results.jsonl", outcomes[6:])
     out = tmp_path / "merged.json"
-    done = subprocess.run([sys.executable, "-m", "pytest_cannbench.report.merge", "merge", str(out), str(a), str(b)],
+    done = subprocess.run([sys.executable, "-m", "pytest_cannbench.cli", "merge", str(out), str(a), str(b)],
                           capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"{len(outcomes)} cases of 5 operators from 2 inputs" in done.stdout
     assert _scores(json.loads(out.read_text())) == _scores(board_of(outcomes))
-    bad = subprocess.run([sys.executable, "-m", "pytest_cannbench.report.merge", "merge", str(out), str(tmp_path / "nope")],
+    bad = subprocess.run([sys.executable, "-m", "pytest_cannbench.cli", "merge", str(out), str(tmp_path / "nope")],
                          capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert bad.returncode == 2 and "no such file" in bad.stderr
 
@@ -263,14 +264,14 @@ def test_the_module_runs_as_a_command(tmp_path: Path) -> None:
 def test_console_script_is_declared() -> None:
     tomllib = pytest.importorskip("tomllib")
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert project["scripts"]["cannbench"] == "pytest_cannbench.report.merge:main"
+    assert project["scripts"]["cannbench"] == "pytest_cannbench.cli:main"
 
 
 def test_merging_needs_neither_torch_nor_pytest(tmp_path: Path) -> None:
     # docs/ci.md installs the grader with --no-deps for the merge job
     a = _write_board(tmp_path / "a.json", all_outcomes())
     code = ("import sys; sys.modules['torch'] = sys.modules['pytest'] = sys.modules['numpy'] = None; "
-            "from pytest_cannbench.report.merge import main; "
+            "from pytest_cannbench.cli import main; "
             f"sys.exit(main(['merge', {str(tmp_path / 'm.json')!r}, {str(a)!r}, '--markdown', "
             f"{str(tmp_path / 'm.md')!r}, '--eval-report', {str(tmp_path / 'e.json')!r}]))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
