@@ -16,26 +16,12 @@ taken by the device's timer:
 
 from __future__ import annotations
 
-import glob
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-DEFAULT_LLC_BYTES = 32 << 20
+from pytest_cannbench.timing.machine import last_level_cache_bytes
+
 MAX_FLUSH_BYTES = 128 << 20  # virtual machines report the host's whole L3 (480 MiB here: 94 ms a flush)
-
-
-def last_level_cache_bytes() -> int:
-    """The largest CPU cache reported by sysfs (per socket), or 32 MiB when it cannot be read."""
-    best = 0
-    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
-        try:
-            text = open(path).read().strip().upper()
-            value = int(text.rstrip("KMG"))
-            value <<= {"K": 10, "M": 20, "G": 30}.get(text[-1], 0)
-            best = max(best, value)
-        except (OSError, ValueError):
-            continue
-    return best or DEFAULT_LLC_BYTES
 
 
 class Flusher:

@@ -7,10 +7,11 @@ come from the operator's ``perf_model`` (:mod:`pytest_cannbench.taskformat.perf_
 The two limits are measured, not looked up, because nothing tells them for an arbitrary host or
 container: sustained memory bandwidth (best of several copies and triads over buffers well above the
 last-level cache, counting the bytes read plus the bytes written, as STREAM does) and peak fp32
-matmul throughput, each with the thread count the candidates will get. Calibration runs in a fresh
-interpreter, so the caller's thread settings, allocator state and imported modules cannot skew it,
-and is cached per machine: the key is the CPU model, core counts, thread count, device name, torch
-version and the method's version, so a changed machine or torch recalibrates.
+matmul throughput, each with the thread count the candidates will get. The measuring child
+(:mod:`pytest_cannbench.timing.calibrate`) runs in a fresh interpreter, so the caller's thread settings,
+allocator state and imported modules cannot skew it; this module caches its result per machine. The
+key is the CPU model, core counts, thread count, device name, torch version and the method's version, so
+a changed machine or torch recalibrates.
 
 Run ``python -m pytest_cannbench.timing.roofline [--device cuda] [--threads N]`` to print one
 measurement as JSON. Nothing here imports torch outside the calibration child.
@@ -18,29 +19,27 @@ measurement as JSON. Nothing here imports torch outside the calibration child.
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import hashlib
 import json
 import math
 import os
-import platform
 import subprocess
 import sys
-import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from pytest_cannbench.atomic import write_atomic
+from pytest_cannbench.timing.calibrate import CalibrationError, check_device
+from pytest_cannbench.timing.calibrate import main as measure_main
+from pytest_cannbench.timing.machine import cpu_model
+
 METHOD_VERSION = 1  # bump when the measurement changes: old cache entries no longer match
 FLOOR_US = 1.0
-MiB = 1 << 20
 CALIBRATION_TIMEOUT_S = 300.0
-
-
-class CalibrationError(RuntimeError):
-    """The calibration child failed or returned implausible numbers."""
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # put on the calibration child's PYTHONPATH
 
 
 @dataclass(frozen=True)
@@ -99,28 +98,6 @@ def t_hw_us(bytes: Optional[float], flops: Optional[float], limits: MachineLimit
 # the cache key
 
 
-def cpu_model() -> str:
-    """The CPU's marketing name from /proc/cpuinfo (implementer/part on Arm hosts), else platform's."""
-    fields: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                if not line.strip():
-                    if fields:
-                        break  # the first processor block is enough
-                    continue
-                name, _, value = line.partition(":")
-                fields.setdefault(name.strip().lower(), value.strip())
-    except OSError:
-        pass
-    for name in ("model name", "hardware", "cpu model", "processor name"):
-        if fields.get(name):
-            return fields[name]
-    if "cpu implementer" in fields or "cpu part" in fields:
-        return f"arm implementer {fields.get('cpu implementer', '?')} part {fields.get('cpu part', '?')}"
-    return platform.processor() or platform.machine() or "unknown"
-
-
 def _torch_version() -> str:
     try:
         from importlib.metadata import PackageNotFoundError, version
@@ -166,33 +143,16 @@ def machine_key(device: str = "cpu", threads: int = 1) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
-# calibration (parent side)
-
-_CHILD = """\
-import importlib.util, sys
-spec = importlib.util.spec_from_file_location("_cannbench_roofline_child", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = module
-spec.loader.exec_module(module)
-module.main(sys.argv[2:])
-"""
-
-
-def _check_device(device: str, threads: int) -> None:
-    if device != "cpu" and not (device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
-        raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be an int >= 1, got {threads!r}")
-
+# calibration: the measuring child (timing.calibrate) in a fresh interpreter
 
 def calibrate(device: str = "cpu", threads: int = 1, timeout_s: float = CALIBRATION_TIMEOUT_S) -> MachineLimits:
     """Measure bandwidth and fp32 peak in a fresh interpreter (about 2-3 s on a small CPU host)."""
-    _check_device(device, threads)
+    check_device(device, threads)
     env = dict(os.environ)
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[name] = str(threads)
-    command = [sys.executable, "-c", _CHILD, str(Path(__file__).resolve()), "--device", device,
-               "--threads", str(threads)]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+    command = [sys.executable, "-m", "pytest_cannbench.timing.calibrate", "--device", device, "--threads", str(threads)]
     try:
         proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -250,8 +210,6 @@ def _read_cache(path: Path, key: dict[str, Any]) -> Optional[MachineLimits]:
 
 
 def _write_atomic(path: Path, data: dict[str, Any]) -> None:
-    from pytest_cannbench.atomic import write_atomic
-
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
@@ -261,7 +219,7 @@ def cached_limits(cache_dir: Path, device: str = "cpu", threads: int = 1, *,
 
     A cache that cannot be written is not an error: the fresh measurement is returned anyway.
     """
-    _check_device(device, threads)
+    check_device(device, threads)
     key = machine_key(device, threads)
     cache_dir = Path(cache_dir)
     try:
@@ -283,122 +241,9 @@ def cached_limits(cache_dir: Path, device: str = "cpu", threads: int = 1, *,
         return limits
 
 
-# --------------------------------------------------------------------------------------------
-# the measurement (child side: runs in the fresh interpreter)
-
-
-def _llc_bytes() -> int:
-    """The largest cache the kernel reports for CPU 0 (0 if unknown)."""
-    largest = 0
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            text = (index / "size").read_text().strip().upper()
-        except OSError:
-            continue
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        digits = text.rstrip("KMG")
-        if digits.isdigit():
-            largest = max(largest, int(digits) * scale)
-    return largest
-
-
-def _best(run: Any, repeats: int, sync: Any = None) -> float:
-    """Fastest of ``repeats`` timed calls after one untimed warm-up, in seconds."""
-    run()
-    if sync:
-        sync()
-    best = math.inf
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        if sync:
-            sync()
-        best = min(best, time.perf_counter() - start)
-    return best
-
-
-def _stream(torch: Any, buffer_bytes: int, device: Any, inner: int, sync: Any) -> tuple[float, float, float]:
-    """Bandwidth (GB/s) as the best of copy (2 x bytes) and triad (3 x bytes), and their times per kernel."""
-    n = buffer_bytes // 4
-    a = torch.full((n,), 1.0, dtype=torch.float32, device=device)
-    b = torch.full((n,), 2.0, dtype=torch.float32, device=device)
-    c = torch.zeros(n, dtype=torch.float32, device=device)
-
-    def copies() -> None:
-        for _ in range(inner):
-            b.copy_(a)
-
-    def triads() -> None:
-        for _ in range(inner):
-            torch.add(b, a, alpha=3.0, out=c)
-
-    copy_s = _best(copies, 4, sync) / inner
-    triad_s = _best(triads, 4, sync) / inner
-    return max(2 * buffer_bytes / copy_s, 3 * buffer_bytes / triad_s) / 1e9, copy_s, triad_s
-
-
-def _matmul(torch: Any, size: int, device: Any, inner: int, sync: Any) -> tuple[float, float]:
-    """fp32 GFLOP/s of a square matmul (best of several), and its time."""
-    x = torch.randn(size, size, dtype=torch.float32, device=device)
-    y = torch.randn(size, size, dtype=torch.float32, device=device)
-    z = torch.empty(size, size, dtype=torch.float32, device=device)
-
-    def matmuls() -> None:
-        for _ in range(inner):
-            torch.mm(x, y, out=z)
-
-    mm_s = _best(matmuls, 5, sync) / inner
-    return 2 * size ** 3 / mm_s / 1e9, mm_s
-
-
-def _measure_cpu(torch: Any, threads: int) -> dict[str, Any]:
-    torch.set_num_threads(threads)
-    # Two buffers of twice the reported LLC (virtual machines often overstate it), 64..256 MiB each.
-    buffer_bytes = min(max(2 * _llc_bytes(), 64 * MiB), 256 * MiB)
-    bandwidth, copy_s, triad_s = _stream(torch, buffer_bytes, "cpu", 1, None)
-    size = 1024 if threads <= 4 else 2048
-    peak, mm_s = _matmul(torch, size, "cpu", 1, None)
-    return {"bandwidth_gbs": bandwidth, "peak_gflops": peak,
-            "details": {"buffer_mib": buffer_bytes // MiB, "copy_s": copy_s, "triad_s": triad_s,
-                        "matmul_n": size, "matmul_s": mm_s, "threads": torch.get_num_threads()}}
-
-
-def _measure_cuda(torch: Any, device: str) -> dict[str, Any]:
-    dev = torch.device(device)
-    torch.cuda.set_device(dev)
-    torch.backends.cuda.matmul.allow_tf32 = False  # fp32 peak, not TF32
-    sync = torch.cuda.synchronize
-    buffer_bytes = 512 * MiB  # far above any current GPU's L2 cache
-    # several kernels per timing, so launch and synchronisation overhead do not count
-    bandwidth, copy_s, triad_s = _stream(torch, buffer_bytes, dev, 10, sync)
-    size = 8192
-    peak, mm_s = _matmul(torch, size, dev, 3, sync)
-    return {"bandwidth_gbs": bandwidth, "peak_gflops": peak,
-            "details": {"buffer_mib": buffer_bytes // MiB, "copy_s": copy_s, "triad_s": triad_s,
-                        "matmul_n": size, "matmul_s": mm_s, "gpu": torch.cuda.get_device_name(dev)}}
-
-
-def measure(device: str = "cpu", threads: int = 1) -> dict[str, Any]:
-    """One measurement in *this* process; :func:`calibrate` runs it in a fresh one."""
-    _check_device(device, threads)
-    import torch
-
-    with torch.no_grad():
-        if device == "cpu":
-            return _measure_cpu(torch, threads)
-        if not torch.cuda.is_available():
-            raise CalibrationError(f"device {device!r} requested but torch.cuda is not available")
-        return _measure_cuda(torch, device)
-
-
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m pytest_cannbench.timing.roofline",
-                                     description="Measure memory bandwidth and fp32 peak; print JSON.")
-    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads (default 1)")
-    args = parser.parse_args(argv)
-    print(json.dumps(measure(args.device, args.threads)), flush=True)
-    return 0
+    """``cannbench roofline``: one measurement in this process, printed as JSON."""
+    return measure_main(argv, prog="python -m pytest_cannbench.timing.roofline")
 
 
 if __name__ == "__main__":
