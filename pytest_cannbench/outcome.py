@@ -13,7 +13,11 @@ from typing import Any, Optional
 # status: the case's fate in one word.
 PASSED, FAILED, ERROR, SKIPPED, CRASHED = "passed", "failed", "error", "skipped", "crashed"
 TIMEOUT, OOM_KILLED, MISSING = "timeout", "oom_killed", "missing"
+# The submission's build status (submission.build): BUILD_OK, or one of BUILD_FAILURES. A build failure is also
+# the status and the failure type of every case it leaves ungraded, and scores the whole operator 0.
+BUILD_OK = "ok"
 COMPILE_FAILED, INSTALL_FAILED, IMPORT_FAILED = "compile_failed", "install_failed", "import_failed"
+BUILD_FAILURES = (COMPILE_FAILED, INSTALL_FAILED, IMPORT_FAILED)
 
 # failure_type: why. Candidate failures vs harness failures (reported apart, anchor §12.10).
 PRECISION = "precision_mismatch"
@@ -40,7 +44,6 @@ BUILTIN_COMPUTE = "builtin_compute"  # builtin ops (aten compute) ran under the 
 HOST_LIBRARY = "host_library"  # numpy/scipy/Inductor/ctypes or a foreign shared object did the work
 # Most serious first: when a call has several findings, the first of these decides (guard.policy).
 GUARD_FAILURES = (FORBIDDEN_ACCESS, API_TAMPERED, GUARD_BLINDED, BUILTIN_COMPUTE, HOST_LIBRARY)
-# compile_failed, install_failed and import_failed are both a status and their own failure type.
 
 HARNESS_FAILURES = frozenset({TASK_ERROR, GOLDEN_ERROR, WORKER_CRASH})
 

@@ -33,7 +33,8 @@ import os
 from datetime import datetime
 from typing import Any, Optional
 
-from pytest_cannbench.report.scoring import BUILD_FAILURES, PRECISION_FAILURES, baseline_proxy
+from pytest_cannbench.outcome import BUILD_FAILURES
+from pytest_cannbench.report.scoring import PRECISION_FAILURES, baseline_proxy
 
 STATUS_MAP = {"passed": "success", "missing": "skipped", "skipped": "skipped",
               **{status: "cascade" for status in BUILD_FAILURES}}

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Optional
 
 from pytest_cannbench import __version__
 from pytest_cannbench.atomic import write_atomic
+from pytest_cannbench.outcome import BUILD_FAILURES, MISSING
 from pytest_cannbench.report.scoring import WEIGHTS, CaseScore, geometric_mean_speedup, level_of, operator_score, totals
 
 SCHEMA = "pytest-cannbench/leaderboard/1"
@@ -55,8 +56,7 @@ def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False) -> dic
                   for o in cases]
         score = operator_score(inputs, cap=cap)
         statuses = {o["status"] for o in cases}
-        status = (score.score_error if score.score_error in ("compile_failed", "install_failed", "import_failed",
-                                                              "missing") else
+        status = (score.score_error if score.score_error in (*BUILD_FAILURES, MISSING) else
                   "passed" if statuses == {"passed"} else "partial" if "passed" in statuses else "failed")
         level = level_of(rel_path)
         operators.append({

@@ -19,14 +19,14 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Optional
 
+from pytest_cannbench.outcome import BUILD_FAILURES, PRECISION
+
 W_COMPILE, W_FUNCTION, W_PERF = 0.2, 0.3, 0.5
 WEIGHTS = {"compile": W_COMPILE, "function": W_FUNCTION, "performance": W_PERF}
 
 # Failed cases of these types do not deduct from the compile/runtime part (the official "precision" family).
 # A kernel right when checked but wrong when timed (timed_output_wrong) is not a precision problem: it deducts.
-PRECISION_FAILURES = frozenset({"precision_mismatch", "precision"})
-# A submission that never ran: the whole operator scores 0.
-BUILD_FAILURES = frozenset({"compile_failed", "install_failed", "import_failed"})
+PRECISION_FAILURES = frozenset({PRECISION, "precision"})
 
 
 def _bad(value: Optional[float]) -> bool:

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-OK, COMPILE_FAILED, INSTALL_FAILED, IMPORT_FAILED = "ok", "compile_failed", "install_failed", "import_failed"
+from pytest_cannbench.outcome import BUILD_OK, COMPILE_FAILED, IMPORT_FAILED, INSTALL_FAILED
 
 INSTALL_TIMEOUT_S = 300.0
 RUN_TIMEOUT_S = 120.0
@@ -66,7 +66,7 @@ class SubmissionState:
 
     @property
     def ok(self) -> bool:
-        return self.status == OK
+        return self.status == BUILD_OK
 
 
 def _tail(text: str, lines: int = 20, chars: int = 3000) -> str:
@@ -268,7 +268,7 @@ def prepare(source: Optional[str], *, no_install: bool, report_dir: Path, build_
     that :func:`cleanup` removes."""
     work = Path(tempfile.mkdtemp(prefix="cannbench-session-"))
     log_dir = report_dir / "logs"
-    state = SubmissionState(status=OK, source=source, installed=not no_install, session_dir=str(work))
+    state = SubmissionState(status=BUILD_OK, source=source, installed=not no_install, session_dir=str(work))
     if source:
         state.scan = scan_summary(Path(source))
     if not no_install:

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from pytest_cannbench.submission.build import OK, SubmissionState
+from pytest_cannbench.outcome import BUILD_OK, IMPORT_FAILED
+from pytest_cannbench.submission.build import SubmissionState
 
 MODEL_NEW = re.compile(r"^class\s+ModelNew\b", re.MULTILINE)
 MAX_SOURCE_BYTES = 4 << 20
@@ -62,10 +63,10 @@ def prepare(source: str) -> SubmissionState:
     found = modules(copy)
     names = [[p.relative_to(copy).as_posix(), KIND] for p in found]
     if not found:
-        return SubmissionState(status="import_failed", message=f"{source}: no module defines class ModelNew",
+        return SubmissionState(status=IMPORT_FAILED, message=f"{source}: no module defines class ModelNew",
                                source=source, session_dir=str(session_dir))
-    return SubmissionState(status=OK, source=source, site_dir=None, interfaces=names, session_dir=str(session_dir),
-                           seconds={"copy": time.perf_counter() - t0})
+    return SubmissionState(status=BUILD_OK, source=source, site_dir=None, interfaces=names,
+                           session_dir=str(session_dir), seconds={"copy": time.perf_counter() - t0})
 
 
 def module_for(state: SubmissionState, rel_path: str) -> Optional[str]:
