@@ -19,7 +19,7 @@ BUILD_OK = "ok"
 COMPILE_FAILED, INSTALL_FAILED, IMPORT_FAILED = "compile_failed", "install_failed", "import_failed"
 BUILD_FAILURES = (COMPILE_FAILED, INSTALL_FAILED, IMPORT_FAILED)
 
-# failure_type: why. Candidate failures vs harness failures (reported apart, anchor §12.10).
+# failure_type: why. Candidate failures vs harness failures (reported apart: docs/submissions.md, "Statuses").
 PRECISION = "precision_mismatch"
 STRUCTURAL = "compile_runtime_error"  # output count/type/shape/dtype/layout: the official name
 TASK_ERROR = "task_error"  # malformed proto/cases/golden: the task author's problem

@@ -1,4 +1,4 @@
-"""The leaderboard in the official harness's ``EvalReport`` JSON shape (anchor §3), for tools that read those files.
+"""The leaderboard in the official harness's ``EvalReport`` JSON shape (docs/ci.md, "The official EvalReport"), for tools that read those files.
 
 Every score comes from the board (computed by :mod:`scoring`); this module only renames and regroups. Fields the
 official report has and the board cannot know are present with the official "unknown" value (``op_times`` ``{}``,

@@ -2,12 +2,12 @@
 
 Registered by the plugin only when pytest-html is active (``config.pluginmanager.hasplugin("html")``); the hook
 implementations are also ``optionalhook`` so that registering them without pytest-html cannot fail hook
-validation (anchor §7.17). pytest-html 4.x takes cells and summary entries as raw HTML, so every value shown here
-goes through :func:`html.escape` (§7.16). The chart is plain SVG markup: the report stays readable offline and in
+validation (pytest's pluggy rejects unknown hooks). pytest-html 4.x takes cells and summary entries as raw HTML, so
+every value shown here goes through :func:`html.escape`. The chart is plain SVG markup: the report stays readable offline and in
 ``--self-contained-html`` files, with no script or external resource.
 
 pytest-html drops the reports of items whose xdist worker crashed (it only emits a row on a teardown report,
-§7.11), so the summary lists those cases from the leaderboard, which does count them.
+a crashed worker never sends one), so the summary lists those cases from the leaderboard, which does count them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The CANN Bench score, exactly as the official formula (anchor §3), in one place.
+"""The CANN Bench score, exactly as the official formula (docs/leaderboard.md, "The formula"), in one place.
 
 Eq.3, per case: HAP = (T_base - T_hw) / ((T_cand - T_hw) + (T_base - T_hw)); 0.5 at the baseline, 1.0 at the
 hardware limit, above 1 when faster than T_hw (no clamp unless ``cap``). None when a time is NaN, T_cand or

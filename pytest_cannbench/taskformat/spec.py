@@ -155,7 +155,7 @@ _LOADER: Any = None
 
 # YAML 1.1 (PyYAML) reads `1e-06` as a *string* because it has no dot; task authors mean a float
 # (add_rms_norm_dynamic_quant's epsilon). Resolving YAML 1.2 floats at load time fixes this at the
-# source, instead of the official harness's "convert any numeric-looking attr string" (anchor §12.14).
+# source, instead of the official harness's "convert any numeric-looking attr string" (docs/task-format.md, "proto.yaml").
 _FLOAT_12 = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
 
 

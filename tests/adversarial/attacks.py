@@ -21,7 +21,7 @@ REAL = "torch.nn.functional.softplus(x.float(), beta=beta, threshold=threshold).
 @dataclass(frozen=True)
 class Attack:
     name: str
-    family: str  # the catalogue's entry (reward_hacking.md §4), e.g. A1
+    family: str  # the catalogue's entry (docs/security.md, "Attacks, defences and tests"), e.g. A1
     what: str
     code: str
     expect: frozenset[str]  # failure types the softplus cases may end with

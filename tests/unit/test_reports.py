@@ -17,7 +17,7 @@ from pytest_cannbench.report.eval_report import to_eval_report
 from pytest_cannbench.report.markdown import cell, render
 from pytest_cannbench.nodes.sharding import in_shard, normalise, parse_shard, shard_of
 
-# Field lists of the official EvalReport (anchor §3).
+# Field lists of the official EvalReport (docs/ci.md).
 TOP = ["framework_version", "tasks_version", "eval_code", "timestamp", "device", "total_operators", "total_cases",
        "passed_cases", "failed_cases", "overall_score", "summary", "setup_info", "operators"]
 SUMMARY = ["total_operators", "total_cases", "passed_cases", "failed_cases", "cascade_cases", "pass_rate",
