@@ -134,12 +134,13 @@ def device(config: pytest.Config):  # -> devices.DevicePlan
 
 
 def _new_worker(config: pytest.Config, name: str, mode: str, state: Optional[SubmissionState]):
-    from pytest_cannbench.workers.candidate_client import CandidateWorker, default_memory_bytes
+    from pytest_cannbench.workers.candidate_client import CandidateWorker
+    from pytest_cannbench.workers.client import candidate_memory_bytes
 
     s = settings(config)
     plan = device(config)
     base = Path(tempfile.mkdtemp(prefix="cannbench-worker-"))  # the worker's empty, private cwd
-    memory = int(s.worker_memory_gib * (1 << 30)) if s.worker_memory_gib else default_memory_bytes()
+    memory = int(s.worker_memory_gib * (1 << 30)) if s.worker_memory_gib else candidate_memory_bytes()
     return CandidateWorker(
         log_path=log_dir(config) / f"{name}-worker-{worker_id(config)}.log",
         workdir=base / f"work-{worker_id(config)}", mode=mode,

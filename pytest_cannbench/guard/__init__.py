@@ -1,7 +1,9 @@
 """Anti-cheat: the runtime guard in the candidate worker (op tree, identities, audit hook), seccomp
-containment, the ELF symbol scan and the static scan of submission sources (telemetry).
+containment, the ELF symbol scan, the static scan of submission sources (telemetry), and the policy that
+turns the guard's findings into a call's verdict.
 
 The worker-side modules (``runtime``, ``containment``) run inside the submission's process; the scans
-run in the judge before any submission code. May import: ``workers.tensor_wire``, ``timing.in_worker``
-(to capture their identities) and its own modules.
+(``elf_symbols``, ``scan*``) and ``policy`` run in the judge, the scans before any submission code. The guard
+kinds are defined once in :mod:`pytest_cannbench.outcome`. May import: ``outcome``, ``workers.tensor_wire``,
+``timing.in_worker`` (to capture their identities) and its own modules.
 """

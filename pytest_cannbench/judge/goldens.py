@@ -152,10 +152,10 @@ class GoldenService:
 
 
 def make_service(settings: Settings, log_dir: Path, threads: int) -> GoldenService:
-    from pytest_cannbench.workers.golden_client import default_memory_bytes
+    from pytest_cannbench.workers.client import golden_memory_bytes
 
     memory = (int(settings.golden_memory_gib * (1 << 30)) if settings.golden_memory_gib
-              else default_memory_bytes())
+              else golden_memory_bytes())
     worker = GoldenWorker(log_path=log_dir / "golden-worker.log", memory_bytes=memory, threads=threads)
     # secret seeds never repeat, so their goldens would only fill the cache
     cache = GoldenCache(Path(settings.golden_cache)) if settings.golden_cache and not settings.secret else None

@@ -2,6 +2,8 @@
 candidate worker (submission code, contained), their wire formats and the shared-memory tensor region.
 
 Every child process starts in its own ``*_main`` module, which never imports pytest. The ``*_client``
-modules are the judge's side: spawning, exchanging and killing.
-May import: ``taskformat``, ``guard`` (worker side), ``timing.in_worker``, ``kernelbench.problem``.
+modules are the judge's side, built on :mod:`client` (spawning, exchanging, killing); :mod:`contract` holds
+the judge's own checks of a candidate call (``/proc`` and the region), :mod:`env_scrub` what a submission
+sees of the environment. May import: ``outcome``, ``taskformat``, ``guard`` (worker side and ``guard.policy``),
+``timing.in_worker``, ``kernelbench.problem``, ``submission.interfaces``.
 """

@@ -12,18 +12,18 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-from pytest_cannbench.workers import procs
-
-from pytest_cannbench.workers import wire
+from pytest_cannbench.guard.policy import guard_problems, guard_verdict
+from pytest_cannbench.workers import procs, wire
+from pytest_cannbench.workers.client import WorkerClient
+from pytest_cannbench.workers.contract import Snapshot, cpu_used, escaped, mutated_inputs, process_snapshot, thread_cpu
+from pytest_cannbench.workers.env_scrub import scrubbed_environment
 from pytest_cannbench.workers.tensor_wire import Region, decode_outputs, plan_batch, plan_call, write_inputs
 
-LOG_ROTATE_BYTES = 8 << 20
 CASE_LOG_BYTES = 1 << 20  # kept per case: the end of what the submission printed
 POLL_S = 0.05  # memory watchdog period while a call runs
 EXIT_GRACE_POLLS, EXIT_GRACE_S = 4, 0.025  # how long a finished thread may take to disappear from /proc
@@ -31,20 +31,18 @@ EXIT_GRACE_POLLS, EXIT_GRACE_S = 4, 0.025  # how long a finished thread may take
 OK, RAISED, CRASHED, TIMEOUT, OOM_KILLED, IMPORT_FAILED = "ok", "raised", "crashed", "timeout", "oom_killed", \
     "import_failed"
 INPUT_MUTATED, ASYNC_ESCAPE = "input_mutated", "async_escape"
-# Guard findings are statuses of their own, named like their failure types (see guard.KINDS); the most
-# serious decides when a call has several.
-GUARD_ORDER = ("forbidden_access", "api_tampered", "guard_blinded", "builtin_compute", "host_library")
-ALWAYS_DECIDING = ("forbidden_access", "api_tampered")  # fail the call in every guard mode
+# Guard findings are statuses of their own, named like their failure types (outcome.GUARD_FAILURES); the most
+# serious decides when a call has several (guard.policy).
 
 
 @dataclass
 class CandidateResult:
     status: str  # one of the constants above
-    outputs: Optional[list] = None  # tensors are views of the region: valid until the next call
+    outputs: list | None = None  # tensors are views of the region: valid until the next call
     message: str = ""
-    seconds: Optional[float] = None
+    seconds: float | None = None
     log_tail: str = ""
-    case_log: Optional[str] = None
+    case_log: str | None = None
     flags: list[str] = field(default_factory=list)  # guard findings that did not decide the verdict (warn mode)
 
 
@@ -57,181 +55,31 @@ class BatchResult:
     outputs: list[list] = field(default_factory=list)  # per timed call: views of the region until the next request
     phases: dict[str, float] = field(default_factory=dict)  # the worker's account of its time
     wall_s: float = 0.0  # the judge's own clock around the whole exchange
-    cpu_s: Optional[float] = None  # CPU time the worker process used during the exchange (from /proc)
-    busiest_cpu_s: Optional[float] = None  # the same, of its busiest thread alone
+    cpu_s: float | None = None  # CPU time the worker process used during the exchange (from /proc)
+    busiest_cpu_s: float | None = None  # the same, of its busiest thread alone
     timer: str = ""
     notes: list[str] = field(default_factory=list)
     message: str = ""
     log_tail: str = ""
-    case_log: Optional[str] = None
+    case_log: str | None = None
     flags: list[str] = field(default_factory=list)
 
 
-def guard_problems(reply: dict) -> list[tuple[str, str]]:
-    """The worker's guard findings, validated (they arrive as JSON from an untrusted process)."""
-    found = []
-    raw = reply.get("guard")
-    for item in raw if isinstance(raw, list) else []:
-        if isinstance(item, dict) and item.get("kind") in GUARD_ORDER:
-            found.append((str(item["kind"]), str(item.get("detail", ""))[:300]))
-    return found[:20]
-
-
-def guard_verdict(problems: list[tuple[str, str]], mode: str) -> tuple[Optional[str], str, list[str]]:
-    """``(status, message, flags)``: in block mode the most serious finding fails the call. In every mode,
-    forbidden access (it was refused anyway) and tampering with the clocks, the profiler or the worker's
-    own functions fail it too: a changed clock means the times cannot be trusted, whatever the mode; the
-    other findings become flags."""
-    flags = [f"{kind}: {detail}" for kind, detail in problems]
-    deciding = [p for p in problems if mode == "block" or p[0] in ALWAYS_DECIDING]
-    if not deciding:
-        return None, "", flags
-    deciding.sort(key=lambda p: GUARD_ORDER.index(p[0]))
-    kind = deciding[0][0]
-    details = "; ".join(dict.fromkeys(d for k, d in deciding if k == kind))
-    return kind, f"the guard refused the call ({kind}): {details}"[:1500], flags
-
-
 class WorkerGone(Exception):
+    """The worker cannot answer this request (``status``: crashed, timeout, oom_killed, import_failed)."""
+
     def __init__(self, status: str, message: str) -> None:
         super().__init__(message)
         self.status = status
 
 
-def _rss_bytes(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/statm") as fh:
-            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def thread_cpu(pid: int) -> dict[int, float]:
-    """CPU seconds of each of the worker's threads, read by the judge from /proc (the worker cannot forge
-    it): the scheduler's nanosecond run times where available, else user + system ticks (10 ms resolution).
-    A thread that ends between two readings drops out, which can only lower the plausibility floor."""
-    out: dict[int, float] = {}
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    tick = os.sysconf("SC_CLK_TCK")
-    for name in tids:
-        try:
-            with open(f"/proc/{pid}/task/{name}/schedstat") as fh:
-                out[int(name)] = int(fh.read().split()[0]) / 1e9
-            continue
-        except (OSError, ValueError, IndexError):
-            pass
-        try:
-            with open(f"/proc/{pid}/task/{name}/stat") as fh:
-                fields = fh.read().rsplit(")", 1)[1].split()
-            out[int(name)] = (int(fields[11]) + int(fields[12])) / tick
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
-
-
-def cpu_used(before: dict[int, float], after: dict[int, float]) -> tuple[Optional[float], Optional[float]]:
-    """``(all threads, busiest thread)`` CPU seconds between two :func:`thread_cpu` readings. One thread can
-    not run longer than the wall time it was given, so the busiest thread bounds the batch from below
-    whatever the number of threads; a thread born in between counts from zero."""
-    if not after:
-        return None, None
-    used = [max(0.0, cpu - before.get(tid, 0.0)) for tid, cpu in after.items()]
-    return sum(used), max(used)
-
-
-def process_snapshot(pid: int) -> tuple[int, frozenset[int]]:
-    """The worker's thread count and child processes, read by the judge from /proc (the worker cannot lie)."""
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0, frozenset()
-    children: set[int] = set()
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as fh:
-                children.update(int(c) for c in fh.read().split())
-        except (OSError, ValueError):
-            continue
-    return len(tids), frozenset(children)
-
-
-def escaped(before: tuple[int, frozenset[int]], after: tuple[int, frozenset[int]]) -> str:
-    """Work the call left running: threads or child processes that did not exist when it began."""
-    problems = []
-    if after[0] > before[0]:
-        problems.append(f"{after[0] - before[0]} new thread(s)")
-    if after[1] - before[1]:
-        problems.append(f"{len(after[1] - before[1])} new child process(es)")
-    return " and ".join(problems)
-
-
-def mutated_inputs(region: Region, args: dict[str, Any], kwargs: dict[str, Any]) -> list[str]:
-    """Inputs whose bytes in the region differ from what the judge wrote (compared in the judge, after the call)."""
-
-    changed = []
-    for name, (kind, value) in args.items():
-        if kind == "v":
-            continue
-        slots = [value] if kind == "t" else value
-        originals = [kwargs[name]] if kind == "t" else list(kwargs[name])
-        for slot, original in zip(slots, originals):
-            if slot is None or original is None or not slot["nbytes"]:
-                continue
-            if not _same_bytes(region, slot["offset"], slot["nbytes"], original):
-                changed.append(name)
-                break
-    return changed
-
-
-def _same_bytes(region: Region, offset: int, nbytes: int, original: Any) -> bool:
-    """Byte equality of a region slot and the tensor the judge wrote there, compared 8 bytes at a time
-    (a uint8 comparison is 6x slower: 2.2 ms against 0.35 ms for 4 MiB here)."""
-    import torch
-
-    then = original.detach().cpu().contiguous().reshape(-1).view(torch.uint8)
-    words = nbytes // 8 * 8
-    if words:
-        now = torch.frombuffer(region.mm, dtype=torch.int64, count=words // 8, offset=offset)
-        if not torch.equal(now, then[:words].view(torch.int64)):
-            return False
-    if nbytes > words:
-        tail = torch.frombuffer(region.mm, dtype=torch.uint8, count=nbytes - words, offset=offset + words)
-        return torch.equal(tail, then[words:])
-    return True
-
-
-# What a submission's process may see of the judge's environment: system basics and device runtimes.
-# Everything else (PYTEST_CURRENT_TEST, PYTEST_XDIST_*, CI secrets, our own settings) would tell it which
-# phase or test it is in, or leak what it should not know.
-ENV_KEEP = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TZ", "TERM", "PWD",
-                      "LD_LIBRARY_PATH", "LD_PRELOAD", "PYTHONPATH", "PYTHONHASHSEED", "VIRTUAL_ENV", "CONDA_PREFIX",
-                      "CPATH", "LIBRARY_PATH", "CC", "CXX"})
-ENV_KEEP_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "ASCEND_", "NPU_", "TORCH_", "MKL_", "OMP_", "KMP_", "CANN_")
-
-
-def scrubbed_environment(environ: Any) -> dict[str, str]:
-    return {k: v for k, v in environ.items() if k in ENV_KEEP or k.startswith(ENV_KEEP_PREFIXES)}
-
-
-def default_memory_bytes() -> int:
-    """Half of physical memory: room for any honest kernel, and the judge keeps the other half."""
-    try:
-        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") * 0.5)
-    except (ValueError, OSError):
-        return 0
-
-
 @dataclass
-class CandidateWorker:
+class CandidateWorker(WorkerClient):
     """One long-lived worker per pytest process; ``mode`` is ``submission`` or ``golden`` (self-check)."""
 
-    log_path: Path
     workdir: Path
     mode: str = "submission"
-    site_dir: Optional[str] = None
+    site_dir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     threads: int = 1
     device: str = "cpu"
@@ -241,32 +89,26 @@ class CandidateWorker:
     protect: list[str] = field(default_factory=list)  # directories the submission may not touch
     contain: bool = True  # submission mode only: the seccomp filter
     static_problems: list = field(default_factory=list)  # [kind, detail] found before any run (symbol scan)
-    proc: Optional[subprocess.Popen] = None
-    region: Optional[Region] = None
-    starts: int = 0
+    region: Region | None = None
     frozen: bool = False
-    log_mark: int = 0
     import_problems: list = field(default_factory=list)  # guard findings made while the submission was imported
-    last_tmp: Optional[str] = None  # the operator whose files the private TMPDIR holds
-    _killed_for: Optional[str] = None
+    last_tmp: str | None = None  # the operator whose files the private TMPDIR holds
+    _killed_for: str | None = None
 
     # ------------------------------------------------------------ lifecycle
 
-    def _spawn(self) -> subprocess.Popen:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+    def _start(self) -> subprocess.Popen:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        procs.rotate_log(self.log_path, LOG_ROTATE_BYTES)
         if self.region is None:
             self.region = Region()
-        cmd = [sys.executable, "-m", "pytest_cannbench.workers.candidate_main", "--region-fd", str(self.region.fd),
-               "--threads", str(self.threads), "--device", self.device, "--workdir", str(self.workdir),
-               "--judge-pid", str(os.getpid())]
+        args = ["--region-fd", str(self.region.fd), "--threads", str(self.threads), "--device", self.device,
+                "--workdir", str(self.workdir), "--judge-pid", str(os.getpid())]
         if self.site_dir:
-            cmd += ["--site", self.site_dir]
+            args += ["--site", self.site_dir]
         if self.mode != "golden":  # untrusted code (cann_bench or KernelBench ModelNew): scrubbed env, own TMPDIR
-            cmd += ["--guard", self.guard] + [f"--protect={p}" for p in self.protect]
+            args += ["--guard", self.guard] + [f"--protect={p}" for p in self.protect]
             if self.contain:
-                cmd.append("--contain")
+                args.append("--contain")
             env = scrubbed_environment(os.environ)
             tmp = self.tmpdir
             tmp.mkdir(parents=True, exist_ok=True)
@@ -275,21 +117,16 @@ class CandidateWorker:
             env = dict(os.environ)
         env.update(self.env)
         env["OMP_NUM_THREADS"] = str(self.threads)
-        package_root = str(Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH", "")) if p)
-        with open(self.log_path, "ab") as log:
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                    start_new_session=True, env=env, pass_fds=(self.region.fd,),
-                                    cwd=str(self.workdir))
-        self.proc, self.frozen, self._killed_for = proc, False, None
-        self.starts += 1
+        proc = self._spawn("pytest_cannbench.workers.candidate_main", args, env, pass_fds=(self.region.fd,),
+                           cwd=str(self.workdir))
+        self.frozen, self._killed_for = False, None
         return proc
 
     def _ensure(self) -> dict:
         """A running worker; returns its hello reply (raises WorkerGone when it cannot start)."""
         if self.proc is not None and self.proc.poll() is None:
             return {}
-        self._spawn()
+        self._start()
         try:
             reply = self._exchange({"op": "hello", "mode": self.mode}, self.startup_timeout_s)
         except WorkerGone as exc:
@@ -337,7 +174,7 @@ class CandidateWorker:
         return reply.get("interfaces")
 
     def call(self, target: dict, kwargs: dict[str, Any], *, expected_out_bytes: int, timeout: float,
-             case_log: Optional[Path] = None) -> CandidateResult:
+             case_log: Path | None = None) -> CandidateResult:
         """Run one operator call; never raises for anything the candidate does."""
         layout, writes = plan_call(kwargs, expected_out_bytes)
         self.log_mark = procs.log_size(self.log_path)
@@ -371,8 +208,8 @@ class CandidateWorker:
                                             seconds=float(seconds) if isinstance(seconds, (int, float)) else None),
                             case_log)
 
-    def _contract(self, before: tuple[int, frozenset[int]], args: dict[str, Any],
-                  kwargs: dict[str, Any]) -> Optional[CandidateResult]:
+    def _contract(self, before: Snapshot, args: dict[str, Any],
+                  kwargs: dict[str, Any]) -> CandidateResult | None:
         """What the judge checks itself once the worker is frozen: inputs untouched, nothing left running."""
         assert self.proc is not None
         left = escaped(before, process_snapshot(self.proc.pid))
@@ -393,7 +230,7 @@ class CandidateWorker:
 
     def time_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
                    expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
-                   npu: Optional[dict] = None, case_log: Optional[Path] = None) -> BatchResult:
+                   npu: dict | None = None, case_log: Path | None = None) -> BatchResult:
         """``warmup`` calls on set 0, then one timed call per entry of ``call_sets``; never raises for the
         candidate. The judge's wall clock brackets the exchange, for the plausibility check."""
         layout, writes = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
@@ -443,7 +280,7 @@ class CandidateWorker:
                                         cpu_s=cpu_s, busiest_cpu_s=busiest_s,
                                         timer=str(reply.get("timer"))[:40], notes=notes, flags=flags), case_log)
 
-    def _finish(self, result: Any, case_log: Optional[Path]) -> Any:
+    def _finish(self, result: Any, case_log: Path | None) -> Any:
         segment = procs.read_log_since(self.log_path, self.log_mark, CASE_LOG_BYTES)
         if segment.strip():
             lines = [line for line in segment.decode("utf-8", errors="replace").splitlines()
@@ -463,31 +300,29 @@ class CandidateWorker:
 
     def _exchange(self, message: dict, timeout: float) -> dict:
         proc = self.proc
-        assert proc is not None and proc.stdin is not None and proc.stdout is not None
+        assert proc is not None
         self._thaw()
-        try:
-            wire.send(proc.stdin, message)
-        except (BrokenPipeError, OSError):
-            raise self._gone(proc) from None
-        fd = proc.stdout.fileno()
 
         def watch_memory() -> None:
-            used = _rss_bytes(proc.pid)
+            used = procs.rss_bytes(proc.pid)
             if self.memory_bytes and used > self.memory_bytes:
                 self._killed_for = (f"the worker used {used / 2**30:.1f} GiB, over its limit of "
                                     f"{self.memory_bytes / 2**30:.1f} GiB (--cann-worker-memory)")
                 raise self._gone(proc, kill=True)
 
-        if not procs.wait_readable(fd, timeout, POLL_S, watch_memory):
-            self.kill()
-            raise WorkerGone(TIMEOUT, f"no answer within {timeout:g} s; the worker's process group was killed")
+        timed_out = WorkerGone(TIMEOUT, f"no answer within {timeout:g} s; the worker's process group was killed")
+        return self._roundtrip(proc, message, timeout, timed_out, self._receive, POLL_S, watch_memory)
+
+    def _receive(self, fd: int) -> dict:
+        """A reply from untrusted code: JSON only, and a malformed frame ends the worker."""
         try:
             return wire.receive_json(fd)
-        except wire.PeerClosed:
-            raise self._gone(proc) from None
         except wire.BadFrame as exc:
             self.kill()
             raise WorkerGone(CRASHED, f"the worker broke the protocol: {exc}") from None
+
+    def _died(self, proc: subprocess.Popen) -> WorkerGone:
+        return self._gone(proc)
 
     def _gone(self, proc: subprocess.Popen, kill: bool = False) -> WorkerGone:
         if kill:
@@ -518,16 +353,14 @@ class CandidateWorker:
             self.frozen = False
 
     def kill(self) -> None:
-        proc, self.proc, self.frozen = self.proc, None, False
-        if proc is not None:
-            procs.kill_group(proc)
+        self.frozen = False
+        super().kill()
 
     def close(self) -> None:
-        proc = self.proc
-        if proc is not None:
+        if self.proc is not None:
             self._thaw()
-            self.proc, self.frozen = None, False
-            procs.stop(proc, lambda: wire.send(proc.stdin, {"op": "exit"}))
+            self.frozen = False
+            super().close()
         if self.region is not None:
             self.region.close()
             self.region = None

@@ -28,9 +28,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from pytest_cannbench.workers import procs
-
-from pytest_cannbench.workers import wire
+from pytest_cannbench.workers import procs, wire
 
 _clock = time.perf_counter  # bound before any submission code can replace it
 
@@ -47,6 +45,7 @@ def _die_with_parent(judge_pid: int) -> None:
 
 
 def _error(stage: str, exc: BaseException) -> dict:
+    """An error reply for ``stage``, naming the innermost frame outside this package (the submission's)."""
     frames = traceback.extract_tb(exc.__traceback__)
     ours = str(Path(__file__).resolve().parents[1])
     theirs = [f for f in frames if not f.filename.startswith(ours)]

@@ -19,9 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from pytest_cannbench.workers import procs
-
-from pytest_cannbench.workers import wire
+from pytest_cannbench.workers import procs, wire
 
 
 def _clone(values: list) -> list:
@@ -42,7 +40,8 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower()
 
 
-def _error(exc: BaseException, stage: str) -> dict:
+def _error(stage: str, exc: BaseException) -> dict:
+    """An error reply for ``stage``, naming the golden's line and saying whether it ran out of memory."""
     tb = traceback.extract_tb(exc.__traceback__)
     golden_frames = [f for f in tb if f.filename.endswith(("golden.py",))]
     where = f" at {golden_frames[-1].filename}:{golden_frames[-1].lineno}" if golden_frames else ""
@@ -82,7 +81,7 @@ def prepare(req: dict) -> dict:
         golden = flatten_outputs(truth(**bind(truth, truth_inputs, attrs).kwargs(truth_inputs)))
         seconds["golden"] = time.perf_counter() - t0
     except BaseException as exc:  # noqa: BLE001 - every golden failure becomes a report
-        return _error(exc, stage)
+        return _error(stage, exc)
 
     native, native_error = None, None
     t0 = time.perf_counter()
@@ -94,7 +93,7 @@ def prepare(req: dict) -> dict:
             native_inputs = _clone(inputs)
             native = flatten_outputs(ref(**bind(ref, native_inputs, attrs).kwargs(native_inputs)))
         except BaseException as exc:  # noqa: BLE001 - a missing reference only makes the check strict
-            native_error = _error(exc, "same-precision reference")["error"]
+            native_error = _error("same-precision reference", exc)["error"]
     seconds["native"] = time.perf_counter() - t0
     if native is not None and gm.get_output is None:
         golden = truncate_to_reference(golden, native)
@@ -133,7 +132,7 @@ def postprocess(req: dict) -> dict:
                                                                     dict(req["attrs"] or {}))
         return {"ok": True, "outputs": out}
     except BaseException as exc:  # noqa: BLE001
-        return _error(exc, "get_output")
+        return _error("get_output", exc)
 
 
 def kernelbench_prepare(req: dict) -> dict:
@@ -173,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             wire.send(out, _to_file(response, req.get("reply_file")) if response.get("ok") else response)
         except BaseException as exc:  # noqa: BLE001 - e.g. an output that cannot be pickled
-            wire.send(out, _error(exc, "send result"))
+            wire.send(out, _error("send result", exc))
 
 
 def _to_file(response: dict, path: str | None) -> dict:

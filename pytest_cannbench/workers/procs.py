@@ -1,7 +1,8 @@
 """Process plumbing shared by the golden and candidate workers and their clients.
 
 Judge side: wait for a worker's frame under a deadline, kill a worker's whole
-process group, describe how it ended, read what it logged since a request.
+process group, read its memory use, describe how it ended, read what it logged
+since a request.
 Worker side: offer itself to the OOM killer first, and keep stdout for frames.
 """
 
@@ -72,6 +73,15 @@ def reap(proc: subprocess.Popen, grace_s: float = 10.0) -> int:
         pass
     kill_group(proc)
     return proc.returncode
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of a process, from /proc (0 when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def how_it_ended(code: int) -> str:

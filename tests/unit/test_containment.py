@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_cannbench import outcome as oc
 from pytest_cannbench.guard import builtin_ops
 
 from pytest_cannbench.guard import runtime as guard
@@ -141,7 +142,7 @@ def test_journal_rewritten_when_someone_else_writes_it(tmp_path):
 
 @pytest.mark.parametrize("mode", ["off", "warn", "block"])
 def test_tampering_and_access_fail_the_call_in_every_guard_mode(mode):
-    from pytest_cannbench.workers.candidate_client import guard_verdict
+    from pytest_cannbench.guard.policy import guard_verdict
 
     found = [("builtin_compute", "ran builtin op(s) aten::exp"), ("api_tampered", "time.perf_counter was replaced")]
     status, message, flags = guard_verdict(found, mode)
@@ -150,3 +151,25 @@ def test_tampering_and_access_fail_the_call_in_every_guard_mode(mode):
     assert guard_verdict([("forbidden_access", "touched /tasks")], mode)[0] == "forbidden_access"
     only_delegation = guard_verdict(found[:1], mode)[0]
     assert only_delegation == ("builtin_compute" if mode == "block" else None)
+
+
+def test_guard_findings_from_the_worker_are_validated():
+    from pytest_cannbench.guard.policy import guard_problems
+
+    reply = {"guard": [{"kind": "builtin_compute", "detail": "x" * 400}, {"kind": "made_up", "detail": "y"},
+                       "not a dict", {"kind": "api_tampered"}] + [{"kind": "host_library", "detail": "z"}] * 30}
+    found = guard_problems(reply)
+    assert found[0] == ("builtin_compute", "x" * 300) and found[1] == ("api_tampered", "")
+    assert len(found) == 20 and all(kind in oc.GUARD_FAILURES for kind, _ in found)
+    assert guard_problems({"guard": "not a list"}) == [] and guard_problems({}) == []
+
+
+def test_guard_kinds_have_one_definition_most_serious_first():
+    from pytest_cannbench.guard.policy import ALWAYS_DECIDING, guard_verdict
+
+    assert oc.GUARD_FAILURES == ("forbidden_access", "api_tampered", "guard_blinded", "builtin_compute",
+                                 "host_library")
+    assert set(ALWAYS_DECIDING) <= set(oc.GUARD_FAILURES)
+    everything = [(kind, kind) for kind in reversed(oc.GUARD_FAILURES)]
+    assert guard_verdict(everything, "block")[0] == oc.GUARD_FAILURES[0]
+    assert guard_verdict(everything[:3], "block")[0] == "guard_blinded"

@@ -1,0 +1,104 @@
+"""The judge's handle on one worker process, shared by the golden and the candidate clients.
+
+Spawning (log rotation, this package on ``PYTHONPATH``, a session of its own so its whole process group can be
+killed), one request and its reply under a deadline, and killing or stopping the group. What a reply means, and
+what a death or a timeout is called, is each client's own.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass
+from pathlib import Path
+from typing import Any
+
+from pytest_cannbench.workers import procs, wire
+
+LOG_ROTATE_BYTES = 8 << 20  # a chatty worker must not grow its log without bound
+PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding pytest_cannbench
+
+
+def _physical_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0
+
+
+def candidate_memory_bytes() -> int:
+    """Half of physical memory for the candidate worker: room for any honest kernel, and the judge keeps the
+    other half."""
+    return int(_physical_memory_bytes() * 0.5)
+
+
+def golden_memory_bytes() -> int:
+    """80% of physical memory for each golden worker.
+
+    Not divided by the number of pytest processes: heavy goldens rarely peak together, and the
+    official tree has goldens needing well over half of a 24 GiB machine. If they do collide,
+    the kernel's OOM killer takes a golden worker (``oom_score_adj`` 1000), never the judge,
+    and that case reports a golden_error.
+    """
+    return int(_physical_memory_bytes() * 0.8)
+
+
+@dataclass
+class WorkerClient:
+    """A long-lived child running ``python -m <module>``; subclasses say what its death and its silence mean."""
+
+    log_path: Path
+    _: KW_ONLY
+    proc: subprocess.Popen | None = None
+    starts: int = 0
+    log_mark: int = 0  # size of the log when the current request began: what follows is that request's
+
+    def _spawn(self, module: str, args: list[str], env: dict[str, str], **popen: Any) -> subprocess.Popen:
+        """Start the child with ``env`` (this package put first on its ``PYTHONPATH``), stderr to the log."""
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        procs.rotate_log(self.log_path, LOG_ROTATE_BYTES)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
+        with open(self.log_path, "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=log, start_new_session=True, env=env, **popen)
+        self.proc = proc
+        self.starts += 1
+        return proc
+
+    def _roundtrip(self, proc: subprocess.Popen, message: dict, timeout: float, timed_out: BaseException,
+                   receive: Callable[[int], Any] = wire.receive, poll_s: float = 1.0,
+                   tick: Callable[[], None] | None = None) -> Any:
+        """Send ``message`` and wait up to ``timeout`` for the reply; ``tick`` runs every ``poll_s`` meanwhile.
+        A closed pipe raises :meth:`_died`'s exception; silence kills the group and raises ``timed_out``."""
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            wire.send(proc.stdin, message)
+        except (BrokenPipeError, OSError):
+            raise self._died(proc) from None
+        fd = proc.stdout.fileno()
+        if not procs.wait_readable(fd, timeout, poll_s, tick):
+            self.kill()
+            raise timed_out
+        try:
+            return receive(fd)
+        except wire.PeerClosed:
+            raise self._died(proc) from None
+
+    def _died(self, proc: subprocess.Popen) -> BaseException:
+        """The exception for a child whose pipe closed mid-request (it has to be reaped)."""
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        """SIGKILL the child's whole process group now."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            procs.kill_group(proc)
+
+    def close(self) -> None:
+        """Ask the child to exit, then kill its group whatever it did."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            stdin = proc.stdin
+            procs.stop(proc, lambda: wire.send(stdin, {"op": "exit"}))
