@@ -1,7 +1,7 @@
 """Load a ``golden.py`` and bind case data to its functions, as the official harness does.
 
 Runs inside the golden worker only (never in the judge, never in the candidate
-worker). The binding rules are the official ones (anchor §1.4-§1.5):
+worker). The binding rules are the official ones (docs/task-format.md, "golden.py"):
 
 * the main function is the identifier before ``(`` in proto's ``schema``, else ``name.lower()``;
   ``<fn>_oracle`` replaces it for the fp64 truth, ``<fn>_bench`` for the same-precision reference;
@@ -13,7 +13,7 @@ worker). The binding rules are the official ones (anchor §1.4-§1.5):
   order of the golden's tensor parameters; ``get_output`` post-processes all outputs alike.
 
 Differences, on purpose: ``skip2_exist`` is passed to ``get_input`` only when it accepts it
-(the official harness injects it everywhere, §12.14); a tensor parameter left without a value is
+(the official harness injects it everywhere: docs/task-format.md); a tensor parameter left without a value is
 omitted when it has a default, so a truncated ``input_shape`` reads as "not given".
 """
 
