@@ -34,7 +34,7 @@ def pytest_configure(config: pytest.Config) -> None:
     for level in range(1, 6):
         config.addinivalue_line("markers", f"level{level}: CANN Bench level {level} operators")
     settings = options.settings_from_config(config)
-    config.stash[state.SETTINGS_KEY] = settings
+    state.create(config, settings)
     if settings.tasks and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [settings.tasks]
     if not hasattr(config, "workerinput"):
@@ -54,11 +54,12 @@ class XdistHooks:
 
     @pytest.hookimpl
     def pytest_configure_node(self, node: Any) -> None:
-        data = state.submission_for_workers(node.config)
+        st = state.of(node.config)
+        data = st.submission_for_workers()
         if data is not None:
             node.workerinput[state.WORKERINPUT_KEY] = data
-        node.workerinput[state.RESUME_WORKERINPUT_KEY] = sorted(state.resume_keys(node.config))
-        node.workerinput[options.SECRET_WORKERINPUT_KEY] = state.settings(node.config).secret
+        node.workerinput[state.RESUME_WORKERINPUT_KEY] = sorted(st.resume_keys())
+        node.workerinput[options.SECRET_WORKERINPUT_KEY] = st.settings.secret
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -67,7 +68,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     announce = (lambda line: reporter.write_line(line)) if reporter is not None else None
-    state.start_submission(config, announce)
+    state.of(config).start_submission(announce)
     collector = config.stash.get(COLLECTOR_KEY, None)
     if collector is not None:
         reporting.start(config, collector)
@@ -96,7 +97,7 @@ def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> Optional[py
         from pytest_cannbench.kernelbench.collect import collect_file as collect_problem
 
         return collect_problem(file_path, parent)
-    if state.settings(parent.config).bench == "stanford":
+    if state.of(parent.config).settings.bench == "stanford":
         return None
     return items.collect_file(file_path, parent)
 
@@ -118,7 +119,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    settings = state.settings(config)
+    st = state.of(config)
+    settings = st.settings
     if settings.self_check:
         mode = "self-check (goldens graded as the candidate, in the candidate worker)"
     elif settings.source or settings.no_install:
@@ -129,17 +131,17 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     cache = "off (secret seeds never repeat)" if settings.secret else settings.golden_cache or "off"
     lines = [f"cannbench: {mode}; {seed}, inputs {settings.input_dist}/{settings.input_compat}, "
              f"golden {settings.golden_precision}, checker {settings.checker}",
-             f"cannbench: golden cache {cache}; logs {state.log_dir(config)}"]
+             f"cannbench: golden cache {cache}; logs {st.log_dir}"]
     if settings.source or settings.no_install:
         lines.append(f"cannbench: guard {settings.guard} (builtin compute, host libraries, tampering); "
                      "containment on (seccomp where available)")
     if settings.tasks:
         lines.insert(0, f"cannbench: tasks {settings.tasks}")
-    submitted = state.submission(config)
+    submitted = st.submission
     if submitted is not None:
         lines += submission.header_lines(submitted)
     if settings.self_check or submitted is not None:
-        lines += state.timing_header(config)
+        lines += st.timing_header()
     return lines
 
 

@@ -1,25 +1,29 @@
-"""Grade one case in the judge: golden data in, candidate outputs in, verdict out.
+"""Grade one case of a CANN operator in the judge: its :class:`OperatorCase` source and its verdict.
 
-Split in two like a pytest item: :func:`prepare` (setup; a failure here is the
-harness's, reported as ``golden_error``) and :func:`judge` (call; the
-candidate's verdict from the precision standard and the index checks).
+:meth:`OperatorCase.prepare` (setup; a failure here is the harness's, reported as ``golden_error``) fetches
+the golden data; :func:`apply_get_output` runs the task's ``get_output`` hook (a golden-worker round trip)
+on the outputs; :func:`judge` is the pure verdict: the precision standard and the index checks.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Optional
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from pytest_cannbench import outcome as oc
-from pytest_cannbench.judge.goldens import GoldenData, GoldenFailure, GoldenService
-from pytest_cannbench.taskformat.inputs import case_seed
+from pytest_cannbench.judge.goldens import GoldenData, GoldenFailure, GoldenService, golden_ref
+from pytest_cannbench.judge.source import Anchors, Baseline, is_structural
 from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.taskformat.inputs import case_seed
 from pytest_cannbench.taskformat.spec import CaseSpec, OperatorTask
 
+if TYPE_CHECKING:
+    from pytest_cannbench.submission.build import SubmissionState
 
-def new_outcome(task: OperatorTask, case: CaseSpec, status: str, failure_type: Optional[str] = None,
+
+def new_outcome(task: OperatorTask, case: CaseSpec, status: str, failure_type: str | None = None,
                 message: str = "") -> CaseOutcome:
     return CaseOutcome(key=task.result_key(case), rel_path=task.rel_path, operator=task.spec.name, case_id=case.case_id,
                        status=status, failure_type=failure_type, message=message, warnings=list(case.warnings))
@@ -47,7 +51,7 @@ def _secret(settings: Settings) -> str:
 
 
 def prepare(task: OperatorTask, case: CaseSpec, service: GoldenService, settings: Settings,
-            seed: Optional[int] = None) -> GoldenData:
+            seed: int | None = None) -> GoldenData:
     """Golden data for the case (or one of its timed input sets, ``seed``); raises :class:`GoldenFailure`
     naming the case on any golden-side problem."""
     seed = seed_of(task, case, settings) if seed is None else seed
@@ -60,89 +64,79 @@ def prepare(task: OperatorTask, case: CaseSpec, service: GoldenService, settings
         raise GoldenFailure(f"{golden}: case_id {case.case_id}: {text}") from None
 
 
-def provider(task: OperatorTask, state: Any) -> Optional[str]:
+def provider(task: OperatorTask, submission: SubmissionState) -> str | None:
     """The submission interface implementing the task's operator (None: missing)."""
     from pytest_cannbench.submission.interfaces import Interface, provider as find
 
-    return find([Interface(name, source) for name, source in state.interfaces], task.spec.name,
+    return find([Interface(name, source) for name, source in submission.interfaces], task.spec.name,
                 task.spec.function_name)
 
 
 def candidate_target(task: OperatorTask, settings: Settings) -> dict[str, Any]:
     """What the candidate worker calls: the submission's operator, or the golden itself under self-check."""
     if settings.self_check:
-        return {"kind": "golden", "op_dir": str(task.op_dir), "rel_path": task.rel_path,
-                "function_name": task.spec.function_name, "name_lower": task.spec.name.lower()}
+        return {"kind": "golden", **golden_ref(task)}
     return {"kind": "submission", "name": task.spec.name, "function_name": task.spec.function_name,
             "rel_path": task.rel_path}
 
 
 @dataclass
-class CandidateAnswer:
-    outputs: Optional[list]  # views of the worker's shared memory, valid until its next call
-    failure: Optional[CaseOutcome]  # set when there is nothing to judge (raised, crashed, timed out...)
-    seconds: Optional[float]
-    flags: list[str] = field(default_factory=list)  # guard findings in warn mode
+class OperatorCase:
+    """One case of a CANN operator as a :class:`~pytest_cannbench.judge.source.CaseSource`."""
 
+    task: OperatorTask
+    case: CaseSpec
+    settings: Settings
+    service: Callable[[], GoldenService]  # made on first use: a skipped case never starts a golden worker
+    golden_noun = "golden"
+    worker_role = "candidate"
 
-CANDIDATE_FATES = {  # candidate_client status -> (case status, failure type)
-    "raised": (oc.FAILED, oc.STRUCTURAL),
-    "crashed": (oc.CRASHED, oc.CANDIDATE_CRASH),
-    "timeout": (oc.TIMEOUT, oc.CANDIDATE_TIMEOUT),
-    "oom_killed": (oc.OOM_KILLED, oc.OUT_OF_MEMORY),
-    "import_failed": (oc.IMPORT_FAILED, oc.IMPORT_FAILED),
-    "input_mutated": (oc.FAILED, oc.INPUT_MUTATED),
-    "async_escape": (oc.FAILED, oc.ASYNC_ESCAPE),
-    **{kind: (oc.FAILED, kind) for kind in oc.GUARD_FAILURES},
-}
+    @property
+    def key(self) -> str:
+        return self.task.result_key(self.case)
 
+    @property
+    def rel_path(self) -> str:
+        return self.task.rel_path
 
-def fate(worker_status: str) -> tuple[str, str]:
-    """The case status and failure type of a candidate-worker result that is not an answer."""
-    return CANDIDATE_FATES.get(worker_status, (oc.CRASHED, oc.CANDIDATE_CRASH))
+    @property
+    def name(self) -> str:
+        return self.task.spec.name
 
+    @property
+    def task_error(self) -> str | None:
+        return self.case.error
 
-def expected_bytes(data: GoldenData) -> int:
-    ref = data.native if data.native is not None else data.golden
-    return sum(t.numel() * t.element_size() for t in ref if hasattr(t, "element_size"))
+    def outcome(self, status: str, failure_type: str | None = None, message: str = "") -> CaseOutcome:
+        return new_outcome(self.task, self.case, status, failure_type, message)
 
-
-def case_log_path(log_dir: Path, key: str) -> Path:
-    return log_dir / "cases" / f"{key.replace('..', '_')}.log"
-
-
-def run_candidate(task: OperatorTask, case: CaseSpec, data: GoldenData, worker: Any, settings: Settings,
-                  state: Any, log_dir: Path) -> CandidateAnswer:
-    """One call of the candidate in its worker; any misbehaviour becomes a failure outcome."""
-    key = task.result_key(case)
-    result = worker.call(candidate_target(task, settings), data.kwargs(), expected_out_bytes=expected_bytes(data),
-                         timeout=settings.case_timeout_s, case_log=case_log_path(log_dir, key))
-    if result.status == "ok":
-        return CandidateAnswer(outputs=result.outputs, failure=None, seconds=result.seconds, flags=result.flags)
-    status, failure_type = fate(result.status)
-    message = result.message
-    if result.log_tail:
-        message += f"\n--- end of its output ({result.case_log or worker.log_path}):\n{result.log_tail}"
-    return CandidateAnswer(outputs=None, failure=new_outcome(task, case, status, failure_type, message),
-                           seconds=result.seconds)
-
-
-def second_pass(task: OperatorTask, case: CaseSpec, service: GoldenService, worker: Any, settings: Settings,
-                state: Any, log_dir: Path) -> Optional[CaseOutcome]:
-    """The candidate once more on inputs no call has seen (their own seed): a verdict that held on one input
-    set must hold on another. Returns the failure, or None when it passed too."""
-    from pytest_cannbench.judge.goldens import GoldenFailure
-
-    try:
-        data = prepare(task, case, service, settings, seed=check_seed(task, case, settings))
-    except GoldenFailure as exc:
-        return new_outcome(task, case, oc.ERROR, oc.GOLDEN_ERROR, f"second correctness pass: {exc}")
-    answer = run_candidate(task, case, data, worker, settings, state, log_dir)
-    verdict = answer.failure or judge(task, case, data, answer.outputs, service, settings)
-    if verdict.status == oc.PASSED:
+    def missing(self, submission: SubmissionState) -> str | None:
+        if provider(self.task, submission) is None:
+            return f"{self.task.spec.name} is not provided by the submission"
         return None
-    verdict.message = f"second correctness pass (new inputs): {verdict.message}"
-    return verdict
+
+    def prepare(self, seed: int | None = None) -> GoldenData:
+        return prepare(self.task, self.case, self.service(), self.settings, seed)
+
+    def check_seed(self) -> int | None:
+        return None if self.settings.self_check else check_seed(self.task, self.case, self.settings)
+
+    def timed_seed(self, index: int) -> int:
+        return timed_seed(self.task, self.case, self.settings, index)
+
+    def candidate_target(self, ref: GoldenData) -> dict[str, Any]:
+        return candidate_target(self.task, self.settings)
+
+    def baselines(self, ref: GoldenData) -> list[Baseline]:
+        golden = {"kind": "golden", **golden_ref(self.task)}
+        return [Baseline("golden", "baseline (golden in native precision)", golden)]
+
+    def judge(self, outputs: list, ref: GoldenData) -> CaseOutcome:
+        processed = apply_get_output(ref, outputs, lambda outs: self.service().postprocess(self.task, self.case, outs))
+        return judge(self.task, self.case, ref, processed, self.settings)
+
+    def anchors(self, ref: GoldenData, live: Anchors) -> dict[str, Any]:
+        return live(self.task, self.case, ref)
 
 
 def output_names(task: OperatorTask, count: int) -> list[str]:
@@ -164,20 +158,41 @@ def compare_flags(task: OperatorTask, count: int) -> list[bool]:
     return [flags[i] if i < len(flags) else True for i in range(count)]
 
 
-def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, candidate: list, service: GoldenService,
+@dataclass
+class JudgedOutputs:
+    """What the verdict compares: after a task's ``get_output`` hook, the candidate's, the golden's and the
+    native reference's outputs; ``raw`` is the candidate's before the hook (the index checks read those)."""
+
+    raw: list
+    candidate: list
+    golden: list
+    native: list | None
+
+
+def apply_get_output(data: GoldenData, raw: list, postprocess: Callable[[dict], dict]) -> JudgedOutputs:
+    """The ``get_output`` step before the verdict; ``postprocess`` applies the trusted golden's hook to the
+    ``{"golden", "native", "candidate"}`` output lists (in the golden worker, or in-process for the gate)."""
+    if not data.has_get_output:
+        return JudgedOutputs(raw=raw, candidate=raw, golden=data.golden, native=data.native)
+    from pytest_cannbench.workers.tensor_wire import OutputProblem
+
+    broken = any(isinstance(c, OutputProblem) for c in raw)  # judged structurally as it is
+    processed = postprocess({"golden": data.golden, "native": data.native, "candidate": None if broken else list(raw)})
+    return JudgedOutputs(raw=raw, candidate=raw if broken else processed["candidate"], golden=processed["golden"],
+                         native=processed["native"])
+
+
+def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, outputs: JudgedOutputs | list,
           settings: Settings) -> CaseOutcome:
-    """The precision standard on every output, then the index self-consistency checks."""
+    """The precision standard on every output, then the index self-consistency checks. Pure: a task with a
+    ``get_output`` hook passes :func:`apply_get_output`'s result; any other task may pass the raw outputs."""
     from pytest_cannbench.judge.precision import compare_outputs
 
-    golden, native, cand = data.golden, data.native, candidate
-    if data.has_get_output:
-        from pytest_cannbench.workers.tensor_wire import OutputProblem
-
-        broken = any(isinstance(c, OutputProblem) for c in cand)  # judged structurally as it is
-        processed = service.postprocess(task, case, {"golden": golden, "native": native,
-                                                     "candidate": None if broken else list(cand)})
-        golden, native = processed["golden"], processed["native"]
-        cand = cand if broken else processed["candidate"]
+    if not isinstance(outputs, JudgedOutputs):
+        if data.has_get_output:
+            raise ValueError(f"{task.rel_path} has a get_output hook: judge apply_get_output's outputs")
+        outputs = JudgedOutputs(raw=outputs, candidate=outputs, golden=data.golden, native=data.native)
+    golden, native, cand = outputs.golden, outputs.native, outputs.candidate
     count = len(golden)
     names = output_names(task, count)
     expected = [n.dtype if n is not None else None for n in native] if native is not None else None
@@ -192,12 +207,12 @@ def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, candidate: list,
     result.accuracy = [v.to_dict() for v in verdicts]
     failed = [v for v in verdicts if not v.passed]
     if failed:
-        structural = any(v.failure_type == "structural" for v in failed)
+        structural = any(is_structural(v.failure_type) for v in failed)
         result.status = oc.FAILED
         result.failure_type = oc.STRUCTURAL if structural else oc.PRECISION
         result.message = "; ".join(v.message for v in failed)
         return result
-    index_problem = _index_checks(task, case, data, candidate)
+    index_problem = _index_checks(task, case, data, outputs.raw)
     if index_problem:
         result.status, result.failure_type, result.message = oc.FAILED, oc.PRECISION, index_problem
     if data.native_error:
@@ -207,7 +222,7 @@ def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, candidate: list,
 
 def _index_checks(task: OperatorTask, case: CaseSpec, data: GoldenData, candidate: list) -> str:
     """``index_gather`` outputs checked on the raw candidate outputs (before get_output), as the official harness."""
-    from pytest_cannbench.judge.precision import check_index_gather
+    from pytest_cannbench.judge.index_checks import check_index_gather
 
     specs = [(d.name, d.index_gather) for d in task.spec.outputs if d.index_gather]
     if not specs:

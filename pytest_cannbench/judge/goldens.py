@@ -21,6 +21,19 @@ from pytest_cannbench.options import Settings
 from pytest_cannbench.taskformat.spec import CaseSpec, OperatorTask
 
 
+def golden_ref(task: OperatorTask) -> dict[str, Any]:
+    """Which golden a worker loads: the fields every golden-worker request and golden target start with."""
+    return {"op_dir": str(task.op_dir), "rel_path": task.rel_path, "function_name": task.spec.function_name,
+            "name_lower": task.spec.name.lower()}
+
+
+def prepare_request(task: OperatorTask, case: CaseSpec, seed: int, *, dist: str, compat: str,
+                    precision: str) -> dict[str, Any]:
+    """The golden worker's ``prepare`` request for one case and seed (without ``op`` and the reply file)."""
+    return {**golden_ref(task), "input_names": task.spec.input_names, "output_names": task.spec.output_names,
+            "case": case.raw, "seed": seed, "dist": dist, "compat": compat, "precision": precision}
+
+
 class GoldenFailure(RuntimeError):
     """The golden side could not produce a reference for the case (a harness error, not the candidate's)."""
 
@@ -48,6 +61,11 @@ class GoldenData:
     def kwargs(self) -> dict[str, Any]:
         return {name: (self.inputs[value] if source == "input" else value) for name, source, value in self.binding}
 
+    def out_bytes(self) -> int:
+        """The size of the outputs a candidate returns (the worker's output area is sized by it)."""
+        ref = self.native if self.native is not None else self.golden
+        return sum(t.numel() * t.element_size() for t in ref if hasattr(t, "element_size"))
+
 
 @dataclass
 class GoldenService:
@@ -60,11 +78,9 @@ class GoldenService:
     _replies: int = 0
 
     def _request(self, task: OperatorTask, case: CaseSpec, seed: int) -> dict[str, Any]:
-        return {"op_dir": str(task.op_dir), "rel_path": task.rel_path, "function_name": task.spec.function_name,
-                "name_lower": task.spec.name.lower(), "input_names": task.spec.input_names,
-                "output_names": task.spec.output_names, "case": case.raw, "seed": seed,
-                "dist": self.settings.input_dist, "compat": self.settings.input_compat,
-                "precision": self.settings.golden_precision}
+        s = self.settings
+        return prepare_request(task, case, seed, dist=s.input_dist, compat=s.input_compat,
+                               precision=s.golden_precision)
 
     def _call(self, message: dict) -> dict:
         try:
@@ -140,9 +156,8 @@ class GoldenService:
         return generate
 
     def postprocess(self, task: OperatorTask, case: CaseSpec, outputs: dict[str, Optional[list]]) -> dict:
-        response = self._call({"op": "postprocess", "op_dir": str(task.op_dir), "rel_path": task.rel_path,
-                               "function_name": task.spec.function_name, "name_lower": task.spec.name.lower(),
-                               "output_names": task.spec.output_names, "attrs": case.attrs, "outputs": outputs})
+        response = self._call({"op": "postprocess", **golden_ref(task), "output_names": task.spec.output_names,
+                               "attrs": case.attrs, "outputs": outputs})
         return response["outputs"]
 
     def close(self) -> None:

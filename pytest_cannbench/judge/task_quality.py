@@ -173,27 +173,13 @@ def ulp_noise(ref: Any, gen: Any) -> Any:
 # one case
 
 
-@dataclass
-class _LocalGoldens:
-    """The part of GoldenService that ``judge`` uses, in-process: ``get_output`` applied by the trusted golden."""
+def _local_get_output(task: Any, case: Any, outputs: dict[str, list | None]) -> dict:
+    """The task's ``get_output`` hook applied in-process by the trusted golden (the gate runs no candidate)."""
+    from pytest_cannbench.workers.golden_binding import call_get_output, load_golden
 
-    task: Any
-
-    def postprocess(self, task: Any, case: Any, outputs: dict[str, Optional[list]]) -> dict:
-        from pytest_cannbench.workers.golden_binding import call_get_output, load_golden
-
-        gm = load_golden(task.op_dir, task.rel_path, task.spec.function_name, task.spec.name.lower())
-        return {key: None if outs is None else call_get_output(gm.get_output, outs, task.spec.output_names,
-                                                               case.attrs)
-                for key, outs in outputs.items()}
-
-
-def _request(task: Any, case: Any, seed: int, dist: str, compat: str) -> dict[str, Any]:
-    """The golden worker's ``prepare`` request of a graded run (fp64 truth plus same-precision reference)."""
-    return {"op_dir": str(task.op_dir), "rel_path": task.rel_path, "function_name": task.spec.function_name,
-            "name_lower": task.spec.name.lower(), "input_names": task.spec.input_names,
-            "output_names": task.spec.output_names, "case": case.raw, "seed": seed, "dist": dist,
-            "compat": compat, "precision": "fp64_cpu"}
+    gm = load_golden(task.op_dir, task.rel_path, task.spec.function_name, task.spec.name.lower())
+    return {key: None if outs is None else call_get_output(gm.get_output, outs, task.spec.output_names, case.attrs)
+            for key, outs in outputs.items()}
 
 
 def _case_inputs(task: Any, case: Any, reply: dict, seed: int, dist: str, compat: str) -> list:
@@ -257,16 +243,18 @@ class _Unusable(RuntimeError):
 def _grade(task: Any, case: Any, *, checker: str, seed: int, dist: str, compat: str) -> list[NullVerdict]:
     import torch
 
-    from pytest_cannbench.judge.case import compare_flags, judge, output_names, seed_of
+    from pytest_cannbench.judge.case import apply_get_output, compare_flags, judge, output_names, seed_of
+    from pytest_cannbench.judge.goldens import prepare_request
     from pytest_cannbench.workers.golden_main import prepare
     from pytest_cannbench.judge.goldens import GoldenData
     from pytest_cannbench.outcome import PASSED
-    from pytest_cannbench.judge.precision import thresholds_for
+    from pytest_cannbench.judge.thresholds import thresholds_for
 
     # what caserun reads of the Settings: the checker, and the seed of a run without a secret
     settings = SimpleNamespace(checker=checker, seed=seed, secret="")
     case_seed_ = seed_of(task, case, settings)
-    reply = prepare(_request(task, case, case_seed_, dist, compat))
+    # the golden worker's request of a graded run (fp64 truth plus same-precision reference)
+    reply = prepare(prepare_request(task, case, case_seed_, dist=dist, compat=compat, precision="fp64_cpu"))
     if not reply.get("ok"):
         raise _Unusable(f"golden error: {reply.get('error')}")
     if reply["native"] is None:
@@ -275,7 +263,6 @@ def _grade(task: Any, case: Any, *, checker: str, seed: int, dist: str, compat: 
     data = GoldenData(make_inputs=lambda: inputs, binding=tuple(tuple(e) for e in reply["binding"]),
                       golden=reply["golden"], native=reply["native"], native_error=reply["native_error"],
                       has_get_output=reply["has_get_output"], cached=False, hooked=reply["hooked"])
-    service = _LocalGoldens(task)
     count = len(data.golden)
     names = output_names(task, count)
     flags = compare_flags(task, count)
@@ -287,7 +274,8 @@ def _grade(task: Any, case: Any, *, checker: str, seed: int, dist: str, compat: 
     gen.manual_seed(case_seed_)
 
     def verdict(model: str, target: str, expected: str, candidate: list) -> NullVerdict:
-        outcome = judge(task, case, data, candidate, service, settings)
+        outputs = apply_get_output(data, candidate, lambda outs: _local_get_output(task, case, outs))
+        outcome = judge(task, case, data, outputs, settings)
         got = PASS if outcome.status == PASSED else FAIL
         reason = _reason(outcome)
         if got == PASS and expected == FAIL:
@@ -402,7 +390,7 @@ def load_task(op_dir: Path) -> Any:
 
 def grade_operator(op_dir: Path, **options: Any) -> OperatorQuality:
     """Every case of one operator, one golden at a time."""
-    from pytest_cannbench.taskformat.spec import TaskFormatError
+    from pytest_cannbench.taskformat.errors import TaskFormatError
 
     try:
         task = load_task(op_dir)

@@ -13,9 +13,18 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from pytest_cannbench import state
+from pytest_cannbench.nodes.items import SourceItem
+
+if TYPE_CHECKING:
+    from pytest_cannbench.judge.source import CaseSource
+    from pytest_cannbench.outcome import CaseOutcome
+    from pytest_cannbench.state import CannBenchState
 
 LEVEL_DIR = re.compile(r"^level(\d+)$")
 PROBLEM_NAME = re.compile(r"^\d+_\w+\.py$")
@@ -31,7 +40,7 @@ class Problem:
     path: Path  # the problem file
     rel_path: str  # its path under the bench root, e.g. level1/19_ReLU.py
     name: str  # the file's stem, e.g. 19_ReLU
-    level: Optional[int]
+    level: int | None
 
     def key(self, case_id: int) -> str:
         return f"{self.rel_path}_{case_id}"
@@ -71,7 +80,7 @@ def problem_of(path: Path) -> Problem:
     return Problem(path=path, rel_path=rel, name=path.stem, level=level)
 
 
-class ProblemItem(pytest.Item):
+class ProblemItem(SourceItem):
     """One correctness trial (``case_id`` 1..T) or the timed case (``case_id`` T+1) of a problem."""
 
     def __init__(self, *, problem: Problem, case_id: int, trials: int, **kwargs: Any) -> None:
@@ -83,29 +92,26 @@ class ProblemItem(pytest.Item):
     def timed(self) -> bool:
         return self.case_id > self.trials
 
-    def reportinfo(self) -> tuple[Any, Optional[int], str]:
+    def make_source(self, st: CannBenchState) -> CaseSource:
+        from pytest_cannbench.judge.kernelbench import ProblemCase
+
+        return ProblemCase(problem=self.problem, case_id=self.case_id, settings=st.settings,
+                           submission=st.submission, service=st.golden_service, state_dir=st.kb_state_dir)
+
+    def recorded(self, result: CaseOutcome) -> None:
+        t = result.timing or {}
+        if t.get("t_cand_us") and t.get("t_baseline_us"):
+            self.user_properties.append(("cann_kb_speedup", round(t["t_baseline_us"] / t["t_cand_us"], 4)))
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
         what = "timed case" if self.timed else f"trial {self.case_id}"
         return self.path, 0, f"{self.problem.rel_path} {what}"
-
-    def runtest(self) -> None:
-        from pytest_cannbench.kernelbench.case import run_item
-
-        run_item(self)
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
-        from pytest_cannbench.nodes.items import CaseFailed
-
-        if isinstance(excinfo.value, CaseFailed):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo)
 
 
 class ProblemFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
-        from pytest_cannbench import state as session
-
         problem = problem_of(self.path)
-        trials = session.settings(self.config).kb_trials
+        trials = state.of(self.config).settings.kb_trials
         for case_id in range(1, trials + 2):
             label = "timed" if case_id > trials else f"trial{case_id}"
             item = ProblemItem.from_parent(self, name=f"{problem.name}[{label}]", problem=problem, case_id=case_id,
@@ -120,10 +126,8 @@ class ProblemFile(pytest.File):
             yield item
 
 
-def collect_file(file_path: Any, parent: pytest.Collector) -> Optional[ProblemFile]:
-    from pytest_cannbench import state as session
-
-    settings = session.settings(parent.config)
+def collect_file(file_path: Any, parent: pytest.Collector) -> ProblemFile | None:
+    settings = state.of(parent.config).settings
     path = Path(file_path)
     if not is_problem(path, settings.bench):
         return None

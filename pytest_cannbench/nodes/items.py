@@ -10,14 +10,23 @@ a broken case one failing item; neither stops the session.
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_cannbench import outcome as oc
+from pytest_cannbench import state
 from pytest_cannbench.outcome import CaseOutcome
 
+if TYPE_CHECKING:
+    from pytest_cannbench.judge.source import CaseSource, Reference
+    from pytest_cannbench.state import CannBenchState
+    from pytest_cannbench.taskformat.spec import CaseSpec, OperatorTask
+    from pytest_cannbench.workers.candidate_client import CandidateWorker
+
 OUTCOME_KEY = pytest.StashKey[CaseOutcome]()
+NO_CANDIDATE = "no candidate to grade: pass --cann-source or --cann-self-check"
 
 
 class CannTaskWarning(pytest.PytestWarning):
@@ -58,79 +67,81 @@ class InvalidTaskItem(_CannItem):
                                               message=self.error)
         raise TaskInputError(self.error)
 
-    def reportinfo(self) -> tuple[Any, Optional[int], str]:
+    def reportinfo(self) -> tuple[Any, int | None, str]:
         return self.path, 0, f"{self.rel_path}: invalid task"
 
 
-class CaseItem(_CannItem):
-    """One case of one operator."""
+class SourceItem(_CannItem):
+    """The life cycle of one case of any task source: skips, golden errors, correctness, timing.
 
-    def __init__(self, *, task: Any, case: Any, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.task = task
-        self.case = case
-        self.golden_data: Any = None
-        self.user_properties.append(("cann_case", task.result_key(case)))
+    Subclasses say which :class:`~pytest_cannbench.judge.source.CaseSource` they grade (:meth:`make_source`)
+    and whether they are timed.
+    """
 
-    def reportinfo(self) -> tuple[Any, Optional[int], str]:
-        # A line number is required: Node.warn() asserts one, and a CannTaskWarning on a case
-        # would otherwise abort the whole collection. 0 is the top of cases.yaml.
-        label = self.case.case_id if self.case.case_id is not None else f"#{self.case.index}"
-        return self.path, 0, f"{self.task.rel_path} case {label}"
+    source: CaseSource
+    reference: Reference | None = None
+
+    @property
+    def timed(self) -> bool:
+        return True
+
+    def make_source(self, st: CannBenchState) -> CaseSource:
+        raise NotImplementedError
 
     def _record(self, result: CaseOutcome) -> CaseOutcome:
         self.stash[OUTCOME_KEY] = result
         return result
 
     def setup(self) -> None:
-        from pytest_cannbench.judge import case as caserun
-        from pytest_cannbench import state as session
-
-        if self.task.result_key(self.case) in session.resume_keys(self.config):
-            pytest.skip("already recorded in results.jsonl by an identical run (--cann-resume)")
-        if self.case.error:
-            return
-        settings, state = session.settings(self.config), session.submission(self.config)
-        if not settings.self_check and state is None:
-            self._record(caserun.new_outcome(self.task, self.case, oc.SKIPPED, oc.NO_CANDIDATE,
-                                             "no candidate to grade: pass --cann-source or --cann-self-check"))
-            pytest.skip("no candidate to grade: pass --cann-source or --cann-self-check")
-        if state is not None:
-            if not state.ok:
-                return  # runtest fails the case with the submission's status; no golden is needed
-            if caserun.provider(self.task, state) is None:
-                message = f"{self.task.spec.name} is not provided by the submission"
-                self._record(caserun.new_outcome(self.task, self.case, oc.MISSING, oc.NOT_PROVIDED, message))
-                pytest.skip(message)
         from pytest_cannbench.judge.goldens import GoldenFailure
+        from pytest_cannbench.judge.source import SkipCase
 
+        st = state.of(self.config)
+        source = self.source = self.make_source(st)
+        if source.key in st.resume_keys():
+            pytest.skip("already recorded in results.jsonl by an identical run (--cann-resume)")
+        if source.task_error:
+            return
+        if not st.settings.self_check and st.submission is None:
+            self._record(source.outcome(oc.SKIPPED, oc.NO_CANDIDATE, NO_CANDIDATE))
+            pytest.skip(NO_CANDIDATE)
+        if st.submission is not None:
+            if not st.submission.ok:
+                return  # runtest fails the case with the submission's status; no golden is needed
+            message = source.missing(st.submission)
+            if message is not None:
+                self._record(source.outcome(oc.MISSING, oc.NOT_PROVIDED, message))
+                pytest.skip(message)
         try:
-            self.golden_data = caserun.prepare(self.task, self.case, session.golden_service(self.config), settings)
+            self.reference = source.prepare()
+        except SkipCase as exc:
+            self._record(source.outcome(oc.SKIPPED, exc.failure_type, str(exc)))
+            pytest.skip(str(exc))
         except GoldenFailure as exc:
-            self._record(caserun.new_outcome(self.task, self.case, oc.ERROR, oc.GOLDEN_ERROR, str(exc)))
+            self._record(source.outcome(oc.ERROR, oc.GOLDEN_ERROR, str(exc)))
             raise GoldenSideError(f"golden_error: {exc}") from None
 
     def runtest(self) -> None:
-        from pytest_cannbench.judge import case as caserun
-        from pytest_cannbench import state as session
-
-        if self.case.error:
-            self._record(caserun.new_outcome(self.task, self.case, oc.ERROR, oc.TASK_ERROR, self.case.error))
-            raise TaskInputError(f"task_error: {self.case.error}")
-        settings, state = session.settings(self.config), session.submission(self.config)
-        if state is not None and not state.ok:
-            self._record(caserun.new_outcome(self.task, self.case, state.status, state.status, state.message))
-            raise CaseFailed(f"{state.status}: {state.message}")
-        data, service = self.golden_data, session.golden_service(self.config)
+        st, source = state.of(self.config), self.source
+        if source.task_error:
+            self._record(source.outcome(oc.ERROR, oc.TASK_ERROR, source.task_error))
+            raise TaskInputError(f"task_error: {source.task_error}")
+        settings, submission = st.settings, st.submission
+        if submission is not None and not submission.ok:
+            self._record(source.outcome(submission.status, submission.status, submission.message))
+            raise CaseFailed(f"{submission.status}: {submission.message}")
+        ref = self.reference
+        assert ref is not None
+        worker = st.worker(source.worker_role)
         try:
-            result, candidate_s = self._correctness(settings, state, data, service)
+            result, candidate_s = self._correctness(st, ref, worker)
         except pytest.fail.Exception as exc:  # pytest-timeout: the worker was killed, the case is lost
-            self._record(caserun.new_outcome(self.task, self.case, oc.TIMEOUT, oc.PYTEST_TIMEOUT, str(exc)))
+            self._record(source.outcome(oc.TIMEOUT, oc.PYTEST_TIMEOUT, str(exc)))
             raise
-        if result.status == oc.PASSED and settings.perf:
+        if result.status == oc.PASSED and settings.perf and self.timed:
             from pytest_cannbench.timing.perf import measure
 
-            timing, failure = measure(self.task, self.case, data, session.perf_context(self.config))
+            timing, failure = measure(source, ref, worker, st.perf_context())
             if failure is not None:
                 failure.accuracy = result.accuracy
                 result = failure
@@ -138,34 +149,59 @@ class CaseItem(_CannItem):
         else:
             from pytest_cannbench.timing.stats import not_measured
 
-            result.timing = not_measured("--cann-no-perf" if not settings.perf else f"the case {result.status}")
-        result.golden_cached = data.cached
-        result.seconds = dict(data.seconds, candidate=candidate_s)
+            result.timing = not_measured("--cann-no-perf" if not settings.perf else "not the timed item"
+                                         if not self.timed else f"the case {result.status}")
+        result.golden_cached = ref.cached
+        result.seconds = dict(ref.seconds, candidate=candidate_s)
         self._record(result)
+        self.recorded(result)
         if result.status == oc.ERROR:
             raise GoldenSideError(f"{result.failure_type}: {result.message}")
         if result.status != oc.PASSED:
             raise CaseFailed(f"{result.failure_type}: {result.message}")
 
-    def _correctness(self, settings: Any, state: Any, data: Any, service: Any) -> tuple[CaseOutcome, float]:
-        """The candidate on the case's inputs, judged; once it passes, once more on new inputs (a submission
-        run only). Returns the verdict and the first call's seconds."""
-        from pytest_cannbench.judge import case as caserun
-        from pytest_cannbench import state as session
+    def recorded(self, result: CaseOutcome) -> None:
+        """Called with the case's final outcome, before a failure is raised (extra report properties)."""
 
-        worker, log_dir = session.candidate_worker(self.config), session.log_dir(self.config)
-        answer = caserun.run_candidate(self.task, self.case, data, worker, settings, state, log_dir)
-        result = answer.failure or caserun.judge(self.task, self.case, data, answer.outputs, service, settings)
+    def _correctness(self, st: CannBenchState, ref: Reference, worker: CandidateWorker) -> tuple[CaseOutcome, float]:
+        """The candidate on the case's inputs, judged; once it passes, once more on new inputs (where the
+        source has a second pass). Returns the verdict and the first call's seconds."""
+        from pytest_cannbench.judge.source import run_candidate, second_pass
+
+        source, timeout_s = self.source, st.settings.case_timeout_s
+        answer = run_candidate(source, ref, worker, timeout_s, st.log_dir)
+        result = answer.failure or source.judge(answer.outputs or [], ref)
         result.warnings += [f"guard (warn mode): {flag}" for flag in answer.flags]
-        if result.status == oc.PASSED and not settings.self_check:
-            again = caserun.second_pass(self.task, self.case, service, worker, settings, state, log_dir)
+        if result.status == oc.PASSED:
+            again = second_pass(source, worker, timeout_s, st.log_dir)
             if again is not None:
                 again.accuracy = again.accuracy or result.accuracy
                 result = again
         return result, answer.seconds or 0.0
 
     def teardown(self) -> None:
-        self.golden_data = None  # outputs can be large; do not keep them for the whole session
+        self.reference = None  # outputs can be large; do not keep them for the whole session
+
+
+class CaseItem(SourceItem):
+    """One case of one operator."""
+
+    def __init__(self, *, task: OperatorTask, case: CaseSpec, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.task = task
+        self.case = case
+        self.user_properties.append(("cann_case", task.result_key(case)))
+
+    def make_source(self, st: CannBenchState) -> CaseSource:
+        from pytest_cannbench.judge.case import OperatorCase
+
+        return OperatorCase(task=self.task, case=self.case, settings=st.settings, service=st.golden_service)
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        # A line number is required: Node.warn() asserts one, and a CannTaskWarning on a case
+        # would otherwise abort the whole collection. 0 is the top of cases.yaml.
+        label = self.case.case_id if self.case.case_id is not None else f"#{self.case.index}"
+        return self.path, 0, f"{self.task.rel_path} case {label}"
 
 
 class OperatorFile(pytest.File):
@@ -174,7 +210,8 @@ class OperatorFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         from pytest_cannbench.taskformat.casescsv import compare_csv
         from pytest_cannbench.taskformat.dirs import find_bench_root
-        from pytest_cannbench.taskformat.spec import TaskFormatError, load_operator
+        from pytest_cannbench.taskformat.errors import TaskFormatError
+        from pytest_cannbench.taskformat.spec import load_operator
 
         op_dir = self.path.parent
         bench_root = find_bench_root(op_dir)
@@ -228,12 +265,10 @@ def _registered_markers(config: pytest.Config) -> set[str]:
     return {line.split(":")[0].strip() for line in config.getini("markers")}
 
 
-def collect_file(file_path: Any, parent: pytest.Collector) -> Optional[OperatorFile]:
+def collect_file(file_path: Any, parent: pytest.Collector) -> OperatorFile | None:
     if file_path.name != "cases.yaml" or not (file_path.parent / "proto.yaml").is_file():
         return None
-    from pytest_cannbench import state as session
-
-    shard = session.settings(parent.config).shard
+    shard = state.of(parent.config).settings.shard
     if shard is not None:
         from pytest_cannbench.nodes.sharding import in_shard
         from pytest_cannbench.taskformat.dirs import find_bench_root
@@ -244,7 +279,7 @@ def collect_file(file_path: Any, parent: pytest.Collector) -> Optional[OperatorF
     return OperatorFile.from_parent(parent, path=file_path)
 
 
-def ignore_golden(collection_path: Any) -> Optional[bool]:
+def ignore_golden(collection_path: Any) -> bool | None:
     """Never collect a task's golden.py as a test module (a ``python_files = *.py`` project would)."""
     if collection_path.name == "golden.py" and (collection_path.parent / "cases.yaml").is_file():
         return True

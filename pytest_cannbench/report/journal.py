@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from pytest_cannbench.options import Settings
+from pytest_cannbench.timing.machine import cpu_model
 
 # Options that change a case's verdict, time or score: a resumed case must have been graded under the same.
 IDENTITY_OPTIONS = ("seed", "input_dist", "input_compat", "golden_precision", "checker", "device", "warmup",
@@ -46,7 +47,7 @@ def environment(device_label: str, hardware: Optional[str]) -> dict[str, Any]:
 
     env: dict[str, Any] = {"python": platform.python_version(), "pytest": pytest.__version__,
                            "pytest_cannbench": __version__, "platform": platform.platform(), "device": device_label,
-                           "hardware_key": hardware, "cpu": _cpu_model(), "cpus": os.cpu_count()}
+                           "hardware_key": hardware, "cpu": cpu_model(), "cpus": os.cpu_count()}
     torch = sys.modules.get("torch")
     if torch is not None:
         env["torch"] = torch.__version__
@@ -54,17 +55,6 @@ def environment(device_label: str, hardware: Optional[str]) -> dict[str, Any]:
     if npu is not None:
         env["torch_npu"] = getattr(npu, "__version__", "?")
     return env
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 class Journal:
@@ -128,13 +118,14 @@ def recorded(path: Path, identity: str) -> dict[str, dict[str, Any]]:
 
 def start(config: Any, collector: Any) -> None:
     """Controller, after the submission is ready: open results.jsonl and load what --cann-resume may skip."""
-    from pytest_cannbench import state as session
+    from pytest_cannbench import state
     from pytest_cannbench.outcome import CaseOutcome
 
-    s = session.settings(config)
+    st = state.of(config)
+    s = st.settings
     if config.option.collectonly:
         return
-    submission = submission_summary(session.submission(config), s)
+    submission = submission_summary(st.submission, s)
     identity = run_identity(submission, s)
     path = Path(s.leaderboard).with_name("results.jsonl")
     if s.resume:
@@ -142,20 +133,21 @@ def start(config: Any, collector: Any) -> None:
             collector.outcomes[key] = CaseOutcome.from_dict(data)
             collector.resumed.add(key)
     collector.journal = Journal(path, identity)
-    config.stash[session.RESUME_KEY] = frozenset(collector.resumed)
+    st.resumed = frozenset(collector.resumed)
 
 
 def finish(config: Any, collector: Any) -> None:
     """Controller, at session end: score everything and write the leaderboard (and the optional reports)."""
     from pytest_cannbench.report import leaderboard
-    from pytest_cannbench import state as session
+    from pytest_cannbench import state
 
-    s = session.settings(config)
+    st = state.of(config)
+    s = st.settings
     if collector.journal is None:
         return
     collector.journal.close()
-    submission = submission_summary(session.submission(config), s)
-    plan = session.device(config)
+    submission = submission_summary(st.submission, s)
+    plan = st.device()
     from pytest_cannbench.timing.anchors import hardware_key
 
     board = leaderboard.build((o.to_dict() for o in collector.outcomes.values()), submission=submission,
