@@ -30,8 +30,8 @@ from pathlib import Path
 
 import torch
 
-from pytest_cannbench.workers.candidate_client import CandidateWorker
 from pytest_cannbench.timing.in_worker import Flusher
+from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 SUBMISSION = '''import torch
 

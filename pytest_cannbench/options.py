@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -140,13 +140,13 @@ def add_options(parser: pytest.Parser) -> None:
 class Settings:
     """Everything the plugin needs from the command line, resolved once."""
 
-    tasks: Optional[str]
+    tasks: str | None
     self_check: bool
-    source: Optional[str]
+    source: str | None
     no_install: bool
     build_timeout_s: float
     case_timeout_s: float
-    worker_memory_gib: Optional[float]
+    worker_memory_gib: float | None
     report_dir: str
     device: str
     device_ids: tuple[int, ...]
@@ -155,20 +155,20 @@ class Settings:
     perf: bool
     freq_boost: bool
     profiler_level: str
-    hardware: Optional[str]
+    hardware: str | None
     leaderboard: str
     resume: bool
     hap_cap: bool
-    markdown: Optional[str]
-    eval_report: Optional[str]
-    shard: Optional[tuple[int, int]]
+    markdown: str | None
+    eval_report: str | None
+    shard: tuple[int, int] | None
     seed: int
     input_dist: str
     input_compat: str
     golden_precision: str
-    golden_cache: Optional[str]
+    golden_cache: str | None
     golden_timeout_s: float
-    golden_memory_gib: Optional[float]
+    golden_memory_gib: float | None
     checker: str
     guard: str = "block"
     secret: str = ""  # hex; mixed into every input seed when grading a submission without --cann-seed
@@ -176,7 +176,7 @@ class Settings:
     kb_trials: int = DEFAULT_KB_TRIALS
     kb_accuracy: str = "kernelbench"
     kb_compile: bool = False
-    kb_max_input_gib: Optional[float] = None
+    kb_max_input_gib: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -216,7 +216,7 @@ def _flag(config: pytest.Config, name: str) -> bool:
     return bool(value)
 
 
-def _golden_cache(config: pytest.Config) -> Optional[str]:
+def _golden_cache(config: pytest.Config) -> str | None:
     value = _value(config, "golden_cache")
     if value is None:
         return str(Path(config.rootpath) / DEFAULT_GOLDEN_CACHE)

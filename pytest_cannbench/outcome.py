@@ -8,7 +8,7 @@ builtins.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 # status: the case's fate in one word.
 PASSED, FAILED, ERROR, SKIPPED, CRASHED = "passed", "failed", "error", "skipped", "crashed"
@@ -53,9 +53,9 @@ class CaseOutcome:
     key: str  # official case key, e.g. level1/exp_1
     rel_path: str
     operator: str
-    case_id: Optional[int]
+    case_id: int | None
     status: str
-    failure_type: Optional[str] = None
+    failure_type: str | None = None
     message: str = ""
     accuracy: list[dict[str, Any]] = field(default_factory=list)
     seconds: dict[str, float] = field(default_factory=dict)
@@ -67,5 +67,5 @@ class CaseOutcome:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CaseOutcome":
+    def from_dict(cls, data: dict[str, Any]) -> CaseOutcome:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})

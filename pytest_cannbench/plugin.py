@@ -6,21 +6,16 @@ entry point), so it imports nothing heavy: no torch, numpy or yaml.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
-from pytest_cannbench.nodes import items
-
-from pytest_cannbench import options
-
-from pytest_cannbench.report import journal as reporting
-
-from pytest_cannbench.report import collector as results
-
-from pytest_cannbench.submission import build as submission
-from pytest_cannbench import state
+from pytest_cannbench import options, state
 from pytest_cannbench.kernelbench.collect import ProblemItem
+from pytest_cannbench.nodes import items
+from pytest_cannbench.report import collector as results
+from pytest_cannbench.report import journal as reporting
+from pytest_cannbench.submission import build as submission
 
 COLLECTOR_KEY = pytest.StashKey[results.ResultCollector]()
 
@@ -92,7 +87,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
             config.pluginmanager.unregister(hooks)
 
 
-def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> Optional[pytest.Collector]:
+def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> pytest.Collector | None:
     if file_path.suffix == ".py":  # a KernelBench problem file (kernelbench_collect decides)
         from pytest_cannbench.kernelbench.collect import collect_file as collect_problem
 
@@ -102,7 +97,7 @@ def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> Optional[py
     return items.collect_file(file_path, parent)
 
 
-def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> Optional[bool]:
+def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool | None:
     return items.ignore_golden(collection_path)
 
 

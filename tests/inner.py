@@ -9,7 +9,6 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
@@ -20,7 +19,7 @@ from pytest_cannbench.nodes.items import CannTaskWarning
 class Case:
     outcome: str = "passed"
     longrepr: str = ""
-    cann: Optional[dict] = None
+    cann: dict | None = None
     cann_reports: int = 0
 
 

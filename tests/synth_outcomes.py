@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from pytest_cannbench.report import leaderboard
 
 BUILD_MESSAGE = "build.sh failed (rc 1)\nerror: a | b <tag> `x`"
 
 
-def timed(t_cand: float, t_base: Optional[float] = 20.0, t_hw: float = 2.0, **extra: Any) -> dict[str, Any]:
+def timed(t_cand: float, t_base: float | None = 20.0, t_hw: float = 2.0, **extra: Any) -> dict[str, Any]:
     return {"measured": True, "device": "cpu", "timer": "cpu_clock", "t_cand_us": t_cand, "t_baseline_us": t_base,
             "t_hw_us": t_hw, "baseline_source": "live", "t_hw_source": "roofline", "flags": [], **extra}
 
 
-def outcome(rel_path: str, operator: str, case_id: int, status: str = "passed", failure_type: Optional[str] = None,
-            message: str = "", timing: Optional[dict[str, Any]] = None,
-            accuracy: Optional[list[dict[str, Any]]] = None) -> dict[str, Any]:
+def outcome(rel_path: str, operator: str, case_id: int, status: str = "passed", failure_type: str | None = None,
+            message: str = "", timing: dict[str, Any] | None = None,
+            accuracy: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     if timing is None:
         timing = timed(10.0 + case_id) if status == "passed" else {"measured": False, "reason": "not passed"}
     return {"key": f"{rel_path}_{case_id}", "rel_path": rel_path, "operator": operator, "case_id": case_id,

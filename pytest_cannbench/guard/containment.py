@@ -114,7 +114,7 @@ def install_filter(allow_processes: bool = False) -> str:
 def limit_resources() -> None:
     for limit, value in ((resource.RLIMIT_FSIZE, FILE_SIZE_LIMIT), (resource.RLIMIT_CORE, 0)):
         try:
-            soft, hard = resource.getrlimit(limit)
+            _soft, hard = resource.getrlimit(limit)
             cap = value if hard == resource.RLIM_INFINITY else min(value, hard)
             resource.setrlimit(limit, (cap, hard))
         except (ValueError, OSError):

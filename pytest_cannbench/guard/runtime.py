@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator, Optional
+from typing import Any
 
 from pytest_cannbench.guard import builtin_ops
 from pytest_cannbench.guard.policy import BLOCK, OFF
@@ -168,9 +169,8 @@ class Guard:
 
         import torch
 
-        from pytest_cannbench.workers import tensor_wire
-
         from pytest_cannbench.timing import in_worker as worker_timing
+        from pytest_cannbench.workers import tensor_wire
 
         main = sys.modules.get("__main__")
         owners: list[tuple[Any, tuple[str, ...]]] = [
@@ -293,7 +293,7 @@ class Guard:
         if problem.kind == FORBIDDEN_ACCESS or self.mode == BLOCK:
             raise PermissionError(f"pytest-cannbench: a submission may not do this ({problem.detail})")
 
-    def _classify(self, event: str, args: tuple) -> Optional[Problem]:
+    def _classify(self, event: str, args: tuple) -> Problem | None:
         if event == "import":
             name = str(args[0]) if args else ""
             if self.mode != OFF and any(name == m or name.startswith(m + ".") for m in BLOCKED_MODULES):
@@ -320,7 +320,7 @@ class Guard:
             return Problem(FORBIDDEN_ACCESS, f"signalled process {target} ({event})")
         return self._path_problem(event, args)
 
-    def _path_problem(self, event: str, args: tuple) -> Optional[Problem]:
+    def _path_problem(self, event: str, args: tuple) -> Problem | None:
         paths = [a for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))]
         for raw in paths:
             try:

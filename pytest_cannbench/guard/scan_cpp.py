@@ -11,7 +11,11 @@ import re
 
 from pytest_cannbench.guard.scan_hits import Collector, Rule, regex_scan, rx
 from pytest_cannbench.guard.scan_names import (
-    ALLOWED_NAMES, CPP_AMBIGUOUS_METHODS, NN_CONTAINERS, is_compute_name, is_method_compute,
+    ALLOWED_NAMES,
+    CPP_AMBIGUOUS_METHODS,
+    NN_CONTAINERS,
+    is_compute_name,
+    is_method_compute,
 )
 
 

@@ -12,7 +12,9 @@ from collections.abc import Iterable
 
 from pytest_cannbench.guard.scan_hits import Collector, Rule, regex_scan, rx
 from pytest_cannbench.guard.scan_names import (
-    PY_AMBIGUOUS_METHODS, is_compute_qualname, is_method_compute,
+    PY_AMBIGUOUS_METHODS,
+    is_compute_qualname,
+    is_method_compute,
 )
 
 # ---- qualified-name rules ----------------------------------------------------------------------------------------

@@ -66,7 +66,8 @@ def prepare(task: OperatorTask, case: CaseSpec, service: GoldenService, settings
 
 def provider(task: OperatorTask, submission: SubmissionState) -> str | None:
     """The submission interface implementing the task's operator (None: missing)."""
-    from pytest_cannbench.submission.interfaces import Interface, provider as find
+    from pytest_cannbench.submission.interfaces import Interface
+    from pytest_cannbench.submission.interfaces import provider as find
 
     return find([Interface(name, source) for name, source in submission.interfaces], task.spec.name,
                 task.spec.function_name)

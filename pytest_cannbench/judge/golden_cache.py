@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 FORMAT = 3
 
@@ -39,7 +39,7 @@ MIN_FREE_BYTES = 4 << 30  # never fill the disk with cache entries
 @dataclass
 class GoldenCache:
     root: Path
-    disabled_reason: Optional[str] = None  # set once the cache stops writing (disk full, unwritable)
+    disabled_reason: str | None = None  # set once the cache stops writing (disk full, unwritable)
 
     def path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.pt"
@@ -56,7 +56,7 @@ class GoldenCache:
             pass
         return self.disabled_reason is None
 
-    def load(self, key: str) -> Optional[dict[str, Any]]:
+    def load(self, key: str) -> dict[str, Any] | None:
         import torch
 
         path = self.path(key)

@@ -11,14 +11,15 @@ import os
 import shutil
 import tempfile
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
 from pytest_cannbench.judge.golden_cache import GoldenCache, GoldenCacheWarning, cache_key
-from pytest_cannbench.workers.golden_client import GoldenWorker, GoldenWorkerFailure
 from pytest_cannbench.options import Settings
 from pytest_cannbench.taskformat.spec import CaseSpec, OperatorTask
+from pytest_cannbench.workers.golden_client import GoldenWorker, GoldenWorkerFailure
 
 
 def golden_ref(task: OperatorTask) -> dict[str, Any]:
@@ -43,13 +44,13 @@ class GoldenData:
     make_inputs: Callable[[], list]  # what the candidate is called with (native dtypes), built on first use
     binding: tuple  # (param, "input", index) | (param, "attr", value)
     golden: list
-    native: Optional[list]
-    native_error: Optional[str]
+    native: list | None
+    native_error: str | None
     has_get_output: bool
     cached: bool
-    hooked: Optional[list] = None  # inputs made by the golden's get_input hook, else None
+    hooked: list | None = None  # inputs made by the golden's get_input hook, else None
     seconds: dict[str, float] = field(default_factory=dict)
-    _inputs: Optional[list] = None
+    _inputs: list | None = None
 
     @property
     def inputs(self) -> list:
@@ -71,10 +72,10 @@ class GoldenData:
 class GoldenService:
     settings: Settings
     worker: GoldenWorker
-    cache: Optional[GoldenCache]
+    cache: GoldenCache | None
     _golden_sha: dict[str, str] = field(default_factory=dict)
     _cache_warned: bool = False
-    _scratch: Optional[str] = None
+    _scratch: str | None = None
     _replies: int = 0
 
     def _request(self, task: OperatorTask, case: CaseSpec, seed: int) -> dict[str, Any]:
@@ -119,10 +120,11 @@ class GoldenService:
                                             **{name: response[name] for name in fields}})
             if not stored and not self._cache_warned:
                 self._cache_warned = True
-                warnings.warn(GoldenCacheWarning(f"golden cache stopped writing: {self.cache.disabled_reason}"))
+                warnings.warn(GoldenCacheWarning(f"golden cache stopped writing: {self.cache.disabled_reason}"),
+                              stacklevel=2)
         return data
 
-    def _reply_file(self, key: Optional[str]) -> tuple[str, bool]:
+    def _reply_file(self, key: str | None) -> tuple[str, bool]:
         """Where the worker writes its answer: the cache entry itself when caching, else a scratch file."""
         if self.cache and key and self.cache.writable():
             return str(self.cache.path(key)), True
@@ -140,7 +142,7 @@ class GoldenService:
                           seconds={} if cached else dict(source.get("seconds") or {}))
 
     def _inputs_maker(self, task: OperatorTask, case: CaseSpec, seed: int,
-                      hooked: Optional[list]) -> Callable[[], list]:
+                      hooked: list | None) -> Callable[[], list]:
         """Hook-made inputs come from the worker; generic ones are regenerated here, bit for bit."""
         if hooked is not None:
             return lambda: hooked
@@ -155,7 +157,7 @@ class GoldenService:
 
         return generate
 
-    def postprocess(self, task: OperatorTask, case: CaseSpec, outputs: dict[str, Optional[list]]) -> dict:
+    def postprocess(self, task: OperatorTask, case: CaseSpec, outputs: dict[str, list | None]) -> dict:
         response = self._call({"op": "postprocess", **golden_ref(task), "output_names": task.spec.output_names,
                                "attrs": case.attrs, "outputs": outputs})
         return response["outputs"]

@@ -10,7 +10,8 @@ This module imports torch at top level; the plugin imports it lazily.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

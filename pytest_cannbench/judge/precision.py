@@ -30,8 +30,9 @@ This module imports torch at top level; the plugin imports it lazily.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 

@@ -31,10 +31,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Callable, Optional
+from typing import Any
 
 FAIL, PASS, NA = "fail", "pass", "n/a"
 MUST_FAIL = ("zeros", "passthrough", "permuted", "bfloat16")
@@ -62,7 +63,7 @@ class CaseQuality:
     """Every null verdict of one case."""
 
     rel_path: str
-    case_id: Optional[int]
+    case_id: int | None
     note: str
     dtypes: list[str]
     verdicts: list[NullVerdict] = field(default_factory=list)
@@ -244,11 +245,10 @@ def _grade(task: Any, case: Any, *, checker: str, seed: int, dist: str, compat: 
     import torch
 
     from pytest_cannbench.judge.case import apply_get_output, compare_flags, judge, output_names, seed_of
-    from pytest_cannbench.judge.goldens import prepare_request
-    from pytest_cannbench.workers.golden_main import prepare
-    from pytest_cannbench.judge.goldens import GoldenData
-    from pytest_cannbench.outcome import PASSED
+    from pytest_cannbench.judge.goldens import GoldenData, prepare_request
     from pytest_cannbench.judge.thresholds import thresholds_for
+    from pytest_cannbench.outcome import PASSED
+    from pytest_cannbench.workers.golden_main import prepare
 
     # what caserun reads of the Settings: the checker, and the seed of a run without a secret
     settings = SimpleNamespace(checker=checker, seed=seed, secret="")
@@ -421,7 +421,7 @@ def format_table(results: list[OperatorQuality]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[list[str]] = None, out: Callable[[str], None] = print) -> int:
+def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> int:
     parser = argparse.ArgumentParser(prog="python -m pytest_cannbench.judge.task_quality",
                                      description="Judge null candidates on every case of a task tree.")
     parser.add_argument("root", type=Path, help="a task tree, a level directory or one operator directory")

@@ -9,8 +9,9 @@ level (dtype names of tensors); the plugin imports it lazily.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 

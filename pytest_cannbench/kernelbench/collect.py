@@ -11,9 +11,9 @@ format. The problem's ``rel_path`` is its path under the bench root (``level1/19
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest

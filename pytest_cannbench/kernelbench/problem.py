@@ -21,8 +21,9 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 _MODULES: dict[tuple[str, float], ModuleType] = {}
 _MODELS: dict[tuple, Any] = {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -24,7 +24,7 @@ def _case_key(report: pytest.TestReport) -> str:
     return report.nodeid
 
 
-def _split_key(key: str) -> tuple[str, Optional[int]]:
+def _split_key(key: str) -> tuple[str, int | None]:
     """``level1/exp_3`` -> (``level1/exp``, 3): what a crash report, which carries only the key, is about."""
     rel_path, _, tail = key.rpartition("_")
     return (rel_path, int(tail)) if rel_path and tail.isdigit() else (key, None)
@@ -37,7 +37,7 @@ class ResultCollector:
     outcomes: dict[str, CaseOutcome] = field(default_factory=dict)
     journal: Any = None  # reporting.Journal once the run's identity is known
     resumed: set[str] = field(default_factory=set)  # keys taken from an earlier run's results.jsonl
-    board: Optional[dict] = None  # the leaderboard, once built
+    board: dict | None = None  # the leaderboard, once built
     written: list[str] = field(default_factory=list)  # files this session wrote, for the summary
 
     def record(self, result: CaseOutcome) -> None:
@@ -110,13 +110,13 @@ class ResultCollector:
         return lines
 
 
-def _us(value: Optional[float]) -> str:
+def _us(value: float | None) -> str:
     if value is None:
         return "-"
     return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
 
 
-def timing_lines(results: list[CaseOutcome], limit: Optional[int]) -> list[str]:
+def timing_lines(results: list[CaseOutcome], limit: int | None) -> list[str]:
     """One line per timed case: T_cand (median and spread), T_baseline and T_HW with their sources."""
     timed = sorted((r for r in results if r.timing.get("measured")), key=lambda r: (r.rel_path, r.case_id or 0))
     if not timed:
@@ -142,7 +142,7 @@ def _one_line(text: str, width: int = 160) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
-def attach(item: pytest.Item, report: pytest.TestReport, outcome: Optional[CaseOutcome]) -> None:
+def attach(item: pytest.Item, report: pytest.TestReport, outcome: CaseOutcome | None) -> None:
     """Put the outcome on the report that decides the case: call, or setup when setup did not pass."""
     if outcome is None:
         return
@@ -155,7 +155,7 @@ def attach(item: pytest.Item, report: pytest.TestReport, outcome: Optional[CaseO
         item.user_properties.extend(p for p in extra if p not in item.user_properties)
 
 
-def score_lines(board: dict, limit: Optional[int]) -> list[str]:
+def score_lines(board: dict, limit: int | None) -> list[str]:
     """Per operator (passed/total, the three parts, score, speed-up), per level, total; failures by type."""
     ops = board["operators"]
     lines = [f"scores (compile {board['weights']['compile']:.0%} + function {board['weights']['function']:.0%} + "

@@ -1,4 +1,5 @@
-"""The leaderboard in the official harness's ``EvalReport`` JSON shape (docs/ci.md, "The official EvalReport"), for tools that read those files.
+"""The leaderboard in the official harness's ``EvalReport`` JSON shape (docs/ci.md), for tools that read those
+files.
 
 Every score comes from the board (computed by :mod:`scoring`); this module only renames and regroups. Fields the
 official report has and the board cannot know are present with the official "unknown" value (``op_times`` ``{}``,
@@ -31,7 +32,7 @@ from __future__ import annotations
 import math
 import os
 from datetime import datetime
-from typing import Any, Optional
+from typing import Any
 
 from pytest_cannbench.outcome import BUILD_FAILURES
 from pytest_cannbench.report.scoring import PRECISION_FAILURES, baseline_proxy
@@ -51,7 +52,7 @@ ENVIRONMENT_KEYS: dict[str, tuple[str, ...]] = {
     "python": ("python",), "os": ("os", "platform"), "docker": ("docker",)}
 
 
-def number(value: Any) -> Optional[float]:
+def number(value: Any) -> float | None:
     """A finite float or None: boards read back from JSON carry NaN and infinities as strings."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
@@ -119,12 +120,12 @@ def _output_result(verdict: dict[str, Any]) -> dict[str, Any]:
     return {**{k: v for k, v in verdict.items() if k != "message"}, **official}
 
 
-def _max(values: list[Any]) -> Optional[float]:
+def _max(values: list[Any]) -> float | None:
     found = [v for v in (number(x) for x in values) if v is not None]
     return max(found) if found else None
 
 
-def _accuracy(case: dict[str, Any]) -> Optional[dict[str, Any]]:
+def _accuracy(case: dict[str, Any]) -> dict[str, Any] | None:
     verdicts = [v for v in case.get("accuracy") or [] if isinstance(v, dict)]
     failure = case.get("failure_type")
     if not verdicts and failure not in CHECKED_FAILURES:
@@ -159,7 +160,7 @@ def _case(op: dict[str, Any], case: dict[str, Any], device: str, timestamp: str)
     status = STATUS_MAP.get(ours, "failed")
     failure = case.get("failure_type")
     if status == "cascade":
-        official_failure: Optional[str] = "cascade_device"
+        official_failure: str | None = "cascade_device"
     elif status == "skipped":
         official_failure = "skipped"
     elif status == "failed":
@@ -195,7 +196,7 @@ def _case(op: dict[str, Any], case: dict[str, Any], device: str, timestamp: str)
     }
 
 
-def _score_error(op: dict[str, Any]) -> Optional[str]:
+def _score_error(op: dict[str, Any]) -> str | None:
     code = op.get("score_error")
     if not code:
         return None

@@ -3,8 +3,8 @@
 Registered by the plugin only when pytest-html is active (``config.pluginmanager.hasplugin("html")``); the hook
 implementations are also ``optionalhook`` so that registering them without pytest-html cannot fail hook
 validation (pytest's pluggy rejects unknown hooks). pytest-html 4.x takes cells and summary entries as raw HTML, so
-every value shown here goes through :func:`html.escape`. The chart is plain SVG markup: the report stays readable offline and in
-``--self-contained-html`` files, with no script or external resource.
+every value shown here goes through :func:`html.escape`. The chart is plain SVG markup: the report stays readable
+offline and in ``--self-contained-html`` files, with no script or external resource.
 
 pytest-html drops the reports of items whose xdist worker crashed (it only emits a row on a teardown report,
 a crashed worker never sends one), so the summary lists those cases from the leaderboard, which does count them.
@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any
 
 import pytest
 
 from pytest_cannbench.report.scoring import hap
 
-BoardGetter = Callable[[], Optional[dict[str, Any]]]
+BoardGetter = Callable[[], dict[str, Any] | None]
 
 # (data-column-type, header text, sortable). The type doubles as the cell class "col-<type>", which pytest-html
 # reads back with r"col-(\w+)" to sort, so it must be a \w+ word that does not clash with its own columns.
@@ -58,7 +59,7 @@ def _text(value: Any) -> str:
     return html.escape(" ".join(str(value).split()))
 
 
-def _number(value: Any) -> Optional[float]:
+def _number(value: Any) -> float | None:
     """A finite float, or None: boards loaded from JSON carry "nan"/"inf" strings (leaderboard.clean)."""
     if isinstance(value, bool):
         return None
@@ -123,7 +124,7 @@ def row_values(report: Any, *, cap: bool = False) -> RowValues:
                      hap=hap_text, times=times, hap_title=hap_title, case_title=str(cann.get("key") or ""))
 
 
-def svg_bar_chart(items: list[tuple[str, float]], width: int = 640, max_value: Optional[float] = None) -> str:
+def svg_bar_chart(items: list[tuple[str, float]], width: int = 640, max_value: float | None = None) -> str:
     """A horizontal bar per (label, value), in the given order, as standalone SVG markup.
 
     The scale runs to ``max_value``, by default the larger of 100 (an operator's ceiling while HAP stays at most 1)

@@ -13,7 +13,7 @@ import os
 import platform
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from pytest_cannbench.options import Settings
 from pytest_cannbench.timing.machine import cpu_model
@@ -40,7 +40,7 @@ def run_identity(submission: dict[str, Any], settings: Settings) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def environment(device_label: str, hardware: Optional[str]) -> dict[str, Any]:
+def environment(device_label: str, hardware: str | None) -> dict[str, Any]:
     import pytest
 
     from pytest_cannbench import __version__
@@ -138,8 +138,8 @@ def start(config: Any, collector: Any) -> None:
 
 def finish(config: Any, collector: Any) -> None:
     """Controller, at session end: score everything and write the leaderboard (and the optional reports)."""
-    from pytest_cannbench.report import leaderboard
     from pytest_cannbench import state
+    from pytest_cannbench.report import leaderboard
 
     st = state.of(config)
     s = st.settings

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Optional
+from typing import Any
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 NOT_GRADED = frozenset({"skipped"})
@@ -29,11 +30,11 @@ class ProblemResult:
     status: str  # passed, failed, missing, error, skipped (not graded) ...
     items_passed: int
     items_total: int
-    t_cand_us: Optional[float] = None
-    t_baseline_us: Optional[float] = None
-    t_compile_us: Optional[float] = None
-    speedup: Optional[float] = None
-    speedup_vs_compile: Optional[float] = None
+    t_cand_us: float | None = None
+    t_baseline_us: float | None = None
+    t_compile_us: float | None = None
+    speedup: float | None = None
+    speedup_vs_compile: float | None = None
     failure: str = ""  # the first failing item's type and message
 
     @property
@@ -48,7 +49,7 @@ def is_kernelbench(outcome: dict[str, Any]) -> bool:
     return str(outcome.get("rel_path") or "").endswith(".py")
 
 
-def _ratio(base: Optional[float], cand: Optional[float]) -> Optional[float]:
+def _ratio(base: float | None, cand: float | None) -> float | None:
     if base and cand and base > 0 and cand > 0 and math.isfinite(base / cand):
         return base / cand
     return None
@@ -81,7 +82,7 @@ def problem_results(outcomes: Iterable[dict[str, Any]]) -> list[ProblemResult]:
     return results
 
 
-def fast_p(results: list[ProblemResult], p: float, *, key: str = "speedup") -> Optional[float]:
+def fast_p(results: list[ProblemResult], p: float, *, key: str = "speedup") -> float | None:
     graded = [r for r in results if r.graded]
     if not graded:
         return None
@@ -92,12 +93,12 @@ def fast_p(results: list[ProblemResult], p: float, *, key: str = "speedup") -> O
     return hits / len(graded)
 
 
-def geomean(values: Iterable[Optional[float]]) -> Optional[float]:
+def geomean(values: Iterable[float | None]) -> float | None:
     logs = [math.log(v) for v in values if v and v > 0 and math.isfinite(v)]
     return math.exp(sum(logs) / len(logs)) if logs else None
 
 
-def section(outcomes: Iterable[dict[str, Any]]) -> Optional[dict[str, Any]]:
+def section(outcomes: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     """The leaderboard's ``kernelbench`` section, or None when no KernelBench problem was collected."""
     results = problem_results(outcomes)
     if not results:
@@ -118,11 +119,11 @@ def section(outcomes: Iterable[dict[str, Any]]) -> Optional[dict[str, Any]]:
     return out
 
 
-def _pct(value: Optional[float]) -> str:
+def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def summary_lines(kb: Optional[dict[str, Any]], limit: Optional[int] = 30) -> list[str]:
+def summary_lines(kb: dict[str, Any] | None, limit: int | None = 30) -> list[str]:
     """The terminal's KernelBench block: per problem, then fast_p and the geometric mean."""
     if not kb:
         return []

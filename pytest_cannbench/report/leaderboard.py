@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any
 
 from pytest_cannbench import __version__
 from pytest_cannbench.atomic import write_atomic
@@ -23,7 +24,7 @@ SCHEMA = "pytest-cannbench/leaderboard/1"
 MESSAGE_CHARS = 4000
 
 
-def _case_entry(outcome: dict[str, Any], hap: Optional[float], hap_flags: list[str]) -> dict[str, Any]:
+def _case_entry(outcome: dict[str, Any], hap: float | None, hap_flags: list[str]) -> dict[str, Any]:
     timing = outcome.get("timing") or {}
     return {
         "case_id": outcome.get("case_id"),
@@ -81,7 +82,7 @@ def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False) -> dic
     return {"total_score": total, "levels": levels, "operators": operators}
 
 
-def build(outcomes: Iterable[dict[str, Any]], *, submission: Optional[dict[str, Any]], environment: dict[str, Any],
+def build(outcomes: Iterable[dict[str, Any]], *, submission: dict[str, Any] | None, environment: dict[str, Any],
           config: dict[str, Any], cap: bool = False) -> dict[str, Any]:
     from pytest_cannbench.report.kernelbench import section as kernelbench_section
 
@@ -115,7 +116,7 @@ def write(path: Path, board: dict[str, Any]) -> None:
     write_atomic(path, dumps(board, indent=1) + "\n")
 
 
-def dumps(value: Any, indent: Optional[int] = None) -> str:
+def dumps(value: Any, indent: int | None = None) -> str:
     """Strict JSON: NaN and infinities (a max error can be inf) become the strings "nan", "inf", "-inf"."""
     return json.dumps(clean(value), indent=indent, allow_nan=False, default=str)
 

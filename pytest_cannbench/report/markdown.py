@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import html
 from collections import Counter
-from typing import Any, Optional
+from typing import Any
 
-from pytest_cannbench.report.eval_report import board_device, number
 from pytest_cannbench.outcome import HARNESS_FAILURES
+from pytest_cannbench.report.eval_report import board_device, number
 
 EXAMPLE_CHARS = 300
 DETAILS_OVER = 40  # operator tables longer than this fold into <details>
@@ -22,7 +22,7 @@ STATUS_NOTES = {"compile_failed": "build failed", "install_failed": "install fai
                 "missing": "not provided", "no cases": "no cases"}
 
 
-def cell(value: Any, limit: Optional[int] = None) -> str:
+def cell(value: Any, limit: int | None = None) -> str:
     """One table cell: a single line, HTML-escaped, with ``|`` and backticks escaped; cut at ``limit`` chars."""
     text = str(value if value is not None else "").replace("\r\n", "\n").replace("\r", "\n").strip()
     if limit is not None and len(text) > limit:
@@ -47,7 +47,7 @@ def _table(header: list[str], rows: list[list[str]], align: str) -> list[str]:
             *("| " + " | ".join(row) + " |" for row in rows)]
 
 
-def _submission_line(submission: Optional[dict[str, Any]]) -> str:
+def _submission_line(submission: dict[str, Any] | None) -> str:
     if not submission:
         return "**Submission:** unknown (built from results.jsonl only)"
     kind = submission.get("kind")

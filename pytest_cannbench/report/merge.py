@@ -1,4 +1,5 @@
-"""``cannbench merge OUT.json INPUT...`` (:mod:`pytest_cannbench.cli`): one leaderboard from the boards and ``results.jsonl`` files of several runs.
+"""``cannbench merge OUT.json INPUT...`` (:mod:`pytest_cannbench.cli`): one leaderboard from the boards and
+``results.jsonl`` files of several runs.
 
 Sharded CI jobs (``--cann-shard K/N``) each write a partial leaderboard; a resumed or killed run leaves its cases
 in ``results.jsonl``. Merging takes the case outcomes back out of every input, keeps one per case key (the later
@@ -12,9 +13,10 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence, TextIO
+from typing import Any, TextIO
 
 from pytest_cannbench.report import leaderboard
 
@@ -41,7 +43,7 @@ class Source:
     path: str
     kind: str  # "leaderboard" or "results.jsonl"
     outcomes: list[dict[str, Any]] = field(default_factory=list)
-    board: Optional[dict[str, Any]] = None
+    board: dict[str, Any] | None = None
     runs: dict[str, int] = field(default_factory=dict)  # results.jsonl: run identity -> lines
     skipped_lines: int = 0
     repeated: int = 0  # results.jsonl: cases recorded more than once (the last line wins)
@@ -154,7 +156,7 @@ def read_input(path: str) -> Source:
     return _read_jsonl(path, text)
 
 
-def warn(message: str, stream: Optional[TextIO] = None) -> None:
+def warn(message: str, stream: TextIO | None = None) -> None:
     print(f"cannbench merge: {message}", file=stream or sys.stderr)
 
 
@@ -198,7 +200,7 @@ def _check_agreement(sources: list[Source]) -> None:
               + ", ".join(f"{run} ({n} cases)" for run, n in sorted(runs.items())))
 
 
-def merge(paths: Sequence[str], *, cap: Optional[bool] = None) -> dict[str, Any]:
+def merge(paths: Sequence[str], *, cap: bool | None = None) -> dict[str, Any]:
     """Read every input and build one board from their outcomes (later inputs win on a shared case key)."""
     sources = [read_input(p) for p in paths]
     for s in sources:

@@ -16,8 +16,9 @@ Used by the terminal, every report file and ``cannbench merge``: no other code c
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Optional
+from typing import Any
 
 from pytest_cannbench.outcome import BUILD_FAILURES, PRECISION
 
@@ -29,7 +30,7 @@ WEIGHTS = {"compile": W_COMPILE, "function": W_FUNCTION, "performance": W_PERF}
 PRECISION_FAILURES = frozenset({PRECISION, "precision"})
 
 
-def _bad(value: Optional[float]) -> bool:
+def _bad(value: float | None) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
 
@@ -37,8 +38,8 @@ def baseline_proxy(t_hw: float) -> float:
     return max(10.0 * t_hw, 10.0)
 
 
-def hap(t_base: Optional[float], t_cand: Optional[float], t_hw: Optional[float], *,
-        cap: bool = False) -> tuple[Optional[float], list[str]]:
+def hap(t_base: float | None, t_cand: float | None, t_hw: float | None, *,
+        cap: bool = False) -> tuple[float | None, list[str]]:
     """Eq.3 with every official edge case; returns the score and flags explaining it."""
     flags: list[str] = []
     if _bad(t_cand) or _bad(t_hw):
@@ -70,10 +71,10 @@ class CaseScore:
     """What scoring needs of one case (a subset of its outcome)."""
 
     status: str
-    failure_type: Optional[str]
-    t_cand_us: Optional[float] = None
-    t_baseline_us: Optional[float] = None
-    t_hw_us: Optional[float] = None
+    failure_type: str | None
+    t_cand_us: float | None = None
+    t_baseline_us: float | None = None
+    t_hw_us: float | None = None
 
 
 @dataclass
@@ -85,9 +86,9 @@ class OperatorScore:
     cases_total: int
     cases_passed: int
     compile_runtime_failures: int
-    haps: list[Optional[float]] = field(default_factory=list)  # per case, None when not passed or unmeasured
+    haps: list[float | None] = field(default_factory=list)  # per case, None when not passed or unmeasured
     hap_flags: list[list[str]] = field(default_factory=list)
-    score_error: Optional[str] = None  # why the whole operator is 0
+    score_error: str | None = None  # why the whole operator is 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -96,7 +97,7 @@ class OperatorScore:
 def operator_score(cases: list[CaseScore], *, cap: bool = False) -> OperatorScore:
     """Eq.4 over the operator's cases (every collected case, whatever happened to it)."""
     n = max(len(cases), 1)
-    haps: list[Optional[float]] = []
+    haps: list[float | None] = []
     flags: list[list[str]] = []
     for c in cases:
         if c.status == "passed":
@@ -138,7 +139,7 @@ def totals(operators: Iterable[tuple[str, float]]) -> tuple[float, dict[str, dic
     return total, dict(sorted(levels.items(), key=lambda kv: (len(kv[0]), kv[0])))
 
 
-def geometric_mean_speedup(pairs: Iterable[tuple[Optional[float], Optional[float]]]) -> Optional[float]:
+def geometric_mean_speedup(pairs: Iterable[tuple[float | None, float | None]]) -> float | None:
     """Diagnostics only: the geometric mean of T_base / T_cand over cases with both times."""
     logs = [math.log(b / c) for b, c in pairs
             if b and c and b > 0 and c > 0 and math.isfinite(b) and math.isfinite(c) and math.isfinite(b / c)

@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from pytest_cannbench.outcome import BUILD_OK, COMPILE_FAILED, IMPORT_FAILED, INSTALL_FAILED
 
@@ -42,26 +42,26 @@ class SubmissionState:
 
     status: str
     message: str = ""
-    source: Optional[str] = None
+    source: str | None = None
     installed: bool = True  # False under --cann-no-install: the user's own cann_bench
     prebuilt: bool = False
-    wheel: Optional[str] = None
-    wheel_sha256: Optional[str] = None
-    run_package: Optional[str] = None
-    site_dir: Optional[str] = None
+    wheel: str | None = None
+    wheel_sha256: str | None = None
+    run_package: str | None = None
+    site_dir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     interfaces: list[list[str]] = field(default_factory=list)  # [name, source]
     scan: dict[str, Any] = field(default_factory=dict)  # static-scan telemetry of the sources (never a verdict)
     guard_problems: list[list[str]] = field(default_factory=list)  # [kind, detail]: forbidden symbol imports
-    build_log: Optional[str] = None
-    session_dir: Optional[str] = None
+    build_log: str | None = None
+    session_dir: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "SubmissionState":
+    def from_dict(cls, data: dict[str, Any]) -> SubmissionState:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     @property
@@ -96,7 +96,7 @@ def _build_env() -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], cwd: Path, log: Path, timeout: float, env: dict[str, str]) -> tuple[Optional[int], float]:
+def _run(cmd: list[str], cwd: Path, log: Path, timeout: float, env: dict[str, str]) -> tuple[int | None, float]:
     """Run ``cmd`` in its own process group, output appended to ``log``; rc None on timeout (group killed)."""
     t0 = time.perf_counter()
     with open(log, "ab") as out:
@@ -105,7 +105,7 @@ def _run(cmd: list[str], cwd: Path, log: Path, timeout: float, env: dict[str, st
         proc = subprocess.Popen(cmd, cwd=str(cwd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True, env=env)
         try:
-            rc: Optional[int] = proc.wait(timeout=timeout)
+            rc: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -128,7 +128,7 @@ def _packages(dist: Path) -> tuple[list[Path], list[Path]]:
     return sorted(dist.glob("cann_bench*.whl")), sorted(dist.glob("cann_bench*.run"))
 
 
-def build(source: Path, state: SubmissionState, work: Path, log: Path, timeout: float) -> Optional[tuple[Path, ...]]:
+def build(source: Path, state: SubmissionState, work: Path, log: Path, timeout: float) -> tuple[Path, ...] | None:
     """The wheel (and .run) to install, building when there is no prebuilt one; None on failure (state says why)."""
     wheels, runs = _packages(source / "dist")
     if len(wheels) > 1 or len(runs) > 1:
@@ -243,8 +243,8 @@ def check_symbols(state: SubmissionState) -> None:
 
 def discover(state: SubmissionState, log_dir: Path, work: Path, guard: str = "block") -> None:
     """Import the submission in a candidate worker and list its interfaces (validated: it ran their code)."""
-    from pytest_cannbench.workers.candidate_client import CandidateWorker, WorkerGone
     from pytest_cannbench.submission.interfaces import validate_names
+    from pytest_cannbench.workers.candidate_client import CandidateWorker, WorkerGone
 
     worker = CandidateWorker(log_path=log_dir / "discovery.log", workdir=work / "discovery", mode="submission",
                              site_dir=state.site_dir, env=dict(state.env), guard=guard)
@@ -262,7 +262,7 @@ def discover(state: SubmissionState, log_dir: Path, work: Path, guard: str = "bl
     state.seconds["discover"] = round(time.perf_counter() - t0, 3)
 
 
-def prepare(source: Optional[str], *, no_install: bool, report_dir: Path, build_timeout: float,
+def prepare(source: str | None, *, no_install: bool, report_dir: Path, build_timeout: float,
             guard: str = "block") -> SubmissionState:
     """Build, install and discover the submission; the returned state holds a private session directory
     that :func:`cleanup` removes."""

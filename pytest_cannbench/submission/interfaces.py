@@ -16,8 +16,8 @@ callable there but reported missing; here discovery and calling agree.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable, Optional
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,199}")  # used with fullmatch ($ would accept "op\n")
 MAX_INTERFACES = 10000
@@ -41,7 +41,7 @@ def snake_case_candidates(name: str) -> list[str]:
     return out
 
 
-def call_candidates(name: str, function_name: Optional[str]) -> list[str]:
+def call_candidates(name: str, function_name: str | None) -> list[str]:
     """Every name an operator may be called by, in lookup order."""
     out = snake_case_candidates(name)
     for extra in (name.lower(), name, function_name):
@@ -56,7 +56,7 @@ class Interface:
     source: str  # "torch.ops", "module" or "torch.ops+module"
 
 
-def provider(interfaces: Iterable[Interface], name: str, function_name: Optional[str]) -> Optional[str]:
+def provider(interfaces: Iterable[Interface], name: str, function_name: str | None) -> str | None:
     """The discovered interface that implements the operator, or None when it is missing."""
     by_lower = {i.name.lower(): i.name for i in interfaces}
     for candidate in call_candidates(name, function_name):

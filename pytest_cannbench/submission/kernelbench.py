@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from pytest_cannbench.outcome import BUILD_OK, IMPORT_FAILED
 from pytest_cannbench.submission.build import SubmissionState
@@ -38,7 +38,7 @@ def modules(source: Path) -> list[Path]:
     return found
 
 
-def looks_like(source: Optional[str]) -> bool:
+def looks_like(source: str | None) -> bool:
     """A KernelBench submission: ModelNew modules and neither a build.sh nor a prebuilt wheel."""
     if not source:
         return False
@@ -69,7 +69,7 @@ def prepare(source: str) -> SubmissionState:
                            session_dir=str(session_dir), seconds={"copy": time.perf_counter() - t0})
 
 
-def module_for(state: SubmissionState, rel_path: str) -> Optional[str]:
+def module_for(state: SubmissionState, rel_path: str) -> str | None:
     """The submission module implementing the problem ``rel_path`` (e.g. ``level1/19_ReLU.py``), or None."""
     if not state.session_dir:
         return None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
 
 from pytest_cannbench.taskformat.spec import REQUIRED_FILES
 
@@ -44,7 +43,7 @@ def find_bench_root(op_dir: Path) -> Path:
     return op_dir.parent
 
 
-def find_metadata_dir(start: Path) -> Optional[Path]:
+def find_metadata_dir(start: Path) -> Path | None:
     """``metadata/`` found by walking up from ``start`` (a bench root or any directory below it)."""
     start = start.resolve()
     for candidate in (start, *start.parents):

@@ -20,24 +20,25 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any
 
 from pytest_cannbench.taskformat.dtypes import DTYPE_INFO
 from pytest_cannbench.taskformat.errors import CaseFormatError
 
 __all__ = [
-    "TensorPlan",
-    "InputPlan",
     "DTYPES",
-    "INPUT_DISTS",
     "INPUT_COMPAT_MODES",
-    "plan_inputs",
+    "INPUT_DISTS",
+    "InputPlan",
+    "TensorPlan",
     "case_seed",
     "generate_inputs",
+    "plan_inputs",
 ]
 
-Range = Tuple[float, float]
+Range = tuple[float, float]
 
 #: Accepted dtype names (matched case-insensitively, as the official mapper does).
 DTYPES = tuple(DTYPE_INFO)
@@ -57,9 +58,9 @@ class TensorPlan:
     official integer path compares and truncates the raw values.
     """
 
-    shape: Tuple[int, ...]
+    shape: tuple[int, ...]
     dtype: str
-    value_range: Optional[Range]
+    value_range: Range | None
 
     @property
     def numel(self) -> int:
@@ -84,8 +85,8 @@ class InputPlan:
 
     name: str
     kind: str  # "tensor" | "list" | "none"
-    tensors: Tuple[TensorPlan, ...]
-    compat_ranges: Tuple[Optional[Range], ...]
+    tensors: tuple[TensorPlan, ...]
+    compat_ranges: tuple[Range | None, ...]
 
     @property
     def ranges_differ(self) -> bool:
@@ -118,7 +119,7 @@ def plan_inputs(
     input_shape: Any,
     dtype: Any,
     value_range: Any,
-) -> List[InputPlan]:
+) -> list[InputPlan]:
     """Plan the inputs of one case from its raw cases.yaml fields.
 
     ``input_names`` are the proto input names in proto order; the other three
@@ -132,7 +133,7 @@ def plan_inputs(
     dtypes = _dtype_entries(dtype, m)
     ranges = _range_entries(value_range, m)
 
-    plans: List[InputPlan] = []
+    plans: list[InputPlan] = []
     for i, name in enumerate(names):
         shape = shapes[i] if i < m else None
         if shape is None:
@@ -152,7 +153,7 @@ def plan_inputs(
     return plans
 
 
-def _shape_entries(raw: Any, names: List[str]) -> list:
+def _shape_entries(raw: Any, names: list[str]) -> list:
     """Per-input shapes: None, a tuple of dims, or a list of tuples (TensorList)."""
     if not isinstance(raw, list):
         raise CaseFormatError(
@@ -190,7 +191,7 @@ def _shape_entries(raw: Any, names: List[str]) -> list:
     return out
 
 
-def _dims(shape: list, label: str) -> Tuple[int, ...]:
+def _dims(shape: list, label: str) -> tuple[int, ...]:
     if not shape:
         raise CaseFormatError(
             "input_shape",
@@ -247,7 +248,7 @@ def _tensor_dtype(entry: Any, label: str) -> str:
     return _canonical_dtype(entry, label)
 
 
-def _list_dtypes(entry: Any, n: int, label: str) -> List[str]:
+def _list_dtypes(entry: Any, n: int, label: str) -> list[str]:
     """One dtype per element: a scalar applies to all; a short list repeats its last entry."""
     if not isinstance(entry, list):
         return [_canonical_dtype(entry, label)] * n
@@ -308,7 +309,7 @@ def _pair(v: Any, label: str) -> Range:
     return (_bound(v[0], label), _bound(v[1], label))
 
 
-def _check_range(rng: Optional[Range], dtype: str, label: str) -> None:
+def _check_range(rng: Range | None, dtype: str, label: str) -> None:
     """Refuse ranges on which torch (and the official generator) would raise."""
     if rng is None:
         return
@@ -342,7 +343,7 @@ def _check_range(rng: Optional[Range], dtype: str, label: str) -> None:
         )
 
 
-def _tensor_range(entry: Any, dtype: str, label: str) -> Optional[Range]:
+def _tensor_range(entry: Any, dtype: str, label: str) -> Range | None:
     if entry is None:
         return None
     if isinstance(entry, list) and entry and isinstance(entry[0], list):
@@ -354,7 +355,7 @@ def _tensor_range(entry: Any, dtype: str, label: str) -> Optional[Range]:
     return rng
 
 
-def _list_ranges(entry: Any, dtypes: List[str], label: str) -> List[Optional[Range]]:
+def _list_ranges(entry: Any, dtypes: list[str], label: str) -> list[Range | None]:
     """Declared per-element ranges of a TensorList.
 
     A flat pair applies to every element; a nested list gives one entry per
@@ -362,7 +363,7 @@ def _list_ranges(entry: Any, dtypes: List[str], label: str) -> List[Optional[Ran
     """
     n = len(dtypes)
     if entry is None:
-        out: List[Optional[Range]] = [None] * n
+        out: list[Range | None] = [None] * n
     elif _is_flat_pair(entry):
         out = [_pair(entry, label)] * n
     elif isinstance(entry, list) and entry:
@@ -376,8 +377,8 @@ def _list_ranges(entry: Any, dtypes: List[str], label: str) -> List[Optional[Ran
 
 
 def _official_list_ranges(
-    entry: Any, fixed: List[Optional[Range]], dtypes: List[str]
-) -> Tuple[Optional[Range], ...]:
+    entry: Any, fixed: list[Range | None], dtypes: list[str]
+) -> tuple[Range | None, ...]:
     """The ranges the official generator uses for TensorList elements.
 
     A flat pair whose first bound is a number is dropped (default range for
@@ -391,7 +392,7 @@ def _official_list_ranges(
         return (None,) * n
     if len(entry) == 2 and isinstance(entry[0], (int, float)):
         return (None,) * n
-    out: List[Optional[Range]] = []
+    out: list[Range | None] = []
     for j in range(n):
         rng = fixed[j]
         if j < len(entry) and not isinstance(entry[j], list) and entry[j] is not None:
@@ -453,7 +454,7 @@ def _torch_dtype(torch: Any, name: str) -> Any:
     return dt
 
 
-def _make_tensor(torch: Any, shape: tuple, dtype: str, rng: Optional[Range], gen: Any, dist: str) -> Any:
+def _make_tensor(torch: Any, shape: tuple, dtype: str, rng: Range | None, gen: Any, dist: str) -> Any:
     tdt = _torch_dtype(torch, dtype)
     kind = DTYPE_INFO[dtype].kind
     if kind == "float":

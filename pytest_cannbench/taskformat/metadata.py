@@ -20,7 +20,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 DEFAULT_HARDWARE = "910b2"
 A3_HARDWARE = "910_93"
@@ -69,8 +69,8 @@ def canonical_hardware(device_name: str) -> str:
 class Anchor:
     """The two anchors of one case; a field is None when no file has a positive value for it."""
 
-    baseline_us: Optional[float]
-    t_hw_us: Optional[float]
+    baseline_us: float | None
+    t_hw_us: float | None
     source: str  # "metadata:910b2", "metadata:910b2 (fallback from 950pr)", ...
     flags: tuple[str, ...] = ()  # data problems worth showing next to the score
 
@@ -93,7 +93,7 @@ def _load(path: Path) -> dict[str, Any]:
     return data
 
 
-def _entry(data: Optional[dict[str, Any]], rel_path: str, case_id: int) -> Optional[dict[str, Any]]:
+def _entry(data: dict[str, Any] | None, rel_path: str, case_id: int) -> dict[str, Any] | None:
     """``data[level][op][str(case_id)]`` (or ``data[op][...]`` for flat suites), if it is a mapping."""
     node: Any = data
     for part in (*rel_path.split("/"), str(case_id)):
@@ -109,17 +109,17 @@ class MetadataAnchors:
     Create one per session: warnings are collected once per kind on the instance.
     """
 
-    def __init__(self, metadata_dir: Optional[Path], hardware: str = DEFAULT_HARDWARE) -> None:
+    def __init__(self, metadata_dir: Path | None, hardware: str = DEFAULT_HARDWARE) -> None:
         self.requested = hardware
         self.hardware = canonical_hardware(hardware)
         self.metadata_dir = metadata_dir
         self.warnings: list[str] = []
         self.fallback_cases: list[str] = []  # "<rel_path>_<case_id>" that used at least one 910b2 value
         self._warned: set[str] = set()
-        self._primary: Optional[dict[str, Any]] = None
-        self._fallback: Optional[dict[str, Any]] = None
-        self.file: Optional[Path] = None  # the hardware's own file, when present
-        self.fallback_file: Optional[Path] = None
+        self._primary: dict[str, Any] | None = None
+        self._fallback: dict[str, Any] | None = None
+        self.file: Path | None = None  # the hardware's own file, when present
+        self.fallback_file: Path | None = None
         if metadata_dir is None:
             return
         own = metadata_dir / f"{self.hardware}.json"
@@ -132,7 +132,7 @@ class MetadataAnchors:
             self._warn("missing-file", self._missing_file_message(own, default))
 
     @classmethod
-    def from_bench_root(cls, bench_root: Path, device_name: Optional[str] = None) -> "MetadataAnchors":
+    def from_bench_root(cls, bench_root: Path, device_name: str | None = None) -> MetadataAnchors:
         """Search ``metadata/`` upward from ``bench_root``; no device name means the official default, 910b2."""
         from pytest_cannbench.taskformat.dirs import find_metadata_dir
 
@@ -159,7 +159,7 @@ class MetadataAnchors:
             self._warned.add(kind)
             self.warnings.append(message)
 
-    def _value(self, entry: Optional[dict[str, Any]], field: str, hardware: str, where: str) -> Optional[float]:
+    def _value(self, entry: dict[str, Any] | None, field: str, hardware: str, where: str) -> float | None:
         """A positive finite number, read through a ``{hardware: value}`` mapping; else None."""
         if entry is None or entry.get(field) is None:
             return None
@@ -175,11 +175,11 @@ class MetadataAnchors:
         value = float(value)
         return value if math.isfinite(value) and value > 0 else None
 
-    def lookup(self, rel_path: str, case_id: int) -> Optional[Anchor]:
+    def lookup(self, rel_path: str, case_id: int) -> Anchor | None:
         """The anchors of ``<rel_path>_<case_id>``; None when no file has either field."""
         primary = _entry(self._primary, rel_path, case_id)
         fallback = _entry(self._fallback, rel_path, case_id)
-        values: dict[str, Optional[float]] = {}
+        values: dict[str, float | None] = {}
         fell_back: list[str] = []
         for field in FIELDS:
             value = self._value(primary, field, self.hardware, str(self.file))

@@ -48,9 +48,10 @@ from __future__ import annotations
 import ast
 import math
 import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any
 
 from pytest_cannbench.taskformat.errors import TaskFormatError
 
@@ -91,12 +92,12 @@ class TensorFacts:
         return len(self.shape)
 
     @classmethod
-    def of(cls, tensor: Any) -> "TensorFacts":
+    def of(cls, tensor: Any) -> TensorFacts:
         """Facts of a torch tensor (duck-typed: ``shape`` and ``element_size()``)."""
         return cls(tuple(int(d) for d in tensor.shape), int(tensor.element_size()))
 
 
-TensorValue = Union[TensorFacts, Sequence[TensorFacts], None]
+TensorValue = TensorFacts | Sequence[TensorFacts] | None
 
 _BINOPS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -214,7 +215,7 @@ class _Checker:
         return False
 
 
-def _literal(node: ast.AST) -> Optional[float]:
+def _literal(node: ast.AST) -> float | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return node.value
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
@@ -286,7 +287,7 @@ class _Interpreter:
             return self._item(seq, self._num(node.slice))
         raise _Invalid(f"{type(node).__name__} is not allowed")  # unreachable after the checker
 
-    def _num(self, node: ast.AST) -> Union[int, float]:
+    def _num(self, node: ast.AST) -> int | float:
         value = self.run(node)
         if isinstance(value, bool):
             return int(value)
@@ -314,7 +315,7 @@ class _Interpreter:
             return tuple(_bounded(v) for v in value)
         raise _Invalid(f"attr {name!r} is {value!r}, not a number or a list of numbers")
 
-    def _tensor(self, name: str) -> Union[TensorFacts, tuple[TensorFacts, ...], None]:
+    def _tensor(self, name: str) -> TensorFacts | tuple[TensorFacts, ...] | None:
         if name not in self.tensors:
             raise _Invalid(f"no facts were given for {name!r} (pass None for an optional input the case omits)")
         value = self.tensors[name]
@@ -370,7 +371,7 @@ class _Interpreter:
             return min(values) if name == "min" else max(values)
         if name == "sum":
             return _bounded(sum(values))
-        result: Union[int, float] = 1
+        result: int | float = 1
         for v in values:
             result = _bounded(result * v)
         return result
@@ -385,18 +386,18 @@ class PerfModel:
     """A parsed ``perf_model``; a field left None takes the default (all tensor bytes / no flops)."""
 
     source: str
-    bytes_expr: Optional[str] = None
-    flops_expr: Optional[str] = None
+    bytes_expr: str | None = None
+    flops_expr: str | None = None
     _trees: dict[str, ast.Expression] = field(default_factory=dict, compare=False, repr=False)
 
     def evaluate(self, tensors: Mapping[str, TensorValue], attrs: Mapping[str, Any]
-                 ) -> tuple[Optional[float], Optional[float]]:
+                 ) -> tuple[float | None, float | None]:
         """``(bytes, flops)`` of one case; raises :class:`PerfModelError` naming the file and field.
 
         ``tensors`` maps every input and output name to its facts (a list for a TensorList, None for
         an optional input the case omits); ``attrs`` are the case's attrs over the proto defaults.
         """
-        results: dict[str, Optional[float]] = {}
+        results: dict[str, float | None] = {}
         for name in FIELDS:
             tree = self._trees.get(name)
             if tree is None:
@@ -427,8 +428,8 @@ def default_bytes(tensors: Mapping[str, TensorValue]) -> float:
     return float(total)
 
 
-def estimate_work(model: Optional[PerfModel], tensors: Mapping[str, TensorValue], attrs: Mapping[str, Any]
-                  ) -> tuple[Optional[float], Optional[float]]:
+def estimate_work(model: PerfModel | None, tensors: Mapping[str, TensorValue], attrs: Mapping[str, Any]
+                  ) -> tuple[float | None, float | None]:
     """``(bytes, flops)`` with the default model when the proto declares none."""
     if model is None:
         return default_bytes(tensors), None
@@ -475,7 +476,7 @@ def _is_constant(node: ast.AST) -> bool:
 
 
 def parse_perf_model(raw: Any, source: str, *, inputs: Iterable[str] = (), outputs: Iterable[str] = (),
-                     attrs: Iterable[str] = ()) -> Optional[PerfModel]:
+                     attrs: Iterable[str] = ()) -> PerfModel | None:
     """The ``operator.perf_model`` mapping of a proto, checked; None when the proto declares none.
 
     ``source`` names the proto file in errors; ``inputs``/``outputs``/``attrs`` are the proto's
@@ -492,7 +493,7 @@ def parse_perf_model(raw: Any, source: str, *, inputs: Iterable[str] = (), outpu
         raise PerfModelError(source, "", "is empty", "give 'bytes' and/or 'flops', or remove it")
     tensor_names = set(inputs) | set(outputs)
     attr_names = set(attrs) - tensor_names
-    texts: dict[str, Optional[str]] = {}
+    texts: dict[str, str | None] = {}
     trees: dict[str, ast.Expression] = {}
     for name in FIELDS:
         value = raw.get(name)

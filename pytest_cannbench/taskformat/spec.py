@@ -12,7 +12,7 @@ import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from pytest_cannbench.taskformat.dtypes import KNOWN_DTYPES, canonical_dtype
 from pytest_cannbench.taskformat.errors import CaseFormatError, TaskFormatError
@@ -50,7 +50,7 @@ class TensorDecl:
     optional: bool = False
     is_list: bool = False
     compare: bool = True
-    index_gather: Optional[dict] = None
+    index_gather: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class OperatorSpec:
     outputs: tuple[TensorDecl, ...]
     attrs: tuple[AttrDecl, ...]
     precision_thresholds: dict[str, float]
-    perf_model: Optional[PerfModel] = None  # our proto extension (bytes and FLOPs of a case), or None
+    perf_model: PerfModel | None = None  # our proto extension (bytes and FLOPs of a case), or None
 
     @property
     def input_names(self) -> list[str]:
@@ -91,9 +91,9 @@ class CaseSpec:
     """One entry of ``cases.yaml``. ``error`` set means the case cannot run; it still becomes an item."""
 
     index: int  # position in the file, for messages when case_id itself is broken
-    case_id: Optional[int]
+    case_id: int | None
     raw: dict[str, Any]
-    error: Optional[str] = None
+    error: str | None = None
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -129,7 +129,7 @@ class OperatorTask:
     warnings: list[str] = field(default_factory=list)
 
     @property
-    def level(self) -> Optional[int]:
+    def level(self) -> int | None:
         """Level from the ``levelN`` directory (what the official scorer sums), else from ``difficulty``."""
         first = self.rel_path.split("/")[0]
         match = re.fullmatch(r"level(\d+)", first)
@@ -142,7 +142,7 @@ class OperatorTask:
         """The official case key, e.g. ``level1/exp_1``: it seeds the inputs and keys the metadata."""
         return f"{self.rel_path}_{case_id}"
 
-    def result_key(self, case: "CaseSpec") -> str:
+    def result_key(self, case: CaseSpec) -> str:
         """The key results are filed under: the case key, or the file position of a case with no usable id."""
         return self.case_key(case.case_id) if case.case_id is not None else f"{self.rel_path}_#{case.index}"
 
@@ -155,7 +155,7 @@ _LOADER: Any = None
 
 # YAML 1.1 (PyYAML) reads `1e-06` as a *string* because it has no dot; task authors mean a float
 # (add_rms_norm_dynamic_quant's epsilon). Resolving YAML 1.2 floats at load time fixes this at the
-# source, instead of the official harness's "convert any numeric-looking attr string" (docs/task-format.md, "proto.yaml").
+# source, instead of the official harness's "convert any numeric-looking attr string" (docs/task-format.md).
 _FLOAT_12 = re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
 
 

@@ -13,18 +13,19 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any
 
-from pytest_cannbench.timing.devices import DevicePlan
 from pytest_cannbench.options import Settings
+from pytest_cannbench.timing.devices import DevicePlan
 
 
 class CannAnchorWarning(UserWarning):
     """Metadata anchors fell back to another hardware's file, or a value is missing or suspicious."""
 
 
-def hardware_key(settings: Settings, device: DevicePlan) -> Optional[str]:
+def hardware_key(settings: Settings, device: DevicePlan) -> str | None:
     """The metadata hardware key: the override, else the NPU's name; None means live anchors."""
     if settings.hardware:
         return settings.hardware
@@ -74,7 +75,7 @@ def make_anchor_source(settings: Settings, device: DevicePlan, cache_dir: Path,
     warned: set[str] = set()
     limits: list[Any] = []
 
-    def from_metadata(task: Any, case: Any) -> Optional[dict[str, Any]]:
+    def from_metadata(task: Any, case: Any) -> dict[str, Any] | None:
         from pytest_cannbench.taskformat.metadata import MetadataAnchors
 
         store = metadata.get(task.bench_root)
@@ -84,7 +85,7 @@ def make_anchor_source(settings: Settings, device: DevicePlan, cache_dir: Path,
         for message in store.warnings:
             if message not in warned:
                 warned.add(message)
-                warnings.warn(CannAnchorWarning(message))
+                warnings.warn(CannAnchorWarning(message), stacklevel=2)
         if anchor is None:
             return None
         return {"t_baseline_us": anchor.baseline_us, "baseline_source": anchor.source, "t_hw_us": anchor.t_hw_us,

@@ -16,9 +16,9 @@ import contextlib
 import fcntl
 import os
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Optional
 
 DEVICE_KINDS = ("auto", "cpu", "cuda", "npu")
 VISIBILITY_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
@@ -27,7 +27,7 @@ VISIBILITY_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVI
 @dataclass(frozen=True)
 class DevicePlan:
     kind: str  # cpu, cuda or npu
-    physical_id: Optional[int]  # None on the CPU
+    physical_id: int | None  # None on the CPU
     env: dict[str, str] = field(default_factory=dict)  # applied to the candidate and baseline workers only
 
     @property
@@ -59,7 +59,7 @@ def detect_kind() -> str:
     return "cpu"
 
 
-def parse_ids(text: Optional[str]) -> list[int]:
+def parse_ids(text: str | None) -> list[int]:
     if not text:
         return [0]
     try:

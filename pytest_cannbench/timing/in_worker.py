@@ -16,8 +16,9 @@ taken by the device's timer:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from pytest_cannbench.timing.machine import last_level_cache_bytes
 

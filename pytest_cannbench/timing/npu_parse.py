@@ -23,10 +23,10 @@ import random
 import re
 import statistics
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Iterable, Optional, Union
 
 
 class ProfileParseError(RuntimeError):
@@ -38,7 +38,7 @@ class ProfileParseError(RuntimeError):
 
 
 def pick_secret_shape(*, min_bytes: int = 192 << 20, itemsize: int = 2, lead: tuple[int, ...] = (96, 1024),
-                      rng: Optional[random.Random] = None) -> tuple[int, ...]:
+                      rng: random.Random | None = None) -> tuple[int, ...]:
     """A cache-clean buffer shape ``lead + (d,)`` of at least ``min_bytes``, ``d`` drawn per session.
 
     The last dim comes from the OS entropy source by default (a submission cannot replay a seed) and
@@ -62,7 +62,7 @@ _SHAPE_NOISE = re.compile(r"[\s\"'\[\]()]")
 _SECRET_FORM = re.compile(r"[0-9]+(,[0-9]+)*(;[0-9]*(,[0-9]+)*)*")
 
 
-def normalize_shapes(text: Optional[str]) -> str:
+def normalize_shapes(text: str | None) -> str:
     """Canonical ``Input Shapes`` text: no whitespace, quotes or brackets; inputs stay ``;``-separated.
 
     CANN/torch_npu releases write ``96,1024,1024;3``, ``"96,1024,1024;3"`` (quotes kept inside the
@@ -88,7 +88,7 @@ def normalize_secrets(secret_shapes: Iterable[str]) -> frozenset[str]:
     return frozenset(secrets)
 
 
-def matches_secret(input_shapes: Optional[str], secrets: frozenset[str]) -> bool:
+def matches_secret(input_shapes: str | None, secrets: frozenset[str]) -> bool:
     """Whether a row's ``Input Shapes`` marks a harness kernel: the whole field or its first input matches.
 
     Matching the first input alone lets the harness leave the reduction's extra inputs (axes, ...) to
@@ -121,7 +121,7 @@ _HEADER_UNIT = re.compile(r"^(.*?)\s*\(\s*([^)]*?)\s*\)$")
 _MISSING = {"", "n/a", "na", "none", "null", "nan", "-"}
 
 
-def split_header(header: str) -> tuple[str, Optional[str]]:
+def split_header(header: str) -> tuple[str, str | None]:
     """``"\\ufeffStart Time(μs) "`` -> ``("start time", "us")``: case, BOM, ``_``, spacing and micro sign folded."""
     text = header.replace("\ufeff", "").strip().lower()
     text = text.replace("\u00b5", "u").replace("\u03bc", "u").replace("_", " ")
@@ -140,7 +140,7 @@ class _Columns:
 
 
 def _map_columns(header: list[str]) -> _Columns:
-    found: dict[str, tuple[int, int, Optional[str]]] = {}  # field -> (alias rank, column, unit)
+    found: dict[str, tuple[int, int, str | None]] = {}  # field -> (alias rank, column, unit)
     for col, raw in enumerate(header):
         base, unit = split_header(raw)
         for fld, aliases in _FIELD_ALIASES.items():
@@ -171,7 +171,7 @@ def _is_missing(text: str) -> bool:
     return text.strip().lower() in _MISSING
 
 
-def _decimal(text: str) -> Optional[Decimal]:
+def _decimal(text: str) -> Decimal | None:
     """Exact value of a numeric cell (start times are epoch microseconds: float64 would drop digits)."""
     if _is_missing(text):
         return None
@@ -192,7 +192,7 @@ class Kernel:
 
     name: str
     duration_us: float
-    start_us: Optional[Decimal]
+    start_us: Decimal | None
     type: str = ""
     stream: str = ""
 
@@ -201,9 +201,9 @@ class Kernel:
 class _Row:
     line: int
     name: str
-    duration_us: Optional[float]
+    duration_us: float | None
     raw_duration: str
-    start_us: Optional[Decimal]
+    start_us: Decimal | None
     delimiter: bool
     shapes: str
     type: str
@@ -222,9 +222,9 @@ class ProfiledSteps:
     notes: list[str] = field(default_factory=list)
     kernels: list[list[Kernel]] = field(default_factory=list)  # counted kernels of each step, in start order
     no_device_kernel: list[bool] = field(default_factory=list)  # step had no counted kernel (time 0)
-    span_us: list[Optional[float]] = field(default_factory=list)  # first start to last end; None without starts
+    span_us: list[float | None] = field(default_factory=list)  # first start to last end; None without starts
     reordered: bool = False  # rows were not in start-time order in the file and were sorted
-    source: Optional[str] = None
+    source: str | None = None
 
     @property
     def signatures(self) -> list[tuple[str, ...]]:
@@ -267,7 +267,7 @@ def official_median_per_name_us(steps: ProfiledSteps) -> float:
 
 def _read_rows(text: str, secrets: frozenset[str]) -> tuple[list[_Row], _Columns]:
     reader = csv.reader(io.StringIO(text, newline=""))
-    header: Optional[list[str]] = None
+    header: list[str] | None = None
     for row in reader:
         if any(cell.strip() for cell in row):
             header = row
@@ -310,7 +310,7 @@ def _read_rows(text: str, secrets: frozenset[str]) -> tuple[list[_Row], _Columns
 
 
 def parse_kernel_details_text(text: str, secret_shapes: Iterable[str], n_steps: int, *,
-                              source: Optional[str] = None) -> ProfiledSteps:
+                              source: str | None = None) -> ProfiledSteps:
     """Split kernel_details.csv text into ``n_steps`` steps at the secret-shape delimiters and sum each."""
     if n_steps < 1:
         raise ValueError(f"n_steps must be >= 1, got {n_steps}")
@@ -383,7 +383,7 @@ def parse_kernel_details_text(text: str, secret_shapes: Iterable[str], n_steps: 
     return result
 
 
-def _span(kernels: list[Kernel]) -> Optional[float]:
+def _span(kernels: list[Kernel]) -> float | None:
     if not kernels or any(k.start_us is None for k in kernels):
         return None
     first = min(k.start_us for k in kernels)
@@ -400,7 +400,7 @@ def _step_id_notes(step_ids: list[set[str]]) -> list[str]:
     return notes
 
 
-def parse_kernel_details(path: Union[str, os.PathLike], secret_shapes: Iterable[str], n_steps: int) -> ProfiledSteps:
+def parse_kernel_details(path: str | os.PathLike, secret_shapes: Iterable[str], n_steps: int) -> ProfiledSteps:
     """:func:`parse_kernel_details_text` on a file (UTF-8, with or without BOM)."""
     path = Path(path)
     try:

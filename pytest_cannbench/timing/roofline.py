@@ -26,10 +26,11 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any
 
 from pytest_cannbench.atomic import write_atomic
 from pytest_cannbench.timing.calibrate import CalibrationError, check_device
@@ -68,7 +69,7 @@ class MachineLimits:
         return data
 
     @classmethod
-    def from_json(cls, data: Any) -> "MachineLimits":
+    def from_json(cls, data: Any) -> MachineLimits:
         """Raises ValueError on anything but a complete, plausible entry."""
         if not isinstance(data, dict):
             raise ValueError("not a mapping")
@@ -83,7 +84,7 @@ class MachineLimits:
                    dict(details) if isinstance(details, dict) else {})
 
 
-def t_hw_us(bytes: Optional[float], flops: Optional[float], limits: MachineLimits,
+def t_hw_us(bytes: float | None, flops: float | None, limits: MachineLimits,
             floor_us: float = FLOOR_US) -> float:
     """The roofline time of ``bytes`` moved and ``flops`` computed, in microseconds (at least ``floor_us``)."""
     for name, value in (("bytes", bytes), ("flops", flops)):
@@ -201,7 +202,7 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _read_cache(path: Path, key: dict[str, Any]) -> Optional[MachineLimits]:
+def _read_cache(path: Path, key: dict[str, Any]) -> MachineLimits | None:
     try:
         limits = MachineLimits.from_json(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, ValueError):
@@ -241,7 +242,7 @@ def cached_limits(cache_dir: Path, device: str = "cpu", threads: int = 1, *,
         return limits
 
 
-def main(argv: Optional[list[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """``cannbench roofline``: one measurement in this process, printed as JSON."""
     return measure_main(argv, prog="python -m pytest_cannbench.timing.roofline")
 

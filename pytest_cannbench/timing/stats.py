@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 # Slack of the CPU-time floor: reading the request and encoding the reply cost the worker a little CPU outside
 # the phases it reports. Measured on the bundled example (-n 2, 95 batches) and the timing tests under load:
@@ -51,8 +51,8 @@ def summarize(seconds: list[float]) -> TimingSummary:
 
 
 def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, timer: str,
-                cpu_s: Optional[float] = None, threads: int = 1,
-                busiest_s: Optional[float] = None) -> Optional[str]:
+                cpu_s: float | None = None, threads: int = 1,
+                busiest_s: float | None = None) -> str | None:
     """Why the worker's account of a batch cannot be true, or None.
 
     The worker's clock runs in the submission's process, so a submission could slow it down or
@@ -97,15 +97,15 @@ class CaseTiming:
     reason: str = ""  # why not measured
     device: str = ""
     timer: str = ""
-    t_cand_us: Optional[float] = None
-    cand: Optional[dict[str, Any]] = None  # TimingSummary
-    t_baseline_us: Optional[float] = None
-    baseline: Optional[dict[str, Any]] = None
+    t_cand_us: float | None = None
+    cand: dict[str, Any] | None = None  # TimingSummary
+    t_baseline_us: float | None = None
+    baseline: dict[str, Any] | None = None
     baseline_source: str = ""
-    t_hw_us: Optional[float] = None
+    t_hw_us: float | None = None
     t_hw_source: str = ""
-    bytes: Optional[float] = None
-    flops: Optional[float] = None
+    bytes: float | None = None
+    flops: float | None = None
     input_sets: int = 0
     flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)

@@ -25,8 +25,9 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pytest_cannbench.workers import procs, wire
 
@@ -184,8 +185,8 @@ class Worker:
 
     def time(self, req: dict) -> dict:
         """A timing batch: warm-up calls, then flushed, synchronised, timed calls, outputs kept per call."""
-        from pytest_cannbench.workers.tensor_wire import flatten, poison, read_args, write_outputs
         from pytest_cannbench.timing.in_worker import Flusher, run_batch
+        from pytest_cannbench.workers.tensor_wire import flatten, poison, read_args, write_outputs
 
         started = _clock()
         self.map_region(req["region_size"])

@@ -24,10 +24,11 @@ import importlib.util
 import inspect
 import math
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Optional
+from typing import Any
 
 _SPECIAL_FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan, "+inf": math.inf}
 
@@ -40,10 +41,10 @@ class GoldenError(RuntimeError):
 class GoldenModule:
     module: ModuleType
     main: Callable
-    oracle: Optional[Callable]
-    bench: Optional[Callable]
-    get_input: Optional[Callable]
-    get_output: Optional[Callable]
+    oracle: Callable | None
+    bench: Callable | None
+    get_input: Callable | None
+    get_output: Callable | None
 
 
 _MODULES: dict[str, GoldenModule] = {}
@@ -75,7 +76,7 @@ def load_golden(op_dir: Path, rel_path: str, function_name: str, name_lower: str
     if not callable(main):
         raise GoldenError(f"{op_dir / 'golden.py'}: no function {function_name!r} (schema) or {name_lower!r}")
 
-    def hook(name: str) -> Optional[Callable]:
+    def hook(name: str) -> Callable | None:
         value = getattr(module, name, None)
         return value if callable(value) else None
 

@@ -52,8 +52,8 @@ def _error(stage: str, exc: BaseException) -> dict:
 
 def prepare(req: dict) -> dict:
     """Inputs, binding, fp64 truth and same-precision reference for one case."""
-    from pytest_cannbench.workers.golden_binding import bind, call_get_input, flatten_outputs, load_golden, upcast
     from pytest_cannbench.taskformat.inputs import generate_inputs, plan_inputs
+    from pytest_cannbench.workers.golden_binding import bind, call_get_input, flatten_outputs, load_golden, upcast
 
     seconds: dict[str, float] = {}
     stage = "import golden.py"

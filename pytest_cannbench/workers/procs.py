@@ -14,11 +14,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO, Callable, Optional
+from typing import BinaryIO
 
 
-def wait_readable(fd: int, timeout: float, poll_s: float = 1.0, tick: Optional[Callable[[], None]] = None) -> bool:
+def wait_readable(fd: int, timeout: float, poll_s: float = 1.0, tick: Callable[[], None] | None = None) -> bool:
     """True once ``fd`` has data, False when ``timeout`` passed first; ``tick`` runs every ``poll_s`` meanwhile.
 
     Short select() steps keep pytest-timeout's signal and Ctrl-C responsive.

@@ -19,7 +19,7 @@ import mmap
 import os
 import weakref
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 ALIGN = 64
 MIN_REGION = 1 << 20
@@ -68,7 +68,7 @@ class Region:
             os.unlink(path)
             self.fd = fd
         self.size = 0
-        self.mm: Optional[mmap.mmap] = None
+        self.mm: mmap.mmap | None = None
         self.ensure(size)
 
     def ensure(self, size: int) -> None:
@@ -279,12 +279,12 @@ def poison(outputs: list, descriptions: list[dict]) -> None:
 # Storages of outputs already returned, while something (the submission's cache) keeps them alive: torch keeps
 # one Python object per live storage, so a weak set tells "the same buffer again" from "a new buffer at a
 # recycled address".
-_EARLIER_OUTPUTS: "weakref.WeakSet[Any]" = weakref.WeakSet()
+_EARLIER_OUTPUTS: weakref.WeakSet[Any] = weakref.WeakSet()
 EARLIER_OUTPUT = "an earlier call's output"
 
 
 def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: int, out_capacity: int,
-                  inputs: Optional[dict[str, Any]] = None) -> list[dict]:
+                  inputs: dict[str, Any] | None = None) -> list[dict]:
     """Describe each output and copy the plain contiguous tensors that fit into the output area.
 
     The output contract is checked here, before any value is read: a plain ``torch.Tensor``
@@ -349,7 +349,7 @@ def _names(value: Any) -> str:
     return ", ".join(str(n)[:40] for n in value[:10]) if isinstance(value, list) else ""
 
 
-def _int_list(value: Any, limit: int) -> Optional[list[int]]:
+def _int_list(value: Any, limit: int) -> list[int] | None:
     if not isinstance(value, list) or len(value) > limit:
         return None
     if not all(type(v) is int for v in value):

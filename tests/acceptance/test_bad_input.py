@@ -11,14 +11,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import pytest
+
 # Imported before any inner session: pytester.inline_run drops modules first imported inside it, and
 # taskspec keeps a loader class built on the yaml module it first saw; a re-imported yaml would raise
 # errors that ``except yaml.YAMLError`` of the new module does not catch (in later tests of this run).
 import yaml  # noqa: F401
-
 from inner import InnerRun, run_inner
 
 BASE_ARGS = ("--cann-tasks=tasks", "--cann-self-check", "-p", "no:cacheprovider", "--cann-golden-cache=off",
@@ -33,7 +32,7 @@ class Bad:
 
     outcome: str  # pytest's view: "failed" (call) or "error" (setup)
     failure_type: str
-    file: Optional[str]  # the task file the message names; "" = the operator directory itself
+    file: str | None  # the task file the message names; "" = the operator directory itself
     fragments: tuple[str, ...]  # the case and the field, as they must appear in the message
     status: str = "error"  # cannbench's view: harness and task problems are errors, not failures
 
@@ -41,7 +40,7 @@ class Bad:
 OK = None
 
 # Every item of the malformed tree and its fate. Operators not named here do not exist.
-MALFORMED: dict[str, dict[str, Optional[Bad]]] = {
+MALFORMED: dict[str, dict[str, Bad | None]] = {
     # healthy
     "soft_clip": {"01": OK, "02": OK},
     "lerp_pair": {"01": OK, "02": OK},
@@ -117,7 +116,7 @@ def case_key(op: str, label: str) -> str:
     return f"{op}_{int(label)}" if label.isdigit() else f"{op}_{label}"
 
 
-def expected_items(tree: dict[str, dict[str, Optional[Bad]]]) -> dict[str, Optional[Bad]]:
+def expected_items(tree: dict[str, dict[str, Bad | None]]) -> dict[str, Bad | None]:
     return {item_name(op, label): bad for op, items in tree.items() for label, bad in items.items()}
 
 

@@ -352,7 +352,7 @@ def test_golden_hooks(pytester, task_tree, golden_log) -> None:
 
 def test_tensors_bind_by_position_and_attrs_by_name(pytester, task_tree, golden_log) -> None:
     task_tree("fmt_binding")
-    reprec, cases = run_cases(pytester)
+    _reprec, cases = run_cases(pytester)
     assert {k: v["status"] for k, v in cases.items()} == {
         "level2/blend_list_1": "passed", "level2/blend_list_2": "passed", "level2/blend_list_3": "error"}
     calls = {c["mode"]: c for c in golden_log.calls("blend_list", dtype="float32")}

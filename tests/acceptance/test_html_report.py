@@ -81,7 +81,7 @@ def test_chart_empty_is_well_formed() -> None:
 def test_chart_scores_above_100_fit_with_reference_line() -> None:
     width = 500
     root = _svg(svg_bar_chart([("a", 150.0), ("b", 100.0), ("c", 0.0)], width=width))
-    (a, wa, _), (b, wb, _), (c, wc, _) = _bars(root)
+    (_a, wa, _), (_b, wb, _), (_c, wc, _) = _bars(root)
     assert wa == pytest.approx(1.5 * wb, abs=0.2)
     assert wc == 0.0
     rects = list(root.iter(f"{SVG}rect"))

@@ -212,7 +212,8 @@ def test_broken_metadata_file_names_file(tmp_path: Path, text, problem: str) -> 
 
 
 def test_pure_python_modules_do_not_import_torch() -> None:
-    code = ("import sys; import pytest_cannbench.taskformat.metadata, pytest_cannbench.taskformat.perf_model, pytest_cannbench.timing.roofline; "
+    code = ("import sys; import pytest_cannbench.taskformat.metadata, pytest_cannbench.taskformat.perf_model, "
+            "pytest_cannbench.timing.roofline; "
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

@@ -14,7 +14,6 @@ import pytest
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.guard import builtin_ops
-
 from pytest_cannbench.guard import runtime as guard
 from pytest_cannbench.guard.elf_symbols import scan_libraries, undefined_symbols
 from pytest_cannbench.report.journal import Journal

@@ -1,4 +1,4 @@
-"""Unit tests of pytest_cannbench.submission.interfaces: the name rules that map an operator to a submission callable."""
+"""Unit tests of pytest_cannbench.submission.interfaces: the name rules mapping an operator to a callable."""
 
 from __future__ import annotations
 

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from synth_outcomes import all_outcomes, board_of, outcome, timed
 
+from pytest_cannbench.cli import main
+from pytest_cannbench.nodes.sharding import in_shard
 from pytest_cannbench.report import leaderboard
 from pytest_cannbench.report.eval_report import to_eval_report
-from pytest_cannbench.cli import main
 from pytest_cannbench.report.merge import outcomes_from_board
-from pytest_cannbench.nodes.sharding import in_shard
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -66,7 +66,7 @@ def test_find_fallback(tmp_path: Path, where: str) -> None:
 def test_find_ambiguous(tmp_path: Path) -> None:
     export(tmp_path, "host_1_a")
     export(tmp_path, "host_1_b")
-    with pytest.raises(ProfileParseError, match="2 kernel_details.csv .*runs are mixed"):
+    with pytest.raises(ProfileParseError, match=r"2 kernel_details\.csv .*runs are mixed"):
         find_kernel_details(tmp_path)
     other = tmp_path / "other"
     for sub in ("x", "y"):
@@ -121,7 +121,7 @@ def test_wait_times_out(tmp_path: Path, content) -> None:
     if content is not None:
         export(tmp_path).write_text(content)  # an empty file is never complete
     start = time.monotonic()
-    with pytest.raises(ProfileExportTimeout, match="no complete kernel_details.csv"):
+    with pytest.raises(ProfileExportTimeout, match=r"no complete kernel_details\.csv"):
         wait_for_kernel_details(tmp_path, timeout_s=0.2, poll_s=0.02)
     assert time.monotonic() - start < 3
     assert issubclass(ProfileExportTimeout, ProfileParseError)

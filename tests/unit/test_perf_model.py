@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from pytest_cannbench.taskformat import perf_model
+from pytest_cannbench.taskformat.errors import TaskFormatError
 from pytest_cannbench.taskformat.perf_model import (
     PerfModel,
     PerfModelError,
@@ -21,7 +22,6 @@ from pytest_cannbench.taskformat.perf_model import (
     estimate_work,
     parse_perf_model,
 )
-from pytest_cannbench.taskformat.errors import TaskFormatError
 
 SOURCE = "tasks/level1/op/proto.yaml"
 INPUTS = ("x", "w", "xs", "opt")

@@ -12,10 +12,10 @@ from collections import Counter
 import pytest
 from synth_outcomes import BUILD_MESSAGE, all_outcomes, board_of, outcome, timed
 
+from pytest_cannbench.nodes.sharding import in_shard, normalise, parse_shard, shard_of
 from pytest_cannbench.report import leaderboard
 from pytest_cannbench.report.eval_report import to_eval_report
 from pytest_cannbench.report.markdown import cell, render
-from pytest_cannbench.nodes.sharding import in_shard, normalise, parse_shard, shard_of
 
 # Field lists of the official EvalReport (docs/ci.md).
 TOP = ["framework_version", "tasks_version", "eval_code", "timestamp", "device", "total_operators", "total_cases",

@@ -114,7 +114,7 @@ NON_CONTIGUOUS = {
 @pytest.mark.parametrize("make", NON_CONTIGUOUS.values(), ids=NON_CONTIGUOUS.keys())
 def test_non_contiguous_inputs_arrive_with_the_same_values(region, make):
     x = make()
-    layout, args = _call(region, {"x": x}, 64)
+    _layout, args = _call(region, {"x": x}, 64)
     assert args["x"].is_contiguous()
     _same(args["x"], x.detach())
 
@@ -170,7 +170,7 @@ def test_plain_values_pass_through(region, value):
 
 
 def test_nan_passes_through(region):
-    layout, args = _call(region, {"v": float("nan"), "vs": [1.0, float("nan")]}, 64)
+    _layout, args = _call(region, {"v": float("nan"), "vs": [1.0, float("nan")]}, 64)
     assert math.isnan(args["v"])
     assert args["vs"][0] == 1.0 and math.isnan(args["vs"][1])
 

@@ -33,16 +33,16 @@ batch_matmul = torch.ops.cann_bench.batch_matmul
 moe_gating = torch.ops.cann_bench.moe_gating
 
 __all__ = [
-    "softplus",
-    "leaky_relu",
-    "gelu",
-    "silu",
-    "clamp",
-    "rms_scale",
-    "log_softmax",
-    "layer_norm",
-    "reduce_sum",
-    "row_top_k",
     "batch_matmul",
+    "clamp",
+    "gelu",
+    "layer_norm",
+    "leaky_relu",
+    "log_softmax",
     "moe_gating",
+    "reduce_sum",
+    "rms_scale",
+    "row_top_k",
+    "silu",
+    "softplus",
 ]
