@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -39,7 +39,7 @@ SECRET_WORKERINPUT_KEY = "cannbench_secret"
 def add_options(parser: pytest.Parser) -> None:
     group = parser.getgroup("cannbench", "CANN Bench operator grading")
 
-    def option(name: str, ini_type: str = "string", **kwargs: Any) -> None:
+    def option(name: str, ini_type: Literal["string", "bool"] = "string", **kwargs: Any) -> None:
         """One ``--cann-x`` option with its ``cann_x`` ini twin (the option wins)."""
         group.addoption(f"--cann-{name}", dest=f"cann_{name.replace('-', '_')}", default=None, **kwargs)
         parser.addini(f"cann_{name.replace('-', '_')}", kwargs.get("help", ""), type=ini_type,

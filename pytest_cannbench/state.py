@@ -115,6 +115,7 @@ class CannBenchState:
         if announce is not None:
             announce(f"cannbench: preparing submission {s.source or '(installed cann_bench)'} ...")
         if kernelbench_submission.wanted(s):  # ModelNew modules: nothing to build or install
+            assert s.source is not None  # wanted() is false without a source
             self.submission = kernelbench_submission.prepare(s.source)
         else:
             self.submission = prepare(s.source, no_install=s.no_install, report_dir=self.report_dir,

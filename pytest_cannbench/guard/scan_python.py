@@ -290,8 +290,7 @@ class _PyScanner:
         func = node.func
         fname = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
         q = self.resolve(func)
-        method = isinstance(func, ast.Attribute) and not self._root_is_module(func.value)
-        if method:
+        if isinstance(func, ast.Attribute) and not self._root_is_module(func.value):  # a method call
             if is_method_compute(func.attr, PY_AMBIGUOUS_METHODS):
                 self.out.add("builtin_compute", line)
             if func.attr == "numpy":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.judge.goldens import GoldenData, GoldenFailure, GoldenService, golden_ref
@@ -29,7 +29,20 @@ def new_outcome(task: OperatorTask, case: CaseSpec, status: str, failure_type: s
                        status=status, failure_type=failure_type, message=message, warnings=list(case.warnings))
 
 
-def seed_of(task: OperatorTask, case: CaseSpec, settings: Settings) -> int:
+class CaseSettings(Protocol):
+    """What seeding and the verdict read of the :class:`Settings` (the task-quality gate passes just these)."""
+
+    @property
+    def checker(self) -> str: ...
+
+    @property
+    def seed(self) -> int: ...
+
+    @property
+    def secret(self) -> str: ...
+
+
+def seed_of(task: OperatorTask, case: CaseSpec, settings: CaseSettings) -> int:
     """The case's input seed: SHA-256 of the official case key mixed with ``--cann-seed``."""
     assert case.case_id is not None
     return case_seed(_secret(settings) + task.case_key(case.case_id), settings.seed)
@@ -43,10 +56,11 @@ def timed_seed(task: OperatorTask, case: CaseSpec, settings: Settings, index: in
 
 def check_seed(task: OperatorTask, case: CaseSpec, settings: Settings) -> int:
     """The seed of the second correctness pass: new inputs no earlier call has seen."""
+    assert case.case_id is not None  # second_pass runs after the first, which seeded with seed_of
     return case_seed(f"{_secret(settings)}{task.case_key(case.case_id)}/check", settings.seed)
 
 
-def _secret(settings: Settings) -> str:
+def _secret(settings: CaseSettings) -> str:
     return f"{settings.secret}/" if settings.secret else ''
 
 
@@ -184,7 +198,7 @@ def apply_get_output(data: GoldenData, raw: list, postprocess: Callable[[dict], 
 
 
 def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, outputs: JudgedOutputs | list,
-          settings: Settings) -> CaseOutcome:
+          settings: CaseSettings) -> CaseOutcome:
     """The precision standard on every output, then the index self-consistency checks. Pure: a task with a
     ``get_output`` hook passes :func:`apply_get_output`'s result; any other task may pass the raw outputs."""
     from pytest_cannbench.judge.precision import compare_outputs

@@ -334,6 +334,7 @@ def _judge_relative(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor
         return failed
     if not st.count.get("valid"):
         return _ok(v, "all_excluded", f"all {v.total_count} elements are matched NaN/Inf or empty")
+    assert v.mere is not None and v.mare is not None  # mean and max over the valid elements, and there are some
     if v.mere < th.mere and v.mare < th.mare:
         return _ok(v, "fast_path", f"MERE {_fmt(v.mere)} < {_fmt(th.mere)}, MARE {_fmt(v.mare)} < {_fmt(th.mare)}")
     reasons = _region_failures(v, st, th, actual, golden, native)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.outcome import CaseOutcome
@@ -50,22 +50,38 @@ class SkipCase(Exception):
         self.failure_type = failure_type
 
 
-class CaseSource(Protocol):
-    """One case of a task source, as the item life cycle, the judge and the timing loop see it."""
+R = TypeVar("R", bound=Reference)  # the reference data of one task format (GoldenData, ProblemReference)
 
-    key: str  # the result key, e.g. level1/exp_3 or level1/19_ReLU.py_1
-    rel_path: str
-    name: str
+
+class CaseSource(Protocol[R]):
+    """One case of a task source, as the item life cycle, the judge and the timing loop see it.
+
+    Generic in its format's :class:`Reference`: the methods taking a reference are only ever given what
+    this source's own :meth:`prepare` made."""
+
     golden_noun: str  # how messages name the trusted side: "golden" or "reference"
     worker_role: str  # which candidate worker runs it (state.WORKER_ROLES)
-    task_error: str | None  # the case itself is broken (a task_error, not the candidate's)
+
+    @property
+    def key(self) -> str:
+        """The result key, e.g. level1/exp_3 or level1/19_ReLU.py_1."""
+
+    @property
+    def rel_path(self) -> str: ...
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def task_error(self) -> str | None:
+        """The case itself is broken (a task_error, not the candidate's)."""
 
     def outcome(self, status: str, failure_type: str | None = None, message: str = "") -> CaseOutcome: ...
 
     def missing(self, submission: SubmissionState) -> str | None:
         """Why the submission does not provide this case (None: it does)."""
 
-    def prepare(self, seed: int | None = None) -> Reference:
+    def prepare(self, seed: int | None = None) -> R:
         """Reference data for the case's own seed (or ``seed``); raises GoldenFailure or SkipCase."""
 
     def check_seed(self) -> int | None:
@@ -73,14 +89,14 @@ class CaseSource(Protocol):
 
     def timed_seed(self, index: int) -> int: ...
 
-    def candidate_target(self, ref: Reference) -> dict[str, Any]: ...
+    def candidate_target(self, ref: R) -> dict[str, Any]: ...
 
-    def baselines(self, ref: Reference) -> list[Baseline]: ...
+    def baselines(self, ref: R) -> list[Baseline]: ...
 
-    def judge(self, outputs: list, ref: Reference) -> CaseOutcome:
+    def judge(self, outputs: list, ref: R) -> CaseOutcome:
         """The accuracy verdict on one set of candidate outputs for ``ref``'s input set."""
 
-    def anchors(self, ref: Reference, live: Anchors) -> dict[str, Any]:
+    def anchors(self, ref: R, live: Anchors) -> dict[str, Any]:
         """Hardware and metadata anchors of the timing record (empty: none)."""
 
 
@@ -118,7 +134,7 @@ class CandidateAnswer:
     flags: list[str] = field(default_factory=list)  # guard findings in warn mode
 
 
-def run_candidate(source: CaseSource, ref: Reference, worker: CandidateWorker, timeout_s: float,
+def run_candidate(source: CaseSource[R], ref: R, worker: CandidateWorker, timeout_s: float,
                   log_dir: Path) -> CandidateAnswer:
     """One call of the candidate in its worker; any misbehaviour becomes a failure outcome."""
     result = worker.call(source.candidate_target(ref), ref.kwargs(), expected_out_bytes=ref.out_bytes(),
@@ -133,7 +149,8 @@ def run_candidate(source: CaseSource, ref: Reference, worker: CandidateWorker, t
                            seconds=result.seconds)
 
 
-def second_pass(source: CaseSource, worker: CandidateWorker, timeout_s: float, log_dir: Path) -> CaseOutcome | None:
+def second_pass(source: CaseSource[Any], worker: CandidateWorker, timeout_s: float,
+                log_dir: Path) -> CaseOutcome | None:
     """The candidate once more on inputs no call has seen (their own seed): a verdict that held on one input
     set must hold on another. Returns the failure, or None when it passed too (or the format has no such pass)."""
     from pytest_cannbench.judge.goldens import GoldenFailure

@@ -179,6 +179,7 @@ def _local_get_output(task: Any, case: Any, outputs: dict[str, list | None]) -> 
     from pytest_cannbench.workers.golden_binding import call_get_output, load_golden
 
     gm = load_golden(task.op_dir, task.rel_path, task.spec.function_name, task.spec.name.lower())
+    assert gm.get_output is not None  # apply_get_output calls this only for a golden with the hook
     return {key: None if outs is None else call_get_output(gm.get_output, outs, task.spec.output_names, case.attrs)
             for key, outs in outputs.items()}
 
@@ -267,6 +268,7 @@ def _grade(task: Any, case: Any, *, checker: str, seed: int, dist: str, compat: 
     names = output_names(task, count)
     flags = compare_flags(task, count)
     exact = _exact_outputs(task)
+    assert data.native is not None  # reply["native"], checked above
     # the correct answer in each output's contract dtype: what a right candidate returns
     right = [g.to(n.dtype).contiguous() if isinstance(g, torch.Tensor) and isinstance(n, torch.Tensor) else g
              for g, n in zip(data.golden, data.native)]

@@ -17,6 +17,12 @@ from pytest_cannbench import outcome as oc
 from pytest_cannbench.outcome import CaseOutcome
 
 
+def _crashed_worker(report: pytest.TestReport) -> bool:
+    """xdist reports a test whose worker died with ``when == "???"``, a value outside pytest's ``Literal``."""
+    when: str = report.when
+    return when == "???"
+
+
 def _case_key(report: pytest.TestReport) -> str:
     for name, value in getattr(report, "user_properties", ()) or ():
         if name == "cann_case":
@@ -54,7 +60,7 @@ class ResultCollector:
             # the call verdict wins over a setup one; a setup error stands when there is no call
             if previous is None or report.when == "call" or previous.status == oc.SKIPPED:
                 self.record(result)
-        elif report.when == "???":
+        elif _crashed_worker(report):
             key = _case_key(report)
             rel_path, case_id = _split_key(key)
             self.record(CaseOutcome(key=key, rel_path=rel_path, operator="", case_id=case_id, status=oc.CRASHED,
@@ -201,7 +207,7 @@ def junit_properties(outcome: CaseOutcome) -> list[tuple[str, Any]]:
             if t.get(name) is not None:
                 props.append((f"cann_{name}", round(float(t[name]), 3)))
     for metric in ("mere", "mare"):
-        values = [v.get(metric) for v in outcome.accuracy if isinstance(v.get(metric), (int, float))]
+        values = [m for v in outcome.accuracy if isinstance(m := v.get(metric), (int, float))]
         if values:
             props.append((f"cann_{metric}", max(values)))
     return props

@@ -167,7 +167,8 @@ def _case(op: dict[str, Any], case: dict[str, Any], device: str, timestamp: str)
         official_failure = FAILURE_TYPE_MAP.get(str(failure), failure)
     else:
         official_failure = None
-    timing = case.get("timing") if isinstance(case.get("timing"), dict) else {}
+    raw_timing = case.get("timing")
+    timing: dict[str, Any] = raw_timing if isinstance(raw_timing, dict) else {}
     measured = bool(timing.get("measured")) and number(case.get("t_cand_us")) is not None
     perf_error = None
     if status == "success" and not measured:

@@ -111,7 +111,8 @@ def row_values(report: Any, *, cap: bool = False) -> RowValues:
     if cann.get("failure_type"):
         status = f"{status} ({cann['failure_type']})"
     case_id = cann.get("case_id")
-    timing = cann.get("timing") if isinstance(cann.get("timing"), dict) else {}
+    raw_timing = cann.get("timing")
+    timing: dict[str, Any] = raw_timing if isinstance(raw_timing, dict) else {}
     t_cand, t_base, t_hw = (_number(timing.get(k)) for k in ("t_cand_us", "t_baseline_us", "t_hw_us"))
     hap_text, hap_title = MISSING, ""
     if cann.get("status") == "passed" and timing.get("measured", True):

@@ -49,7 +49,7 @@ def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False) -> dic
     by_op: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for o in outcomes:
         by_op[o.get("rel_path") or o["key"].rsplit("_", 1)[0]].append(o)
-    operators = []
+    operators: list[dict[str, Any]] = []
     for rel_path in sorted(by_op):
         cases = sorted(by_op[rel_path], key=lambda o: (o.get("case_id") is None, o.get("case_id") or 0, o["key"]))
         inputs = [CaseScore(o["status"], o.get("failure_type"), (o.get("timing") or {}).get("t_cand_us"),

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeGuard
 
 from pytest_cannbench.report import leaderboard
 
@@ -63,7 +63,7 @@ def _restore_numbers(timing: Any) -> dict[str, Any]:
     return out
 
 
-def _valid_outcome(data: Any) -> bool:
+def _valid_outcome(data: Any) -> TypeGuard[dict[str, Any]]:
     return (isinstance(data, dict) and isinstance(data.get("key"), str) and bool(data["key"])
             and isinstance(data.get("status"), str) and bool(data["status"]))
 

@@ -165,7 +165,7 @@ def _yaml_loader() -> Any:
         import yaml
 
         base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        loader = type("CannTaskLoader", (base,), {})
+        loader: Any = type("CannTaskLoader", (base,), {})  # a yaml Loader subclass; yaml has no stubs here
         loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_12, list("-+0123456789"))
         _LOADER = loader
     return _LOADER

@@ -325,9 +325,9 @@ def parse_kernel_details_text(text: str, secret_shapes: Iterable[str], n_steps: 
 
     reordered = False
     if "start" in cols.index:
-        if any(b.start_us < a.start_us for a, b in zip(rows, rows[1:])):
+        if any(_known_start(b) < _known_start(a) for a, b in zip(rows, rows[1:])):
             reordered = True
-            rows.sort(key=lambda r: r.start_us)  # stable: equal starts keep file order
+            rows.sort(key=_known_start)  # stable: equal starts keep file order
             notes.append("rows were not in start-time order; sorted by start time")
     else:
         notes.append("no start-time column: rows taken in file order, no spans")
@@ -386,9 +386,15 @@ def parse_kernel_details_text(text: str, secret_shapes: Iterable[str], n_steps: 
 def _span(kernels: list[Kernel]) -> float | None:
     if not kernels or any(k.start_us is None for k in kernels):
         return None
-    first = min(k.start_us for k in kernels)
-    last = max(k.start_us + Decimal(repr(k.duration_us)) for k in kernels)
+    first = min(_known_start(k) for k in kernels)
+    last = max(_known_start(k) + Decimal(repr(k.duration_us)) for k in kernels)
     return float(last - first)
+
+
+def _known_start(item: _Row | Kernel) -> Decimal:
+    """The start time where one is guaranteed: ``_read_rows`` rejects a row without one when the column exists."""
+    assert item.start_us is not None
+    return item.start_us
 
 
 def _step_id_notes(step_ids: list[set[str]]) -> list[str]:

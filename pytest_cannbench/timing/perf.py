@@ -116,7 +116,8 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
                 base_s[b.name] += base.seconds
     cand = summarize(cand_s)
     record.t_cand_us, record.cand = cand.median_us, cand.to_dict()
-    main, extra = baselines[0].name, {}
+    main = baselines[0].name
+    extra: dict[str, Any] = {}
     for b in baselines:
         if b.name in problems:
             record.notes.append(problems[b.name])

@@ -127,7 +127,7 @@ def _gpu_name(device: str) -> str:
 def machine_key(device: str = "cpu", threads: int = 1) -> dict[str, Any]:
     """What a calibration is valid for; any change recalibrates."""
     try:
-        usable = len(os.sched_getaffinity(0))  # type: ignore[attr-defined]
+        usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         usable = os.cpu_count() or 1
     model = cpu_model()

@@ -164,7 +164,7 @@ class CandidateWorker(WorkerClient):
 
     # ------------------------------------------------------------ requests
 
-    def discover(self) -> list:
+    def discover(self) -> object:
         """``[[name, source], ...]`` as the worker reports it (validate with interfaces.validate_names)."""
         self._ensure()
         reply = self._exchange({"op": "discover"}, self.startup_timeout_s)
@@ -181,6 +181,7 @@ class CandidateWorker(WorkerClient):
         self.wipe_tmp(str(target.get("rel_path") or target.get("name")))
         try:
             self._ensure()
+            assert self.proc is not None and self.region is not None  # _ensure started both
             write_inputs(self.region, layout, writes)
             before = process_snapshot(self.proc.pid)
             reply = self._exchange({"op": "call", "target": target, "args": layout.args,
@@ -211,7 +212,7 @@ class CandidateWorker(WorkerClient):
     def _contract(self, before: Snapshot, args: dict[str, Any],
                   kwargs: dict[str, Any]) -> CandidateResult | None:
         """What the judge checks itself once the worker is frozen: inputs untouched, nothing left running."""
-        assert self.proc is not None
+        assert self.proc is not None and self.region is not None  # a call or batch has just run
         left = escaped(before, process_snapshot(self.proc.pid))
         for _ in range(EXIT_GRACE_POLLS if left else 0):  # a joined thread may still be leaving the kernel:
             self._thaw()                                  # let it go (work left running would not)
@@ -238,6 +239,7 @@ class CandidateWorker(WorkerClient):
         self.wipe_tmp(str(target.get("rel_path") or target.get("name")))
         try:
             self._ensure()
+            assert self.proc is not None and self.region is not None  # _ensure started both
             write_inputs(self.region, layout, writes)
             message = {"op": "time", "target": target, "region_size": self.region.size, "sets": layout.sets,
                        "calls": [{"set": i, "out_offset": c.out_offset, "out_capacity": c.out_capacity}

@@ -101,4 +101,5 @@ class WorkerClient:
         proc, self.proc = self.proc, None
         if proc is not None:
             stdin = proc.stdin
+            assert stdin is not None  # every child comes from _spawn, with stdin=PIPE
             procs.stop(proc, lambda: wire.send(stdin, {"op": "exit"}))

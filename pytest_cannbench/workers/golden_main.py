@@ -126,6 +126,7 @@ def postprocess(req: dict) -> dict:
 
     try:
         gm = load_golden(Path(req["op_dir"]), req["rel_path"], req["function_name"], req["name_lower"])
+        assert gm.get_output is not None  # only asked of a golden whose prepare reported has_get_output
         out = {}
         for key, outputs in req["outputs"].items():
             out[key] = None if outputs is None else call_get_output(gm.get_output, outputs, req["output_names"],

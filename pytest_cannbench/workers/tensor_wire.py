@@ -297,7 +297,7 @@ def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: i
         for v in value if isinstance(value, (list, tuple)) else [value]:
             if isinstance(v, torch.Tensor) and v.numel():
                 spans.append((name, _storage_span(v)))
-    descriptions = []
+    descriptions: list[dict[str, Any]] = []
     offset, end = out_offset, min(out_offset + out_capacity, region_size)
     for value in outputs[:MAX_OUTPUTS]:
         if value is None:
@@ -326,9 +326,9 @@ def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: i
             continue
         _EARLIER_OUTPUTS.add(storage)
         t = value.detach()
-        entry = {"kind": "tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape), "stride": list(t.stride()),
-                 "device": str(t.device), "offset": offset, "nbytes": t.numel() * t.element_size(),
-                 "written": False}
+        entry: dict[str, Any] = {"kind": "tensor", "dtype": dtype_name(t.dtype), "shape": list(t.shape),
+                                 "stride": list(t.stride()), "device": str(t.device), "offset": offset,
+                                 "nbytes": t.numel() * t.element_size(), "written": False}
         if entry["nbytes"] and offset + entry["nbytes"] <= end:
             src = t.contiguous() if t.device.type == "cpu" else t.cpu().contiguous()
             torch.frombuffer(region_mm, dtype=torch.uint8, count=entry["nbytes"],
@@ -400,7 +400,7 @@ def _decode_one(d: Any, region: Region, dtypes: dict[str, Any], lo: int, hi: int
         return OutputProblem(f"output shares memory with input {_names(names)}; return a new tensor", "Tensor")
     if kind != "tensor":
         return OutputProblem("the candidate worker sent an output of unknown kind")
-    dtype = dtypes.get(d.get("dtype")) if isinstance(d.get("dtype"), str) else None
+    dtype = dtypes.get(dtype_key) if isinstance(dtype_key := d.get("dtype"), str) else None
     shape, stride = _int_list(d.get("shape"), MAX_NDIM), _int_list(d.get("stride"), MAX_NDIM)
     offset, nbytes = d.get("offset"), d.get("nbytes")
     if (dtype is None or shape is None or stride is None or len(stride) != len(shape)

@@ -16,7 +16,7 @@ import json
 import os
 import pickle
 import struct
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 _HEADER = struct.Struct(">Q")
 MAX_JSON_FRAME = 16 << 20  # headers and messages only; tensors travel in shared memory
@@ -30,13 +30,13 @@ class BadFrame(ValueError):
     """A frame that is not what the protocol allows (too large, not JSON, not an object)."""
 
 
-def _send_bytes(stream: BinaryIO, payload: bytes) -> None:
+def _send_bytes(stream: IO[bytes], payload: bytes) -> None:
     stream.write(_HEADER.pack(len(payload)))
     stream.write(payload)
     stream.flush()
 
 
-def send(stream: BinaryIO, message: Any) -> None:
+def send(stream: IO[bytes], message: Any) -> None:
     _send_bytes(stream, pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
 
 
@@ -55,7 +55,7 @@ def receive(fd: int) -> Any:
     return pickle.loads(_read_exact(fd, size))
 
 
-def send_json(stream: BinaryIO, message: dict) -> None:
+def send_json(stream: IO[bytes], message: dict) -> None:
     _send_bytes(stream, json.dumps(message, allow_nan=True, default=str).encode())
 
 
