@@ -141,6 +141,12 @@ class CandidateWorker(WorkerClient):
         return reply
 
     @property
+    def pid(self) -> int:
+        """The worker's own pid in the judge's pid namespace: what /proc probes and freezing address."""
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
     def tmpdir(self) -> Path:
         return self.workdir.parent / f"tmp-{self.workdir.name}"  # beside the cwd, which stays empty
 
@@ -183,7 +189,7 @@ class CandidateWorker(WorkerClient):
             self._ensure()
             assert self.proc is not None and self.region is not None  # _ensure started both
             write_inputs(self.region, layout, writes)
-            before = process_snapshot(self.proc.pid)
+            before = process_snapshot(self.pid)
             reply = self._exchange({"op": "call", "target": target, "args": layout.args,
                                     "region_size": self.region.size, "out_offset": layout.out_offset,
                                     "out_capacity": layout.out_capacity}, timeout)
@@ -213,12 +219,12 @@ class CandidateWorker(WorkerClient):
                   kwargs: dict[str, Any]) -> CandidateResult | None:
         """What the judge checks itself once the worker is frozen: inputs untouched, nothing left running."""
         assert self.proc is not None and self.region is not None  # a call or batch has just run
-        left = escaped(before, process_snapshot(self.proc.pid))
+        left = escaped(before, process_snapshot(self.pid))
         for _ in range(EXIT_GRACE_POLLS if left else 0):  # a joined thread may still be leaving the kernel:
             self._thaw()                                  # let it go (work left running would not)
             time.sleep(EXIT_GRACE_S)
             self._freeze()
-            left = escaped(before, process_snapshot(self.proc.pid))
+            left = escaped(before, process_snapshot(self.pid))
             if not left:
                 break
         if left:
@@ -245,12 +251,12 @@ class CandidateWorker(WorkerClient):
                        "calls": [{"set": i, "out_offset": c.out_offset, "out_capacity": c.out_capacity}
                                  for i, c in zip(call_sets, layout.calls)],
                        "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer, "npu": npu}
-            before = process_snapshot(self.proc.pid)
-            cpu0 = thread_cpu(self.proc.pid)
+            before = process_snapshot(self.pid)
+            cpu0 = thread_cpu(self.pid)
             t0 = time.perf_counter()
             reply = self._exchange(message, timeout)
             wall = time.perf_counter() - t0
-            cpu_s, busiest_s = cpu_used(cpu0, thread_cpu(self.proc.pid))
+            cpu_s, busiest_s = cpu_used(cpu0, thread_cpu(self.pid))
         except WorkerGone as exc:
             return self._finish(BatchResult(exc.status, message=str(exc)), case_log)
         except BaseException:
@@ -306,7 +312,7 @@ class CandidateWorker(WorkerClient):
         self._thaw()
 
         def watch_memory() -> None:
-            used = procs.rss_bytes(proc.pid)
+            used = procs.rss_bytes(self.pid)
             if self.memory_bytes and used > self.memory_bytes:
                 self._killed_for = (f"the worker used {used / 2**30:.1f} GiB, over its limit of "
                                     f"{self.memory_bytes / 2**30:.1f} GiB (--cann-worker-memory)")
