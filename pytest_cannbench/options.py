@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import pytest
 
+from pytest_cannbench.guard.sandbox import SANDBOX_MODES
 from pytest_cannbench.taskformat.inputs import INPUT_COMPAT_MODES, INPUT_DISTS
 
 GOLDEN_PRECISIONS = ("fp64_cpu", "native_cpu")
@@ -100,6 +101,10 @@ def add_options(parser: pytest.Parser) -> None:
            help="anti-cheat guard for submissions: block (default) fails a case that delegates to builtin "
                 "compute, loads host libraries or tampers with timing; warn records it as a flag; off skips "
                 "those checks (containment and the output contract always apply).")
+    option("sandbox", choices=SANDBOX_MODES,
+           help="OS sandbox around submission code (build.sh, discovery, the candidate worker): auto (default) "
+                "uses bubblewrap where it works and otherwise says loudly that it runs without one; bwrap "
+                "requires it; off runs with in-process containment only (every case flagged sandbox_off).")
     option("input-dist", choices=INPUT_DISTS,
            help="distribution of generated float inputs inside value_range (default uniform).")
     option("input-compat", choices=INPUT_COMPAT_MODES,
@@ -171,6 +176,7 @@ class Settings:
     golden_memory_gib: float | None
     checker: str
     guard: str = "block"
+    sandbox: str = "auto"
     secret: str = ""  # hex; mixed into every input seed when grading a submission without --cann-seed
     bench: str = "auto"  # auto | cann | stanford (KernelBench problem files)
     kb_trials: int = DEFAULT_KB_TRIALS
@@ -318,6 +324,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         kb_compile=_flag(config, "kb_compile"),
         kb_max_input_gib=kb_max_input,
         guard=_choice(config, "guard", GUARD_MODES),
+        sandbox=_choice(config, "sandbox", SANDBOX_MODES),
         secret=_session_secret(config, graded=bool(source or no_install), seeded=_value(config, "seed") is not None),
     )
 

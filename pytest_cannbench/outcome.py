@@ -62,6 +62,7 @@ class CaseOutcome:
     golden_cached: bool = False
     warnings: list[str] = field(default_factory=list)
     timing: dict[str, Any] = field(default_factory=dict)  # timing.CaseTiming as a dict; empty: not considered
+    flags: list[str] = field(default_factory=list)  # the run's weaker modes (e.g. sandbox_off), on every case
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

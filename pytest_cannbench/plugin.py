@@ -134,6 +134,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         lines.insert(0, f"cannbench: tasks {settings.tasks}")
     submitted = st.submission
     if submitted is not None:
+        lines.append(f"cannbench: {reporting.sandbox_of(submitted).describe()}")
+    if submitted is not None:
         lines += submission.header_lines(submitted)
     if settings.self_check or submitted is not None:
         lines += st.timing_header()

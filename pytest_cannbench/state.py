@@ -20,6 +20,7 @@ from pytest_cannbench.options import Settings
 from pytest_cannbench.submission.build import SubmissionState
 
 if TYPE_CHECKING:
+    from pytest_cannbench.guard.sandbox import SandboxChoice
     from pytest_cannbench.judge.goldens import GoldenService
     from pytest_cannbench.timing.devices import DevicePlan
     from pytest_cannbench.timing.perf import PerfContext
@@ -109,17 +110,23 @@ class CannBenchState:
             return
         if config.option.collectonly:
             return
+        from pytest_cannbench.guard import sandbox
         from pytest_cannbench.submission import kernelbench as kernelbench_submission
-        from pytest_cannbench.submission.build import prepare
+        from pytest_cannbench.submission.build import Box, prepare
 
+        try:
+            box = Box(sandbox.choose(s.sandbox), tuple(self.protected_paths()))
+        except sandbox.SandboxUnavailable as exc:
+            raise pytest.UsageError(str(exc)) from None
         if announce is not None:
             announce(f"cannbench: preparing submission {s.source or '(installed cann_bench)'} ...")
         if kernelbench_submission.wanted(s):  # ModelNew modules: nothing to build or install
             assert s.source is not None  # wanted() is false without a source
             self.submission = kernelbench_submission.prepare(s.source)
+            self.submission.sandbox, self.submission.protect = box.choice.to_dict(), list(box.hidden)
         else:
             self.submission = prepare(s.source, no_install=s.no_install, report_dir=self.report_dir,
-                                      build_timeout=s.build_timeout_s, guard=s.guard)
+                                      build_timeout=s.build_timeout_s, guard=s.guard, box=box)
         self.owns_submission = True
 
     def submission_for_workers(self) -> dict | None:
@@ -180,7 +187,23 @@ class CannBenchState:
             env={**(submission.env if submission is not None else {}), **plan.env}, device=plan.worker_device,
             threads=cpu_threads(), memory_bytes=memory, startup_timeout_s=max(120.0, s.case_timeout_s),
             guard=s.guard, protect=self.protected_paths(),
-            static_problems=submission.guard_problems if submission is not None else [])
+            static_problems=submission.guard_problems if submission is not None else [],
+            sandbox=self._sandbox(), readable=self._sandbox_readable(submission))
+
+    def _sandbox(self) -> SandboxChoice | None:
+        """The OS sandbox the controller chose for this session's submission code (None: no submission)."""
+        from pytest_cannbench.guard.sandbox import SandboxChoice
+
+        return SandboxChoice.from_dict(self.submission.sandbox) if self.submission is not None else None
+
+    def _sandbox_readable(self, submission: SubmissionState | None) -> list[str]:
+        """What a sandboxed worker sees besides the system: its private install (or the KernelBench copy) and
+        the judge-owned KernelBench reference state."""
+        paths = [submission.session_dir] if submission is not None and submission.session_dir else []
+        if self.submission is not None and self.submission.session_dir:
+            paths.append(self.submission.session_dir)  # KernelBench ModelNew modules, also for the baseline
+        paths.append(str(self.kb_state_dir()))
+        return sorted(set(paths))
 
     def protected_paths(self) -> list[str]:
         """What a submission's worker may not read or write: the task trees (goldens, cases), the reports and

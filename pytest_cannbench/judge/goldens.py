@@ -25,7 +25,7 @@ from pytest_cannbench.workers.golden_client import GoldenWorker, GoldenWorkerFai
 def golden_ref(task: OperatorTask) -> dict[str, Any]:
     """Which golden a worker loads: the fields every golden-worker request and golden target start with."""
     return {"op_dir": str(task.op_dir), "rel_path": task.rel_path, "function_name": task.spec.function_name,
-            "name_lower": task.spec.name.lower()}
+            "name_lower": task.spec.name.lower(), "golden_sha256": task.golden_sha256}
 
 
 def prepare_request(task: OperatorTask, case: CaseSpec, seed: int, *, dist: str, compat: str,
@@ -98,7 +98,7 @@ class GoldenService:
 
         from pytest_cannbench.workers.golden_binding import source_hash
 
-        sha = self._golden_sha.get(str(task.op_dir))
+        sha = task.golden_sha256 or self._golden_sha.get(str(task.op_dir))  # pinned at collection
         if sha is None:
             sha = self._golden_sha[str(task.op_dir)] = source_hash(task.op_dir)
         return cache_key(golden_sha=sha, case=case.raw, seed=seed, dist=self.settings.input_dist,

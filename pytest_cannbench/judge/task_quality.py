@@ -178,7 +178,8 @@ def _local_get_output(task: Any, case: Any, outputs: dict[str, list | None]) -> 
     """The task's ``get_output`` hook applied in-process by the trusted golden (the gate runs no candidate)."""
     from pytest_cannbench.workers.golden_binding import call_get_output, load_golden
 
-    gm = load_golden(task.op_dir, task.rel_path, task.spec.function_name, task.spec.name.lower())
+    gm = load_golden(task.op_dir, task.rel_path, task.spec.function_name, task.spec.name.lower(),
+                     task.golden_sha256)
     assert gm.get_output is not None  # apply_get_output calls this only for a golden with the hook
     return {key: None if outs is None else call_get_output(gm.get_output, outs, task.spec.output_names, case.attrs)
             for key, outs in outputs.items()}
@@ -199,7 +200,8 @@ def _bfloat16_truth(task: Any, case: Any, inputs: list) -> list:
     """The fp64 truth on bfloat16-rounded inputs: the model of a kernel that computes in bfloat16."""
     from pytest_cannbench.workers.golden_binding import bind, flatten_outputs, load_golden, upcast
 
-    gm = load_golden(task.op_dir, task.rel_path, task.spec.function_name, task.spec.name.lower())
+    gm = load_golden(task.op_dir, task.rel_path, task.spec.function_name, task.spec.name.lower(),
+                     task.golden_sha256)
     truth = gm.oracle or gm.main
     rounded = upcast(bfloat16_rounded(inputs))
     return flatten_outputs(truth(**bind(truth, rounded, case.attrs).kwargs(rounded)))

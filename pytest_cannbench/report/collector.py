@@ -45,8 +45,10 @@ class ResultCollector:
     resumed: set[str] = field(default_factory=set)  # keys taken from an earlier run's results.jsonl
     board: dict | None = None  # the leaderboard, once built
     written: list[str] = field(default_factory=list)  # files this session wrote, for the summary
+    run_flags: list[str] = field(default_factory=list)  # weaker modes of the whole run, put on every case
 
     def record(self, result: CaseOutcome) -> None:
+        result.flags = sorted(set(result.flags) | set(self.run_flags))
         self.outcomes[result.key] = result
         if self.journal is not None:
             self.journal.append(result.to_dict())

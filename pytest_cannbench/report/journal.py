@@ -15,13 +15,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench.guard.sandbox import SANDBOX_OFF_FLAG, SandboxChoice
 from pytest_cannbench.options import Settings
 from pytest_cannbench.timing.machine import cpu_model
 
 # Options that change a case's verdict, time or score: a resumed case must have been graded under the same.
 IDENTITY_OPTIONS = ("seed", "input_dist", "input_compat", "golden_precision", "checker", "device", "warmup",
                     "repeat", "perf", "hardware", "self_check", "no_install", "guard", "bench", "kb_trials",
-                    "kb_accuracy", "kb_compile", "kb_max_input_gib")
+                    "kb_accuracy", "kb_compile", "kb_max_input_gib", "sandbox")
+
+
+def sandbox_of(state: Any) -> SandboxChoice:
+    return SandboxChoice.from_dict(getattr(state, "sandbox", None))
 
 
 def submission_summary(state: Any, settings: Settings) -> dict[str, Any]:
@@ -133,6 +138,8 @@ def start(config: Any, collector: Any) -> None:
             collector.outcomes[key] = CaseOutcome.from_dict(data)
             collector.resumed.add(key)
     collector.journal = Journal(path, identity)
+    if st.submission is not None and not sandbox_of(st.submission).on:
+        collector.run_flags.append(SANDBOX_OFF_FLAG)
     st.resumed = frozenset(collector.resumed)
 
 
@@ -154,6 +161,8 @@ def finish(config: Any, collector: Any) -> None:
                               environment=environment(plan.label, s.hardware or (
                                   hardware_key(s, plan) if plan.kind == "npu" else None)),
                               config={**s.as_dict(), "run_identity": collector.journal.identity,
+                                      "sandbox": (sandbox_of(st.submission).to_dict() if st.submission is not None
+                                                  else {"mode": "none", "reason": "no submission code runs"}),
                                       "resumed_cases": len(collector.resumed),
                                       "journal_rewritten": collector.journal.tampered},
                               cap=s.hap_cap)

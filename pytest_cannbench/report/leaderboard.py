@@ -38,7 +38,7 @@ def _case_entry(outcome: dict[str, Any], hap: float | None, hap_flags: list[str]
         "t_hw_us": timing.get("t_hw_us"),
         "anchor_source": {"baseline": timing.get("baseline_source") or None, "t_hw": timing.get("t_hw_source") or None},
         "hap": hap,
-        "flags": sorted(set(list(timing.get("flags") or []) + hap_flags)),
+        "flags": sorted(set(list(timing.get("flags") or []) + hap_flags + list(outcome.get("flags") or []))),
         "timing": {k: v for k, v in timing.items() if k != "windows"},
         "warnings": outcome.get("warnings") or [],
     }

@@ -26,7 +26,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench.guard import sandbox
 from pytest_cannbench.outcome import BUILD_OK, COMPILE_FAILED, IMPORT_FAILED, INSTALL_FAILED
+from pytest_cannbench.workers.env_scrub import scrubbed_environment
 
 INSTALL_TIMEOUT_S = 300.0
 RUN_TIMEOUT_S = 120.0
@@ -55,6 +57,8 @@ class SubmissionState:
     guard_problems: list[list[str]] = field(default_factory=list)  # [kind, detail]: forbidden symbol imports
     build_log: str | None = None
     session_dir: str | None = None
+    sandbox: dict[str, Any] = field(default_factory=dict)  # guard.sandbox.SandboxChoice.to_dict()
+    protect: list[str] = field(default_factory=list)  # what submission code may not see (the judge's paths)
     seconds: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -67,6 +71,30 @@ class SubmissionState:
     @property
     def ok(self) -> bool:
         return self.status == BUILD_OK
+
+    @property
+    def box(self) -> Box:
+        return Box(sandbox.SandboxChoice.from_dict(self.sandbox), tuple(self.protect))
+
+
+@dataclass(frozen=True)
+class Box:
+    """Where a stage runs submission code: the session's sandbox choice and the paths hidden from it."""
+
+    choice: sandbox.SandboxChoice
+    hidden: tuple[str, ...] = ()
+
+    def wrap(self, cmd: list[str], cwd: Path, writable: tuple[Path, ...] = (),
+             readable: tuple[Path, ...] = ()) -> list[str]:
+        """``cmd`` as it runs under the sandbox (unchanged when the sandbox is off): ``cwd`` and ``writable``
+        read-write, ``readable`` read-only, the system read-only, nothing else."""
+        if not self.choice.on or self.choice.bwrap is None:
+            return cmd
+        return sandbox.command(self.choice.bwrap, cmd, workdir=str(cwd), writable=[str(cwd), *map(str, writable)],
+                               readable=[str(p) for p in readable], hidden=self.hidden, pid1=False)
+
+
+NO_BOX = Box(sandbox.SandboxChoice(mode=sandbox.OFF, requested=sandbox.OFF, reason="trusted stage"))
 
 
 def _tail(text: str, lines: int = 20, chars: int = 3000) -> str:
@@ -87,23 +115,32 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _build_env() -> dict[str, str]:
-    """The judge's environment with its interpreter first on PATH: ``python`` in build.sh is ours (torch)."""
-    env = dict(os.environ)
+def _build_env(work: Path | None = None) -> dict[str, str]:
+    """What submission build code sees: the judge's environment scrubbed like a worker's (no CI secrets, no
+    pytest state), its interpreter first on PATH (``python`` in build.sh is ours, with torch) and, given the
+    session directory, a private HOME there (the user's home is not in the sandbox)."""
+    env = scrubbed_environment(os.environ)
     bindir = os.path.dirname(sys.executable)
     env["PATH"] = os.pathsep.join(p for p in (bindir, env.get("PATH", "")) if p)
     env["PYTHON"] = sys.executable
+    if work is not None:
+        home = work / "home"
+        home.mkdir(parents=True, exist_ok=True)
+        env["HOME"] = env["XDG_CACHE_HOME"] = str(home)
+        env["PIP_NO_CACHE_DIR"] = "1"
     return env
 
 
-def _run(cmd: list[str], cwd: Path, log: Path, timeout: float, env: dict[str, str]) -> tuple[int | None, float]:
-    """Run ``cmd`` in its own process group, output appended to ``log``; rc None on timeout (group killed)."""
+def _run(cmd: list[str], cwd: Path, log: Path, timeout: float, env: dict[str, str], box: Box = NO_BOX,
+         writable: tuple[Path, ...] = (), readable: tuple[Path, ...] = ()) -> tuple[int | None, float]:
+    """Run ``cmd`` in its own process group (inside ``box``'s sandbox), output appended to ``log``; rc None on
+    timeout (group killed)."""
     t0 = time.perf_counter()
     with open(log, "ab") as out:
-        out.write(f"$ {' '.join(cmd)}   (in {cwd})\n".encode())
+        out.write(f"$ {' '.join(cmd)}   (in {cwd}{', sandboxed' if box.choice.on else ''})\n".encode())
         out.flush()
-        proc = subprocess.Popen(cmd, cwd=str(cwd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True, env=env)
+        proc = subprocess.Popen(box.wrap(cmd, cwd, writable, readable), cwd=str(cwd), stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
         try:
             rc: int | None = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -149,7 +186,8 @@ def build(source: Path, state: SubmissionState, work: Path, log: Path, timeout: 
     log.parent.mkdir(parents=True, exist_ok=True)
     log.write_bytes(b"")
     state.build_log = str(log)
-    rc, seconds = _run(["bash", "build.sh"], copy, log, timeout, _build_env())
+    env = _build_env(work)
+    rc, seconds = _run(["bash", "build.sh"], copy, log, timeout, env, state.box, writable=(Path(env["HOME"]),))
     state.seconds["build"] = round(seconds, 3)
     if rc != 0:
         why = (f"build.sh did not finish within {timeout:g} s (--cann-build-timeout) and was killed" if rc is None
@@ -166,11 +204,17 @@ def build(source: Path, state: SubmissionState, work: Path, log: Path, timeout: 
     return (wheels[0], *runs)
 
 
-def _env_after(script: Path, env: dict[str, str]) -> dict[str, str]:
-    """Variables that sourcing ``script`` sets or changes, as bash computes them."""
+def _env_after(script: Path, env: dict[str, str], box: Box, readable: tuple[Path, ...]) -> dict[str, str]:
+    """Variables that sourcing ``script`` (the submission's) sets or changes, as bash computes them in the
+    sandbox."""
     code = f'source "{script}" >/dev/null 2>&1; env -0'
-    before = subprocess.run(["bash", "-c", "env -0"], capture_output=True, env=env, timeout=30).stdout
-    after = subprocess.run(["bash", "-c", code], capture_output=True, env=env, timeout=30).stdout
+    cwd = script.parent
+
+    def run(argv: list[str]) -> bytes:
+        return subprocess.run(box.wrap(argv, cwd, readable=readable), capture_output=True, env=env, timeout=30,
+                              cwd=str(cwd)).stdout
+
+    before, after = run(["bash", "-c", "env -0"]), run(["bash", "-c", code])
 
     def parse(raw: bytes) -> dict[str, str]:
         out = {}
@@ -190,23 +234,27 @@ def _prepend(env: dict[str, str], key: str, paths: list[str]) -> None:
 
 
 def install_run(run: Path, state: SubmissionState, work: Path, log: Path) -> bool:
-    """A custom-OPP ``.run`` into a private prefix; its environment is kept for the workers only."""
+    """A custom-OPP ``.run`` into a private prefix (in the sandbox: it is the submission's code); its
+    environment is kept for the workers only."""
     prefix = work / "opp"
     prefix.mkdir(parents=True, exist_ok=True)
-    env = _build_env()
-    rc, _ = _run(["bash", str(run), "--quiet", f"--install-path={prefix}"], work, log, RUN_TIMEOUT_S, env)
+    env, box = _build_env(work), state.box
+    rw, ro = (prefix, Path(env["HOME"])), (run.parent,)
+    rc, _ = _run(["bash", str(run), "--quiet", f"--install-path={prefix}"], work, log, RUN_TIMEOUT_S, env, box,
+                 rw, ro)
     if rc != 0:
-        helped = subprocess.run(["bash", str(run), "--help"], capture_output=True, timeout=10, env=env)
+        helped = subprocess.run(box.wrap(["bash", str(run), "--help"], work, rw, ro), capture_output=True,
+                                timeout=10, env=env, cwd=str(work))
         if b"--force" in helped.stdout + helped.stderr:
             rc, _ = _run(["bash", str(run), "--quiet", "--force", f"--install-path={prefix}"], work, log,
-                         RUN_TIMEOUT_S, env)
+                         RUN_TIMEOUT_S, env, box, rw, ro)
     if rc != 0:
         why = "timed out" if rc is None else f"exited with code {rc}"
         state.status, state.message = INSTALL_FAILED, f"installing {run.name} {why}; log {log}\n{_file_tail(log)}"
         return False
     vendor = prefix / OPP_VENDOR
     set_env = vendor / "bin" / "set_env.bash"
-    extra = _env_after(set_env, env) if set_env.is_file() else {}
+    extra = _env_after(set_env, env, box, (prefix,)) if set_env.is_file() else {}
     _prepend(extra, "ASCEND_CUSTOM_OPP_PATH", [str(vendor)])
     libs = [vendor / "op_api" / "lib", vendor / "op_impl" / "ai_core" / "tbe" / "op_tiling"]
     _prepend(extra, "LD_LIBRARY_PATH", [str(p) for p in libs if p.is_dir()])
@@ -246,8 +294,10 @@ def discover(state: SubmissionState, log_dir: Path, work: Path, guard: str = "bl
     from pytest_cannbench.submission.interfaces import validate_names
     from pytest_cannbench.workers.candidate_client import CandidateWorker, WorkerGone
 
+    box = state.box
     worker = CandidateWorker(log_path=log_dir / "discovery.log", workdir=work / "discovery", mode="submission",
-                             site_dir=state.site_dir, env=dict(state.env), guard=guard)
+                             site_dir=state.site_dir, env=dict(state.env), guard=guard, protect=list(box.hidden),
+                             sandbox=box.choice, readable=[str(work)])
     t0 = time.perf_counter()
     try:
         worker.start()
@@ -263,12 +313,13 @@ def discover(state: SubmissionState, log_dir: Path, work: Path, guard: str = "bl
 
 
 def prepare(source: str | None, *, no_install: bool, report_dir: Path, build_timeout: float,
-            guard: str = "block") -> SubmissionState:
-    """Build, install and discover the submission; the returned state holds a private session directory
-    that :func:`cleanup` removes."""
+            guard: str = "block", box: Box = NO_BOX) -> SubmissionState:
+    """Build, install and discover the submission, each inside ``box``; the returned state holds a private
+    session directory that :func:`cleanup` removes."""
     work = Path(tempfile.mkdtemp(prefix="cannbench-session-"))
     log_dir = report_dir / "logs"
-    state = SubmissionState(status=BUILD_OK, source=source, installed=not no_install, session_dir=str(work))
+    state = SubmissionState(status=BUILD_OK, source=source, installed=not no_install, session_dir=str(work),
+                            sandbox=box.choice.to_dict(), protect=list(box.hidden))
     if source:
         state.scan = scan_summary(Path(source))
     if not no_install:

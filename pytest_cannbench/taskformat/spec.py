@@ -9,6 +9,7 @@ as per-case errors and warnings that name the file, the case and the field.
 from __future__ import annotations
 
 import ast
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -127,6 +128,7 @@ class OperatorTask:
     spec: OperatorSpec
     cases: list[CaseSpec]
     warnings: list[str] = field(default_factory=list)
+    golden_sha256: str = ""  # golden.py's bytes as collected: the only content a golden worker will run
 
     @property
     def level(self) -> int | None:
@@ -324,8 +326,9 @@ def parse_proto(path: Path, warnings: list[str]) -> OperatorSpec:
 # golden.py (parsed, never imported here)
 
 
-def check_golden_source(path: Path, spec: OperatorSpec) -> None:
-    """Syntax and the main function's presence, found with ``ast`` so no golden code runs at collection."""
+def check_golden_source(path: Path, spec: OperatorSpec) -> str:
+    """Syntax and the main function's presence, found with ``ast`` so no golden code runs at collection;
+    returns the sha256 the golden is pinned to for the session."""
     try:
         source = path.read_bytes()
         tree = ast.parse(source, filename=str(path))
@@ -347,6 +350,7 @@ def check_golden_source(path: Path, spec: OperatorSpec) -> None:
         raise TaskFormatError(path, "", f"defines no golden function {spec.function_name!r}"
                               + (f" or {spec.name.lower()!r}" if spec.name.lower() != spec.function_name else ""),
                               "name the golden after the identifier before '(' in proto.yaml's schema")
+    return hashlib.sha256(source).hexdigest()
 
 
 # --------------------------------------------------------------------------------------------
@@ -452,8 +456,8 @@ def load_operator(op_dir: Path, bench_root: Path) -> OperatorTask:
                               "an operator directory needs proto.yaml, cases.yaml and golden.py")
     warnings: list[str] = []
     spec = parse_proto(op_dir / "proto.yaml", warnings)
-    check_golden_source(op_dir / "golden.py", spec)
+    golden_sha256 = check_golden_source(op_dir / "golden.py", spec)
     cases = parse_cases(op_dir / "cases.yaml", spec)
     rel_path = op_dir.relative_to(bench_root).as_posix() if op_dir != bench_root else op_dir.name
     return OperatorTask(op_dir=op_dir, bench_root=bench_root, rel_path=rel_path, spec=spec, cases=cases,
-                        warnings=warnings)
+                        warnings=warnings, golden_sha256=golden_sha256)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench.guard import sandbox
 from pytest_cannbench.guard.policy import guard_problems, guard_verdict
 from pytest_cannbench.workers import procs, wire
 from pytest_cannbench.workers.client import WorkerClient
@@ -88,21 +89,29 @@ class CandidateWorker(WorkerClient):
     guard: str = "block"  # submission mode only: off | warn | block
     protect: list[str] = field(default_factory=list)  # directories the submission may not touch
     contain: bool = True  # submission mode only: the seccomp filter
+    sandbox: sandbox.SandboxChoice | None = None  # submission mode only: the OS sandbox (guard.sandbox)
+    readable: list[str] = field(default_factory=list)  # what the sandbox shows read-only besides the system
     static_problems: list = field(default_factory=list)  # [kind, detail] found before any run (symbol scan)
     region: Region | None = None
     frozen: bool = False
     import_problems: list = field(default_factory=list)  # guard findings made while the submission was imported
     last_tmp: str | None = None  # the operator whose files the private TMPDIR holds
     _killed_for: str | None = None
+    _pid: int | None = None  # the worker's pid in the judge's namespace (bwrap's child under the sandbox)
 
     # ------------------------------------------------------------ lifecycle
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.mode != "golden" and self.sandbox is not None and self.sandbox.on
 
     def _start(self) -> subprocess.Popen:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.region is None:
             self.region = Region()
+        judge_pid = 0 if self.sandboxed else os.getpid()  # inside a pid namespace the judge has no pid
         args = ["--region-fd", str(self.region.fd), "--threads", str(self.threads), "--device", self.device,
-                "--workdir", str(self.workdir), "--judge-pid", str(os.getpid())]
+                "--workdir", str(self.workdir), "--judge-pid", str(judge_pid)]
         if self.site_dir:
             args += ["--site", self.site_dir]
         if self.mode != "golden":  # untrusted code (cann_bench or KernelBench ModelNew): scrubbed env, own TMPDIR
@@ -113,13 +122,47 @@ class CandidateWorker(WorkerClient):
             tmp = self.tmpdir
             tmp.mkdir(parents=True, exist_ok=True)
             env["TMPDIR"] = str(tmp)
+            if self.sandboxed:  # the judge's home does not exist inside
+                env["HOME"] = env["XDG_CACHE_HOME"] = str(tmp)
         else:  # goldens are task code, trusted like the golden worker's
             env = dict(os.environ)
         env.update(self.env)
         env["OMP_NUM_THREADS"] = str(self.threads)
-        proc = self._spawn("pytest_cannbench.workers.candidate_main", args, env, pass_fds=(self.region.fd,),
-                           cwd=str(self.workdir))
+        module = "pytest_cannbench.workers.candidate_main"
+        if not self.sandboxed:
+            proc = self._spawn(module, args, env, pass_fds=(self.region.fd,), cwd=str(self.workdir))
+            self._pid = proc.pid
+        else:
+            proc = self._spawn_sandboxed(module, args, env)
         self.frozen, self._killed_for = False, None
+        return proc
+
+    def _spawn_sandboxed(self, module: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
+        """The worker as pid 1 of its own bubblewrap sandbox; its pid out here comes on bwrap's info pipe."""
+        assert self.sandbox is not None and self.sandbox.bwrap is not None and self.region is not None
+        info_r, info_w = os.pipe()
+        chosen = self.sandbox
+
+        def wrap(argv: list[str]) -> list[str]:
+            return sandbox.command(str(chosen.bwrap), argv, workdir=str(self.workdir),
+                                   writable=[str(self.workdir), str(self.tmpdir)], readable=self.readable,
+                                   hidden=self.protect, info_fd=info_w)
+
+        try:
+            proc = self._spawn(module, args, env, pass_fds=(self.region.fd, info_w), cwd=str(self.workdir),
+                               wrap=wrap)
+        finally:
+            os.close(info_w)
+        try:
+            pid = sandbox.read_child_pid(info_r)
+        finally:
+            os.close(info_r)
+        if pid is None:
+            code = sandbox.exit_code(procs.reap(proc))
+            self.proc = None
+            tail = procs.read_log_since(self.log_path, self.log_mark, 4096).decode("utf-8", errors="replace")
+            raise WorkerGone(CRASHED, f"the sandbox did not start (bwrap exit {code}): {tail.strip()[-800:]}")
+        self._pid = pid
         return proc
 
     def _ensure(self) -> dict:
@@ -143,8 +186,8 @@ class CandidateWorker(WorkerClient):
     @property
     def pid(self) -> int:
         """The worker's own pid in the judge's pid namespace: what /proc probes and freezing address."""
-        assert self.proc is not None
-        return self.proc.pid
+        assert self.proc is not None and self._pid is not None
+        return self._pid
 
     @property
     def tmpdir(self) -> Path:
@@ -334,8 +377,11 @@ class CandidateWorker(WorkerClient):
 
     def _gone(self, proc: subprocess.Popen, kill: bool = False) -> WorkerGone:
         if kill:
+            self._signal(signal.SIGKILL)
             procs.signal_group(proc, signal.SIGKILL)
         code = procs.reap(proc)
+        if self.sandboxed:
+            code = sandbox.exit_code(code)
         self.proc, self.frozen = None, False
         if self._killed_for:
             return WorkerGone(OOM_KILLED, self._killed_for)
@@ -347,8 +393,9 @@ class CandidateWorker(WorkerClient):
         return WorkerGone(CRASHED, f"the worker exited with code {code} in the middle of a call")
 
     def _signal(self, sig: int) -> None:
-        if self.proc is not None:
-            procs.signal_group(self.proc, sig)
+        """Signal the worker's process group (under the sandbox, bwrap runs it in a session of its own)."""
+        if self.proc is not None and self._pid is not None:
+            procs.signal_pgid(self._pid, sig)
 
     def _freeze(self) -> None:
         if self.proc is not None and not self.frozen:
@@ -362,6 +409,8 @@ class CandidateWorker(WorkerClient):
 
     def kill(self) -> None:
         self.frozen = False
+        if self.proc is not None and self._pid is not None and self._pid != self.proc.pid:
+            procs.signal_pgid(self._pid, signal.SIGKILL)  # the sandbox's session first, then bwrap's
         super().kill()
 
     def close(self) -> None:

@@ -123,7 +123,7 @@ class Worker:
             from pytest_cannbench.workers.golden_binding import load_golden
 
             fn = load_golden(Path(target["op_dir"]), target["rel_path"], target["function_name"],
-                             target["name_lower"]).main
+                             target["name_lower"], str(target.get("golden_sha256") or "")).main
         else:
             import torch
 

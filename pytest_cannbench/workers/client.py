@@ -55,13 +55,16 @@ class WorkerClient:
     starts: int = 0
     log_mark: int = 0  # size of the log when the current request began: what follows is that request's
 
-    def _spawn(self, module: str, args: list[str], env: dict[str, str], **popen: Any) -> subprocess.Popen:
-        """Start the child with ``env`` (this package put first on its ``PYTHONPATH``), stderr to the log."""
+    def _spawn(self, module: str, args: list[str], env: dict[str, str],
+               wrap: Callable[[list[str]], list[str]] | None = None, **popen: Any) -> subprocess.Popen:
+        """Start the child with ``env`` (this package put first on its ``PYTHONPATH``), stderr to the log;
+        ``wrap`` turns the command line into the sandbox's."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         procs.rotate_log(self.log_path, LOG_ROTATE_BYTES)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
         with open(self.log_path, "ab") as log:
-            proc = subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.PIPE,
+            argv = [sys.executable, "-m", module, *args]
+            proc = subprocess.Popen(wrap(argv) if wrap else argv, stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=log, start_new_session=True, env=env, **popen)
         self.proc = proc
         self.starts += 1

@@ -20,7 +20,6 @@ omitted when it has a default, so a truncated ``input_shape`` reads as "not give
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import inspect
 import math
 import sys
@@ -45,6 +44,7 @@ class GoldenModule:
     bench: Callable | None
     get_input: Callable | None
     get_output: Callable | None
+    sha256: str = ""  # of the bytes that were run
 
 
 _MODULES: dict[str, GoldenModule] = {}
@@ -55,22 +55,34 @@ def source_hash(op_dir: Path) -> str:
     return hashlib.sha256((op_dir / "golden.py").read_bytes()).hexdigest()
 
 
-def load_golden(op_dir: Path, rel_path: str, function_name: str, name_lower: str) -> GoldenModule:
-    """Import ``golden.py`` under a unique module name (they all share one file name); cached per process."""
+def load_golden(op_dir: Path, rel_path: str, function_name: str, name_lower: str, sha256: str = "") -> GoldenModule:
+    """Import ``golden.py`` under a unique module name (they all share one file name); cached per process.
+
+    ``sha256`` pins the content collection saw: the bytes are read once, checked and compiled as read, so a
+    golden rewritten during the session (by anything) is refused with its name, never run as a new truth.
+    """
     key = str(op_dir.resolve())
-    if key in _MODULES:
-        return _MODULES[key]
+    cached = _MODULES.get(key)
+    if cached is not None and (not sha256 or cached.sha256 == sha256):
+        return cached
+    path = op_dir / "golden.py"
+    try:
+        source = path.read_bytes()
+    except OSError as exc:
+        raise GoldenError(f"{path}: cannot be read: {exc.strerror}") from None
+    digest = hashlib.sha256(source).hexdigest()
+    if sha256 and digest != sha256:
+        raise GoldenError(f"{path} changed after collection (pinned sha256 {sha256[:12]}, now {digest[:12]}): "
+                          "the harness refuses a golden that changes during a session; restore it and rerun")
     module_name = "_cannbench_golden." + "".join(c if c.isalnum() else "_" for c in rel_path)
-    spec = importlib.util.spec_from_file_location(module_name, op_dir / "golden.py")
-    if spec is None or spec.loader is None:
-        raise GoldenError(f"{op_dir / 'golden.py'}: cannot be imported")
-    module = importlib.util.module_from_spec(spec)
+    module = ModuleType(module_name)
+    module.__file__ = str(path)
     sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - the pinned golden, as read
     except BaseException as exc:  # the golden's import-time failure, reported with its file
         sys.modules.pop(module_name, None)
-        raise GoldenError(f"{op_dir / 'golden.py'}: import failed: {type(exc).__name__}: {exc}") from exc
+        raise GoldenError(f"{path}: import failed: {type(exc).__name__}: {exc}") from exc
     main_name = function_name if callable(getattr(module, function_name, None)) else name_lower
     main = getattr(module, main_name, None)
     if not callable(main):
@@ -82,7 +94,7 @@ def load_golden(op_dir: Path, rel_path: str, function_name: str, name_lower: str
 
     loaded = GoldenModule(module=module, main=main, oracle=hook(f"{main_name}_oracle"),
                           bench=hook(f"{main_name}_bench"), get_input=hook("get_input"),
-                          get_output=hook("get_output"))
+                          get_output=hook("get_output"), sha256=digest)
     _MODULES[key] = loaded
     return loaded
 

@@ -58,7 +58,8 @@ def prepare(req: dict) -> dict:
     seconds: dict[str, float] = {}
     stage = "import golden.py"
     try:
-        gm = load_golden(Path(req["op_dir"]), req["rel_path"], req["function_name"], req["name_lower"])
+        gm = load_golden(Path(req["op_dir"]), req["rel_path"], req["function_name"], req["name_lower"],
+                         str(req.get("golden_sha256") or ""))
         stage = "generate inputs"
         t0 = time.perf_counter()
         raw = req["case"]
@@ -125,7 +126,8 @@ def postprocess(req: dict) -> dict:
     from pytest_cannbench.workers.golden_binding import call_get_output, load_golden
 
     try:
-        gm = load_golden(Path(req["op_dir"]), req["rel_path"], req["function_name"], req["name_lower"])
+        gm = load_golden(Path(req["op_dir"]), req["rel_path"], req["function_name"], req["name_lower"],
+                         str(req.get("golden_sha256") or ""))
         assert gm.get_output is not None  # only asked of a golden whose prepare reported has_get_output
         out = {}
         for key, outputs in req["outputs"].items():

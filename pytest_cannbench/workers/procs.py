@@ -37,8 +37,12 @@ def wait_readable(fd: int, timeout: float, poll_s: float = 1.0, tick: Callable[[
 
 
 def signal_group(proc: subprocess.Popen, sig: int) -> None:
+    signal_pgid(proc.pid, sig)
+
+
+def signal_pgid(pgid: int, sig: int) -> None:
     try:
-        os.killpg(proc.pid, sig)
+        os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
