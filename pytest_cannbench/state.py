@@ -203,6 +203,10 @@ class CannBenchState:
         if self.submission is not None and self.submission.session_dir:
             paths.append(self.submission.session_dir)  # KernelBench ModelNew modules, also for the baseline
         paths.append(str(self.kb_state_dir()))
+        if self.settings.no_install:  # the user's own cann_bench, wherever PYTHONPATH says it is installed
+            from pytest_cannbench.guard.sandbox import user_python_path
+
+            paths += user_python_path()
         return sorted(set(paths))
 
     def protected_paths(self) -> list[str]:

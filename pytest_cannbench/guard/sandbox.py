@@ -136,6 +136,11 @@ def python_paths() -> list[str]:
     return sorted(p for p in paths if p and os.path.exists(p))
 
 
+def user_python_path() -> list[str]:
+    """The judge's absolute PYTHONPATH entries: where ``--cann-no-install`` finds the user's own cann_bench."""
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and os.path.isabs(p)]
+
+
 def _inside(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 

@@ -297,7 +297,8 @@ def discover(state: SubmissionState, log_dir: Path, work: Path, guard: str = "bl
     box = state.box
     worker = CandidateWorker(log_path=log_dir / "discovery.log", workdir=work / "discovery", mode="submission",
                              site_dir=state.site_dir, env=dict(state.env), guard=guard, protect=list(box.hidden),
-                             sandbox=box.choice, readable=[str(work)])
+                             sandbox=box.choice,
+                             readable=[str(work), *([] if state.installed else sandbox.user_python_path())])
     t0 = time.perf_counter()
     try:
         worker.start()
