@@ -66,7 +66,8 @@ def bar_chart(bars: Sequence[Bar], title: str, *, width: int = 720, reference: f
         value = "-" if b.value is None else f"{b.value:.2f}"
         tip = b.title or f"{b.label}: {value}"
         body.append(f'<g class="cb-bar"><title>{esc(tip)}</title>'
-                    f'<text x="{x0 - 6}" y="{y + ROW - 5}" text-anchor="end" fill="{TEXT}">{esc(_short(b.label))}</text>'
+                    f'<text x="{x0 - 6}" y="{y + ROW - 5}" text-anchor="end" fill="{TEXT}">'
+                    f"{esc(_short(b.label))}</text>"
                     f'<rect x="{x0}" y="{y}" width="{length:.1f}" height="{ROW}" fill="{b.color}" rx="2"/>'
                     f'<text x="{x0 + length + 4:.1f}" y="{y + ROW - 5}" fill="{TEXT}">{value}</text></g>')
     if reference is not None and top > reference:
@@ -164,7 +165,8 @@ def speedup_chart(points: Sequence[Point], title: str = "Speed-up over the basel
         cy = MARGIN + i * (ROW + GAP) + ROW / 2
         ceiling = f"; T_HW ceiling ×{p.ceiling:.2f}" if p.ceiling else ""
         body.append(f'<g class="cb-point"><title>{esc(p.label)}: ×{p.speedup:.3g}{esc(ceiling)}</title>'
-                    f'<text x="{x0 - 6}" y="{cy + 4:.1f}" text-anchor="end" fill="{TEXT}">{esc(_short(p.label))}</text>')
+                    f'<text x="{x0 - 6}" y="{cy + 4:.1f}" text-anchor="end" fill="{TEXT}">'
+                    f"{esc(_short(p.label))}</text>")
         if p.ceiling and p.ceiling > 0:
             left, right = sorted((x(p.speedup), x(p.ceiling)))
             body.append(f'<rect class="cb-gap" x="{left:.1f}" y="{cy - 2:.1f}" width="{right - left:.1f}" height="4" '

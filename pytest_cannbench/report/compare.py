@@ -63,7 +63,8 @@ def partial_reasons(board: dict[str, Any]) -> list[str]:
     """
     reasons = []
     selection = board.get("selection")
-    config = board.get("config") if isinstance(board.get("config"), dict) else {}
+    found = board.get("config")
+    config: dict[str, Any] = found if isinstance(found, dict) else {}
     if selection is None:
         selection = config.get("selection")
     if isinstance(selection, dict):
@@ -230,9 +231,9 @@ def compare(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str
             result.warnings.append(f"{len(keys)} cases of {name} are missing from {other}: {shown}")
     for rel_path in sorted(set(ops_a) | set(ops_b)):
         op_a, op_b = ops_a.get(rel_path), ops_b.get(rel_path)
-        keys = {str(c.get("key")) for op in (op_a, op_b) if op for c in op.get("cases") or [] if isinstance(c, dict)}
+        op_keys = {str(c.get("key")) for op in (op_a, op_b) if op for c in op.get("cases") or [] if isinstance(c, dict)}
         deltas = []
-        for key in sorted(keys, key=_case_order):
+        for key in sorted(op_keys, key=_case_order):
             delta, with_ci = _case_delta(key, cases_a.get(key), cases_b.get(key))
             result.intervals |= with_ci
             deltas.append(delta)
@@ -332,7 +333,7 @@ def terminal_lines(comparison: Comparison, *, regression_pct: float | None = Non
 def _md(value: Any) -> str:
     from pytest_cannbench.report.markdown import cell
 
-    return cell(value, 300)
+    return cell(str(value).replace(" -> ", " → "), 300)
 
 
 def markdown(comparison: Comparison, *, regression_pct: float | None = None) -> str:

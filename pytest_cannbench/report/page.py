@@ -31,6 +31,7 @@ from pytest_cannbench.report.charts import Bar, Cell, Point, bar_chart, grid, sp
 from pytest_cannbench.report.compare import Comparison, case_note, changed_cases, number, partial_reasons, speedup
 
 TEMPLATE = "report.html.j2"
+PAGE_NAME = "report.html"  # beside leaderboard.json
 MESSAGES_PER_TYPE = 50
 MESSAGE_CHARS = 2000
 
@@ -103,6 +104,11 @@ def _fmt(value: Any, digits: int = 2, empty: str = "-") -> str:
     return empty if found is None else f"{found:.{digits}f}"
 
 
+def _speedup(value: Any) -> str:
+    found = number(value)
+    return "-" if found is None else f"×{found:.2f}"
+
+
 def _cases(board: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for op in board.get("operators") or [] if isinstance(op, dict)
             for c in op.get("cases") or [] if isinstance(c, dict)]
@@ -124,7 +130,7 @@ def _kpis(board: dict[str, Any]) -> list[Kpi]:
 
 
 def _level_chart(board: dict[str, Any]) -> Markup:
-    levels = board.get("levels") if isinstance(board.get("levels"), dict) else {}
+    levels = _section(board, "levels")
     bars = [Bar(f"{name} ({entry.get('operators', '?')} ops)", number(entry.get("score")), "#4a7bb7",
                 f"{name}: {_fmt(entry.get('score'))} over {entry.get('operators', '?')} operators")
             for name, entry in levels.items() if isinstance(entry, dict)]
@@ -180,11 +186,13 @@ def _failures(board: dict[str, Any]) -> list[FailureGroup]:
             for ft, cases in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
 
+def _section(board: dict[str, Any], name: str) -> dict[str, Any]:
+    found = board.get(name)
+    return found if isinstance(found, dict) else {}
+
+
 def _identity(board: dict[str, Any]) -> list[tuple[str, str]]:
-    sub = board.get("submission") if isinstance(board.get("submission"), dict) else {}
-    env = board.get("environment") if isinstance(board.get("environment"), dict) else {}
-    config = board.get("config") if isinstance(board.get("config"), dict) else {}
-    weights = board.get("weights") if isinstance(board.get("weights"), dict) else {}
+    sub, env, config, weights = (_section(board, n) for n in ("submission", "environment", "config", "weights"))
     seed = (f"per-session secret (seed {config.get('seed')} mixed with it)" if config.get("secret")
             else f"fixed seed {config.get('seed', '?')}")
     device = str(env.get("device") or config.get("device") or "?")
@@ -210,7 +218,8 @@ def _identity(board: dict[str, Any]) -> list[tuple[str, str]]:
             ("timing", f"warm-up {config.get('warmup', '?')}, repeat {config.get('repeat', '?')}, "
                        f"perf {'on' if config.get('perf', True) else 'off'}"),
             ("weights", f"compile {weights.get('compile', '?')}, function {weights.get('function', '?')}, "
-                        f"performance {weights.get('performance', '?')}, HAP cap {'on' if weights.get('hap_cap') else 'off'}")]
+                        f"performance {weights.get('performance', '?')}, "
+                        f"HAP cap {'on' if weights.get('hap_cap') else 'off'}")]
     if board.get("merged_from"):
         rows.append(("merged from", ", ".join(f"{m.get('path')} ({m.get('cases')} cases)"
                                               for m in board["merged_from"] if isinstance(m, dict))))
@@ -223,7 +232,7 @@ def _operators(board: dict[str, Any]) -> list[dict[str, Any]]:
              "passed": f"{op.get('cases_passed', '?')}/{op.get('cases_total', '?')}",
              "compile": _fmt(op.get("compile_score"), 1), "function": _fmt(op.get("function_score"), 1),
              "performance": _fmt(op.get("performance_score"), 1), "score": _fmt(op.get("score")),
-             "speedup": "-" if number(op.get("speedup_geomean")) is None else f"×{number(op.get('speedup_geomean')):.2f}",
+             "speedup": _speedup(op.get("speedup_geomean")),
              "note": op.get("score_error") or ""}
             for op in board.get("operators") or [] if isinstance(op, dict)]
 
@@ -279,3 +288,17 @@ def render_comparison(a: dict[str, Any], b: dict[str, Any], comparison: Comparis
 
 def write(path: Path, board: dict[str, Any]) -> None:
     write_atomic(path, render(board))
+
+
+def write_beside(board_path: Path, board: dict[str, Any]) -> str:
+    """``report.html`` next to the leaderboard at the end of a graded run: what the summary's "written:" lists.
+
+    A page that cannot be written (a read-only directory) must not cost the run its other reports, so the reason
+    is returned in place of the path.
+    """
+    path = board_path.with_name(PAGE_NAME)
+    try:
+        write(path, board)
+    except OSError as exc:
+        return f"{path} not written ({exc.strerror or exc})"
+    return str(path)
