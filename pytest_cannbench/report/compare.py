@@ -147,8 +147,8 @@ class OperatorDelta:
         """A status change always counts; a pure timing change counts unless every interval says noise."""
         if self.status_a != self.status_b or any(c.status_changed for c in self.cases):
             return True
-        timed = [c for c in self.cases if c.speedup_a is not None or c.speedup_b is not None]
-        return not timed or any(c.significant is not False for c in timed)
+        moved = [c for c in self.cases if c.speedup_a != c.speedup_b]
+        return not moved or any(c.significant is not False for c in moved)
 
 
 @dataclass
