@@ -162,7 +162,7 @@ def finish(config: Any, collector: Any) -> None:
     collector.written = [s.leaderboard, str(collector.journal.path)]
     from pytest_cannbench.report.page import write_beside  # issue 19: the standalone HTML report, every run
 
-    collector.written.append(write_beside(Path(s.leaderboard), board))
+    collector.written.append(write_beside(Path(s.leaderboard), board, getattr(config.option, "htmlpath", None)))
     if s.markdown:
         from pytest_cannbench.report.markdown import render
 

@@ -32,6 +32,7 @@ from pytest_cannbench.report.compare import Comparison, case_note, changed_cases
 
 TEMPLATE = "report.html.j2"
 PAGE_NAME = "report.html"  # beside leaderboard.json
+FALLBACK_NAME = "cannbench-report.html"  # when pytest-html's --html already writes report.html there
 MESSAGES_PER_TYPE = 50
 MESSAGE_CHARS = 2000
 
@@ -290,13 +291,16 @@ def write(path: Path, board: dict[str, Any]) -> None:
     write_atomic(path, render(board))
 
 
-def write_beside(board_path: Path, board: dict[str, Any]) -> str:
+def write_beside(board_path: Path, board: dict[str, Any], pytest_html: str | None = None) -> str:
     """``report.html`` next to the leaderboard at the end of a graded run: what the summary's "written:" lists.
 
-    A page that cannot be written (a read-only directory) must not cost the run its other reports, so the reason
-    is returned in place of the path.
+    ``pytest_html`` is pytest-html's ``--html`` path: when it is the same file (``--html reports/report.html``),
+    this page goes to ``cannbench-report.html`` instead of overwriting it. A page that cannot be written (a
+    read-only directory) must not cost the run its other reports, so the reason is returned in place of the path.
     """
     path = board_path.with_name(PAGE_NAME)
+    if pytest_html and Path(pytest_html).resolve() == path.resolve():
+        path = board_path.with_name(FALLBACK_NAME)
     try:
         write(path, board)
     except OSError as exc:

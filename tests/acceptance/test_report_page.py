@@ -220,3 +220,15 @@ def test_a_graded_run_writes_the_page_and_the_cli_reads_it_back(pytester: pytest
     assert regenerated.read_text() == html.read_text()
     dom = _browser(tmp_path / "compare.html", tmp_path / "profile", "--dump-dom").stdout
     assert dom.count('class="cb-cell cb-passed"') >= 6 and 'class="cb-cell cb-runtime"' in dom
+
+
+def test_the_page_beside_the_board_never_overwrites_pytest_htmls(tmp_path: Path) -> None:
+    board = _board_with_every_category()
+    reports = tmp_path / "reports"
+    assert page.write_beside(reports / "leaderboard.json", board) == str(reports / "report.html")
+    theirs = str(reports / "report.html")
+    assert page.write_beside(reports / "leaderboard.json", board, theirs) == str(reports / "cannbench-report.html")
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    said = page.write_beside(blocked / "leaderboard.json", board)  # its directory is a file
+    assert said.startswith(f"{blocked / 'report.html'} not written (")

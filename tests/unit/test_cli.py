@@ -97,8 +97,8 @@ def test_compare_reports_deltas_status_changes_and_new_failures(boards: tuple[st
     board_a, board_b = (json.loads(Path(p).read_text()) for p in boards)
     assert f"total score {board_a['total_score']:.2f} -> {board_b['total_score']:.2f}" in out
     exp = next(line for line in out.splitlines() if line.strip().startswith("level1/exp "))
-    assert "passed -> partial" in exp and f"{board_b['operators'][0]['score'] - board_a['operators'][0]['score']:+.2f}" \
-        in exp
+    delta = board_b["operators"][0]["score"] - board_a["operators"][0]["score"]
+    assert "passed -> partial" in exp and f"{delta:+.2f}" in exp
     assert "level1/exp_1: passed -> failed [precision_mismatch]; NEW FAILURE" in out
     assert re.search(r"level1/relu_2: speed-up x0\.67 -> x1\.33 \(\+100\.0%\)", out)
     assert "new failures: 1; fixed: 0" in out
