@@ -122,8 +122,9 @@ class Point:
 def _ticks(low: float, high: float) -> list[float]:
     first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
     ticks = []
+    mantissas = (1, 2, 5) if last - first <= 3 else (1,)  # wide ranges: decades only, or the labels collide
     for exponent in range(first, last + 1):
-        for mantissa in (1, 2, 5):
+        for mantissa in mantissas:
             value = mantissa * 10.0 ** exponent
             if low <= value <= high:
                 ticks.append(value)

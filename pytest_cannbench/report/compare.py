@@ -296,6 +296,14 @@ def changed_cases(comparison: Comparison, threshold: float = 0.0) -> list[CaseDe
             if c.status_changed or (c.speedup_change is not None and abs(c.speedup_change) > threshold)]
 
 
+def new_failures_by_type(comparison: Comparison) -> list[tuple[str, list[CaseDelta]]]:
+    """New failures grouped by B's failure type (or status), the largest group first."""
+    groups: dict[str, list[CaseDelta]] = {}
+    for case in comparison.new_failures():
+        groups.setdefault(case.failure_b or case.status_b, []).append(case)
+    return sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+
+
 def terminal_lines(comparison: Comparison, *, regression_pct: float | None = None, limit: int | None = 40) -> list[str]:
     """The comparison as terminal lines: warnings, the total, the operator table, changed cases, the gate."""
     c = comparison
@@ -321,8 +329,8 @@ def terminal_lines(comparison: Comparison, *, regression_pct: float | None = Non
     new = c.new_failures()
     lines.append(f"new failures: {len(new)}; fixed: {len(c.fixed())}"
                  + ("" if c.intervals else "; no confidence intervals in the boards: every speed-up change counts"))
-    for case in new[:limit]:
-        lines.append(f"  {case.key}: {case.status_b} [{case.failure_b}] {_one_line(case.message_b)}")
+    for failure, cases in new_failures_by_type(c):
+        lines.append(f"  {failure} x{len(cases)}, e.g. {cases[0].key}: {_one_line(cases[0].message_b)}")
     if regression_pct is not None:
         found = c.regressions(regression_pct)
         lines.append(f"regressions over {regression_pct:g}%: {len(found) or 'none'}")

@@ -274,3 +274,10 @@ def test_roofline_calibrates_then_reads_its_cache(tmp_path: Path, capsys: pytest
 def test_check_runs_the_quality_gate(capsys: pytest.CaptureFixture[str]) -> None:
     rc, out, _ = _run(capsys, "check", str(FIXTURES / "basic"), "--threads", "1")
     assert rc == 0 and "1 operators, 3 cases, 0 problem(s)" in out
+
+
+def test_log_axis_ticks_stay_readable() -> None:
+    from pytest_cannbench.report.charts import _ticks
+
+    assert _ticks(0.3, 30.0) == [0.5, 1.0, 2.0, 5.0, 10.0, 20.0]
+    assert _ticks(0.03, 3000.0) == [0.1, 1.0, 10.0, 100.0, 1000.0]
