@@ -203,11 +203,32 @@ def _list(args: argparse.Namespace) -> int:
     if not args.tree.exists():
         raise InputError(f"{args.tree}: no such directory")
     entries = [e for e in scan(args.tree) if args.keyword in e.rel_path]
-    if not entries:
-        raise InputError(f"{args.tree}: no operator directory (proto.yaml and cases.yaml) below it"
-                         + (f" matching -k {args.keyword!r}" if args.keyword else ""))
-    print("\n".join(list_lines(entries)))
+    problems = _problems(args.tree, args.keyword)
+    if not entries and not problems:
+        raise InputError(f"{args.tree}: no operator directory (proto.yaml and cases.yaml) and no KernelBench "
+                         "problem below it" + (f" matching -k {args.keyword!r}" if args.keyword else ""))
+    if entries:
+        print("\n".join(list_lines(entries)))
+    if problems:
+        print("\n".join(problems))
     return 0
+
+
+def _problems(tree: Path, keyword: str) -> list[str]:
+    """The KernelBench problem files of a tree, one line each, as ``--cann-bench auto`` collects them."""
+    from pytest_cannbench.kernelbench.collect import is_problem, problem_of
+    from pytest_cannbench.options import DEFAULT_KB_TRIALS
+
+    files = [tree] if tree.is_file() else sorted(tree.rglob("*.py"))
+    found = [problem_of(p) for p in files if is_problem(p, "auto")]
+    found = [p for p in found if keyword in p.rel_path]
+    if not found:
+        return []
+    cases = DEFAULT_KB_TRIALS + 1
+    return ([f"{'KernelBench problem':<36} {'level':>5} {'cases':>5}"]
+            + [f"{p.rel_path:<36} {p.level if p.level is not None else '-':>5} {cases:>5}" for p in found]
+            + [f"{len(found)} KernelBench problems, {cases * len(found)} cases ({DEFAULT_KB_TRIALS} trials and a "
+               "timed case each, --cann-kb-trials)"])
 
 
 def _info(args: argparse.Namespace) -> int:

@@ -281,3 +281,13 @@ def test_log_axis_ticks_stay_readable() -> None:
 
     assert _ticks(0.3, 30.0) == [0.5, 1.0, 2.0, 5.0, 10.0, 20.0]
     assert _ticks(0.03, 3000.0) == [0.1, 1.0, 10.0, 100.0, 1000.0]
+
+
+def test_list_a_kernelbench_tree(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = _run(capsys, "list", str(FIXTURES / "kernelbench" / "problems"))
+    assert rc == 0
+    assert re.search(r"^level1/1_ReLU\.py\s+1\s+6$", out, re.M) and re.search(r"^level2/1_Linear_GELU\.py\s+2\s+6$",
+                                                                              out, re.M)
+    assert out.splitlines()[-1].startswith("4 KernelBench problems, 24 cases")
+    rc, _, err = _run(capsys, "list", str(FIXTURES / "kernelbench" / "honest"))  # ModelNew files: no problems
+    assert rc == 2 and "no KernelBench problem" in err
