@@ -232,3 +232,15 @@ def test_the_page_beside_the_board_never_overwrites_pytest_htmls(tmp_path: Path)
     blocked.write_text("")
     said = page.write_beside(blocked / "leaderboard.json", board)  # its directory is a file
     assert said.startswith(f"{blocked / 'report.html'} not written (")
+
+
+def test_the_page_tolerates_empty_and_json_cleaned_boards() -> None:
+    odd = {"total_score": "nan", "levels": {"level1": {"score": "inf", "operators": 1}},
+           "operators": [{"rel_path": "level1/a", "score": "nan", "status": "passed",
+                          "cases": [{"key": "level1/a_1", "status": "passed", "t_cand_us": "inf",
+                                     "t_baseline_us": 5.0, "t_hw_us": "nan"}]}]}
+    assert '<div class="value">-</div>' in page.render({})
+    html = page.render(odd)
+    assert "no timed cases" in html and 'class="cb-cell cb-passed"' in html
+    both = page.render_comparison({}, odd, compare({}, odd, "empty", "odd"))
+    assert "1 cases of odd are missing from empty" in both
