@@ -228,7 +228,8 @@ def compare(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str
     for name, keys, other in ((a_name, only_a, b_name), (b_name, only_b, a_name)):
         if keys:
             shown = ", ".join(keys[:5]) + (f", ... ({len(keys)} in all)" if len(keys) > 5 else "")
-            result.warnings.append(f"{len(keys)} cases of {name} are missing from {other}: {shown}")
+            cases = f"{len(keys)} case{'s' if len(keys) != 1 else ''}"
+            result.warnings.append(f"{cases} of {name} missing from {other}: {shown}")
     for rel_path in sorted(set(ops_a) | set(ops_b)):
         op_a, op_b = ops_a.get(rel_path), ops_b.get(rel_path)
         op_keys = {str(c.get("key")) for op in (op_a, op_b) if op for c in op.get("cases") or [] if isinstance(c, dict)}

@@ -243,4 +243,4 @@ def test_the_page_tolerates_empty_and_json_cleaned_boards() -> None:
     html = page.render(odd)
     assert "no timed cases" in html and 'class="cb-cell cb-passed"' in html
     both = page.render_comparison({}, odd, compare({}, odd, "empty", "odd"))
-    assert "1 cases of odd are missing from empty" in both
+    assert "1 case of odd missing from empty" in both

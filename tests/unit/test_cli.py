@@ -172,7 +172,7 @@ def test_partial_boards_are_warned_about(tmp_path: Path, capsys: pytest.CaptureF
     rc, out, _ = _run(capsys, "compare", a, b)
     assert rc == 0
     assert f"WARNING: {b} is a partial board (-k 'exp or relu', 8 cases deselected)" in out
-    assert f"WARNING: 8 cases of {a} are missing from {b}: level1/relu_3, level2/matmul_1" in out
+    assert f"WARNING: 8 cases of {a} missing from {b}: level1/relu_3, level2/matmul_1" in out
     assert partial_reasons({"config": {"shard": [1, 2]}}) == ["shard 1/2"]
     assert partial_reasons(whole) == []
     # operators that dropped out of B are regressions, not silently gone
