@@ -169,6 +169,9 @@ def finish(config: Any, collector: Any) -> None:
     collector.board = board
     leaderboard.write(Path(s.leaderboard), board)
     collector.written = [s.leaderboard, str(collector.journal.path)]
+    from pytest_cannbench.report.page import write_beside  # issue 19: the standalone HTML report, every run
+
+    collector.written.append(write_beside(Path(s.leaderboard), board, getattr(config.option, "htmlpath", None)))
     if s.markdown:
         from pytest_cannbench.report.markdown import render
 
