@@ -54,6 +54,7 @@ class XdistHooks:
         if data is not None:
             node.workerinput[state.WORKERINPUT_KEY] = data
         node.workerinput[state.RESUME_WORKERINPUT_KEY] = sorted(st.resume_keys())
+        node.workerinput[state.PINS_WORKERINPUT_KEY] = st.golden_pins()
         node.workerinput[options.SECRET_WORKERINPUT_KEY] = st.settings.secret
 
 

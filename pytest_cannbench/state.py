@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
 WORKERINPUT_KEY = "cannbench_submission"
 RESUME_WORKERINPUT_KEY = "cannbench_resume"
+PINS_WORKERINPUT_KEY = "cannbench_golden_pins"
 
 # candidate-worker roles: (log name, mode when grading, whether it loads the submission's install)
 WORKER_ROLES = {"candidate": ("candidate", "submission", True),  # CANN operators of the submission
@@ -77,6 +78,7 @@ class CannBenchState:
     submission: SubmissionState | None = None
     owns_submission: bool = False  # built here (the controller): cleaned up here
     resumed: frozenset[str] = frozenset()  # cases an earlier identical run recorded (controller)
+    pins: dict[str, str] = field(default_factory=dict)  # golden.py path -> sha256 before any submission code ran
     _service: GoldenService | None = None
     _workers: dict[str, CandidateWorker] = field(default_factory=dict)
     _device: DevicePlan | None = None
@@ -114,6 +116,7 @@ class CannBenchState:
         from pytest_cannbench.submission import kernelbench as kernelbench_submission
         from pytest_cannbench.submission.build import Box, prepare
 
+        self.pins = pin_goldens(self.task_roots())  # before build.sh can touch anything
         try:
             box = Box(sandbox.choose(s.sandbox), tuple(self.protected_paths()))
         except sandbox.SandboxUnavailable as exc:
@@ -128,6 +131,23 @@ class CannBenchState:
             self.submission = prepare(s.source, no_install=s.no_install, report_dir=self.report_dir,
                                       build_timeout=s.build_timeout_s, guard=s.guard, box=box)
         self.owns_submission = True
+
+    def golden_pins(self) -> dict[str, str]:
+        """The goldens as they were before the submission was built: here, or from workerinput."""
+        workerinput = getattr(self.config, "workerinput", None)
+        if workerinput is not None:
+            return dict(workerinput.get(PINS_WORKERINPUT_KEY) or {})
+        return self.pins
+
+    def task_roots(self) -> list[Path]:
+        """The task trees this run collects (``--cann-tasks`` and path arguments that exist)."""
+        roots = []
+        for arg in [self.settings.tasks, *self.config.args]:
+            if arg:
+                path = Path(str(arg).split("::", 1)[0]).resolve()
+                if path.exists():
+                    roots.append(path if path.is_dir() else path.parent)
+        return roots
 
     def submission_for_workers(self) -> dict | None:
         return self.submission.to_dict() if self.submission is not None else None
@@ -217,11 +237,7 @@ class CannBenchState:
         paths = [s.report_dir, os.path.dirname(s.leaderboard), str(cache_dir())]
         if s.golden_cache:
             paths.append(s.golden_cache)
-        for arg in [s.tasks, *self.config.args]:
-            if arg:
-                path = Path(str(arg).split("::", 1)[0]).resolve()
-                if path.exists():
-                    paths.append(str(path if path.is_dir() else path.parent))
+        paths += [str(p) for p in self.task_roots()]
         return sorted(set(paths))
 
     def kb_state_dir(self) -> Path:
@@ -311,6 +327,23 @@ def close(config: pytest.Config) -> None:
     st = config.stash.get(STATE_KEY, None)
     if st is not None:
         st.close()
+
+
+def pin_goldens(roots: list[Path], limit: int = 20000) -> dict[str, str]:
+    """sha256 of every ``golden.py`` under ``roots`` (at most ``limit`` files: a tree that large is not a task
+    tree, and collection still pins each golden it loads)."""
+    import hashlib
+
+    pins: dict[str, str] = {}
+    for root in roots:
+        for path in root.rglob("golden.py"):
+            if len(pins) >= limit:
+                return pins
+            try:
+                pins[str(path.resolve())] = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:
+                continue
+    return pins
 
 
 def _npu_timer(s: Settings) -> dict:

@@ -204,6 +204,19 @@ class CaseItem(SourceItem):
         return self.path, 0, f"{self.task.rel_path} case {label}"
 
 
+def check_pin(task: OperatorTask, pins: dict[str, str]) -> None:
+    """A golden.py that changed between the session's start (before any submission code ran) and collection
+    was rewritten by something during the build: a harness error naming the file, never a new truth."""
+    from pytest_cannbench.taskformat.errors import TaskFormatError
+
+    path = str(task.op_dir / "golden.py")
+    pinned = pins.get(path)
+    if pinned is not None and pinned != task.golden_sha256:
+        raise TaskFormatError(task.op_dir / "golden.py", "", f"changed after the session started (sha256 "
+                              f"{pinned[:12]} before the submission was built, {task.golden_sha256[:12]} now)",
+                              "restore the task tree (something rewrote it during the build) and rerun")
+
+
 class OperatorFile(pytest.File):
     """``cases.yaml`` of an operator directory."""
 
@@ -218,6 +231,7 @@ class OperatorFile(pytest.File):
         rel_path = op_dir.resolve().relative_to(bench_root).as_posix()
         try:
             task = load_operator(op_dir.resolve(), bench_root)
+            check_pin(task, state.of(self.config).golden_pins())
         except TaskFormatError as exc:
             yield InvalidTaskItem.from_parent(self, name=f"{op_dir.name}[task]", error=str(exc), rel_path=rel_path)
             return
