@@ -21,6 +21,7 @@ the file through /proc/<pid>/root first and falls back to the bare object name.
 
 from __future__ import annotations
 
+import bisect
 import re
 import sys
 import sysconfig
@@ -136,10 +137,16 @@ class CallProfile:
     lost: int = 0
     threads: int = 0
     period_ns: int = 0
+    calls: int = 1  # operator calls the samples cover (a timing batch covers many)
 
     @property
     def samples(self) -> int:
         return sum(o.samples for o in self.objects.values())
+
+    @classmethod
+    def empty(cls) -> CallProfile:
+        """The neutral start of a merge (no calls, no samples)."""
+        return cls(calls=0)
 
     def count(self, kind: str) -> int:
         return sum(o.samples for o in self.objects.values() if o.kind == kind)
@@ -156,6 +163,10 @@ class CallProfile:
         return sum(self.count(k) for k in WORK_KINDS)
 
     @property
+    def foreign_samples(self) -> int:
+        return sum(self.count(k) for k in FOREIGN_KINDS)
+
+    @property
     def foreign_share(self) -> float:
         """Builtin, JIT and unmapped code as a fraction of the work samples."""
         work = self.work_samples
@@ -164,7 +175,7 @@ class CallProfile:
     def merge(self, other: CallProfile) -> CallProfile:
         """This profile and ``other`` as one (a case's calls judged together)."""
         merged = CallProfile(lost=self.lost + other.lost, threads=max(self.threads, other.threads),
-                             period_ns=self.period_ns or other.period_ns)
+                             period_ns=self.period_ns or other.period_ns, calls=self.calls + other.calls)
         for source in (self, other):
             for name, obj in source.objects.items():
                 into = merged.objects.setdefault(name, ObjectSamples(obj.kind, symbol_path=obj.symbol_path))
@@ -202,11 +213,10 @@ def _symbol_path(path: str, pid: int | None) -> str | None:
 
 
 def attribute(raw: RawSamples, maps: list[Mapping], own: tuple[str, ...], *, pid: int | None = None,
-              period_ns: int = 0) -> CallProfile:
+              period_ns: int = 0, calls: int = 1) -> CallProfile:
     """Fold raw samples into a profile by the object mapped at each address."""
-    import bisect
     starts = [m.start for m in maps]
-    profile = CallProfile(lost=raw.lost, threads=len(raw.tids), period_ns=period_ns)
+    profile = CallProfile(lost=raw.lost, threads=len(raw.tids), period_ns=period_ns, calls=calls)
     for (ip, kernel), count in raw.ips.items():
         offset = 0
         if kernel:

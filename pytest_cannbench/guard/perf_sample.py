@@ -268,10 +268,11 @@ class CallSampler:
             raw, self.raw = self.raw, RawSamples()
         return raw
 
-    def collect(self) -> CallProfile:
-        """Disable, read and attribute; called once the worker is frozen, so /proc/<pid>/maps holds still."""
+    def collect(self, calls: int = 1) -> CallProfile:
+        """Disable, read and attribute; called once the worker is frozen, so /proc/<pid>/maps holds still.
+        ``calls``: how many operator calls ran since ``arm`` (a timing batch's warm-up and timed calls)."""
         raw = self.disarm()
-        return attribute(raw, read_maps(self.pid), self.own, pid=self.pid, period_ns=self.period_ns)
+        return attribute(raw, read_maps(self.pid), self.own, pid=self.pid, period_ns=self.period_ns, calls=calls)
 
     def _drain_loop(self) -> None:
         while not self._closed.is_set():
