@@ -98,10 +98,10 @@ for line in sys.stdin:
     if name not in ready:
         ready[name] = S[name]()
     fn, args = ready[name]
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     for _ in range(req["repeat"]):
         fn(*args)
-    print(json.dumps({"seconds": time.perf_counter() - t0}), flush=True)
+    print(json.dumps({"seconds": time.perf_counter() - t0, "cpu": time.thread_time() - c0}), flush=True)
 """
 
 
@@ -147,7 +147,8 @@ class Child:
         self.arm_s: list[float] = []
         self.collect_s: list[float] = []
 
-    def call(self, scenario: str, repeat: int, sample: bool = True) -> tuple[float, CallProfile | None]:
+    def call(self, scenario: str, repeat: int, sample: bool = True, cpu: bool = False
+             ) -> tuple[float, CallProfile | None]:
         assert self.proc.stdin is not None and self.proc.stdout is not None
         if sample:
             t0 = time.perf_counter()
@@ -155,7 +156,7 @@ class Child:
             self.arm_s.append(time.perf_counter() - t0)
         self.proc.stdin.write(json.dumps({"scenario": scenario, "repeat": repeat}) + "\n")
         self.proc.stdin.flush()
-        seconds = float(json.loads(self.proc.stdout.readline())["seconds"])
+        seconds = float(json.loads(self.proc.stdout.readline())["cpu" if cpu else "seconds"])
         if not sample:
             return seconds, None
         os.kill(self.proc.pid, signal.SIGSTOP)
@@ -244,29 +245,30 @@ def overhead(child: Child, threads: int) -> None:
           f"({sampled / plain - 1:+.1%})")
 
 
-def per_sample_cost(site: Path, lib: Path, own: tuple[str, ...], period_ns: int = 20_000) -> None:
-    """One sample's cost, measured where it shows above a shared machine's noise: at a 20 us period (12.5x
-    the default rate) on a single-threaded compute loop; the default period's overhead is that cost per 250 us."""
+def per_sample_cost(site: Path, lib: Path, own: tuple[str, ...]) -> None:
+    """What sampling costs a busy thread, by period: the CPU time (not the wall time, which a shared machine
+    makes noisy) of a single-threaded compute loop, fastest of 9, unsampled and sampled."""
     name = "cpp own exp loop 1Mi"
-    child = Child(site, lib, 1, own, period_ns)
-    try:
-        child.call(name, 2, sample=False)
-        runs: dict[bool, list[float]] = {False: [], True: []}
-        samples = []
-        for _ in range(15):
-            runs[False].append(child.call(name, 5, sample=False)[0])
-            seconds, profile = child.call(name, 5, sample=True)
-            assert profile is not None
-            runs[True].append(seconds)
-            samples.append(profile.samples)
-        plain, sampled = min(runs[False]), min(runs[True])
-        per_sample = max(sampled - plain, 0.0) / (sorted(samples)[len(samples) // 2] or 1)
-        print(f"-- per-sample cost: 5 x {name}: {1000 * plain:.1f} ms unsampled, {1000 * sampled:.1f} ms sampled "
-              f"every {period_ns / 1000:g} us; {1e6 * per_sample:.2f} us per sample, so "
-              f"{per_sample / (DEFAULT_PERIOD_NS * 1e-9):.2%} of a busy thread's time at the default "
-              f"{DEFAULT_PERIOD_NS / 1000:g} us period")
-    finally:
-        child.close()
+    base = None
+    for period_ns in (0, 1_000_000, 500_000, 250_000, 100_000):
+        child = Child(site, lib, 1, own, period_ns or DEFAULT_PERIOD_NS)
+        try:
+            child.call(name, 2, sample=False)
+            runs, samples = [], []
+            for _ in range(9):
+                seconds, profile = child.call(name, 5, sample=bool(period_ns), cpu=True)
+                runs.append(seconds)
+                samples.append(profile.samples if profile else 0)
+        finally:
+            child.close()
+        best = min(runs)
+        if base is None:
+            base = best
+            print(f"-- sampling cost, 5 x {name} single-threaded: {1000 * best:.1f} ms CPU unsampled")
+            continue
+        count = sorted(samples)[len(samples) // 2] or 1
+        print(f"   every {period_ns / 1000:5g} us: {1000 * best:.1f} ms CPU ({best / base - 1:+.1%}), {count} samples, "
+              f"{1e6 * max(best - base, 0.0) / count:.1f} us per sample")
 
 
 if __name__ == "__main__":

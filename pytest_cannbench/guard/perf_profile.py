@@ -202,11 +202,12 @@ class CallProfile:
 
 
 def _symbol_path(path: str, pid: int | None) -> str | None:
-    """Where the judge can open a file the worker mapped: through the worker's root, else the same path."""
+    """Where the judge can open a file the worker mapped: the same path (the sandbox binds the system at the
+    same paths, and it outlives the worker), else through the worker's root while the worker lives."""
     if not path.startswith("/"):
         return None
     path = path.removesuffix(" (deleted)")
-    for candidate in ((f"/proc/{pid}/root{path}",) if pid else ()) + (path,):
+    for candidate in (path,) + ((f"/proc/{pid}/root{path}",) if pid else ()):
         if Path(candidate).is_file():
             return candidate
     return None

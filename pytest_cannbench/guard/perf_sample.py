@@ -50,11 +50,12 @@ LOST = struct.Struct("=QQ")  # id, lost
 META_HEAD = 1024  # perf_event_mmap_page: data_head, data_tail, data_offset, data_size
 META = struct.Struct("=QQQQ")
 
-# 250 us of CPU between samples: 4 samples per millisecond per busy thread, so a 10 ms call gives 40 and a
-# case's calls together give hundreds; each sample costs one timer interrupt (~1-2 us, measured in
-# benchmarks/perf_profile.py as under 1% of the call) and 16-24 bytes of buffer.
-DEFAULT_PERIOD_NS = 250_000
-DEFAULT_PAGES = 32  # data pages per CPU: 128 KiB, about 1.3 s of one busy CPU between two drains
+# 1 ms of CPU between samples. A sample costs one timer interrupt: about 1-2 us on bare metal, but 21 us in this
+# project's VMs (measured with `perf record` and benchmarks/perf_profile.py alike: the hypervisor's timer),
+# where 250 us costs a busy thread 9% and 1 ms costs 2%. A case's calls are judged together (CallProfile.merge),
+# and 30 work samples, 30 ms of CPU, make a verdict; pass a shorter period where sampling is cheap.
+DEFAULT_PERIOD_NS = 1_000_000
+DEFAULT_PAGES = 32  # data pages per CPU: 128 KiB, 5000 samples, 5 s of one busy CPU between two drains
 DRAIN_INTERVAL_S = 0.1
 
 
@@ -163,7 +164,8 @@ class RingBuffer:
         page = mmap.PAGESIZE
         self.map = mmap.mmap(fd, (1 + pages) * page, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         _head, _tail, offset, size = META.unpack_from(self.map, META_HEAD)
-        self.offset, self.size = (offset, size) if size else (page, pages * page)  # pre-4.1 kernels: the defaults
+        self.offset: int = offset if size else page  # pre-4.1 kernels leave them 0: the defaults
+        self.size: int = size or pages * page
 
     def drain(self, raw: RawSamples) -> None:
         """Parse what the kernel wrote since the last drain, then move data_tail so it can write again."""
