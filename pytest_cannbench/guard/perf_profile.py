@@ -138,6 +138,7 @@ class CallProfile:
     threads: int = 0
     period_ns: int = 0
     calls: int = 1  # operator calls the samples cover (a timing batch covers many)
+    error: str = ""  # the sampler failed during the window: no verdict
 
     @property
     def samples(self) -> int:
@@ -175,7 +176,8 @@ class CallProfile:
     def merge(self, other: CallProfile) -> CallProfile:
         """This profile and ``other`` as one (a case's calls judged together)."""
         merged = CallProfile(lost=self.lost + other.lost, threads=max(self.threads, other.threads),
-                             period_ns=self.period_ns or other.period_ns, calls=self.calls + other.calls)
+                             period_ns=self.period_ns or other.period_ns, calls=self.calls + other.calls,
+                             error=self.error or other.error)
         for source in (self, other):
             for name, obj in source.objects.items():
                 into = merged.objects.setdefault(name, ObjectSamples(obj.kind, symbol_path=obj.symbol_path))
@@ -213,18 +215,19 @@ def _symbol_path(path: str, pid: int | None) -> str | None:
     return None
 
 
-def attribute(raw: RawSamples, maps: list[Mapping], own: tuple[str, ...], *, pid: int | None = None,
-              period_ns: int = 0, calls: int = 1) -> CallProfile:
-    """Fold raw samples into a profile by the object mapped at each address."""
-    starts = [m.start for m in maps]
+def attribute(raw: RawSamples, maps: dict[int, list[Mapping]], own: tuple[str, ...], *, period_ns: int = 0,
+              calls: int = 1) -> CallProfile:
+    """Fold raw samples into a profile by the object mapped at each address of the process it came from."""
+    starts = {pid: [m.start for m in found] for pid, found in maps.items()}
     profile = CallProfile(lost=raw.lost, threads=len(raw.tids), period_ns=period_ns, calls=calls)
-    for (ip, kernel), count in raw.ips.items():
+    for (pid, ip, kernel), count in raw.ips.items():
         offset = 0
         if kernel:
             name = KERNEL
         else:
-            i = bisect.bisect_right(starts, ip) - 1
-            mapping = maps[i] if i >= 0 and ip < maps[i].end else None
+            found = maps.get(pid, [])
+            i = bisect.bisect_right(starts.get(pid, []), ip) - 1
+            mapping = found[i] if i >= 0 and ip < found[i].end else None
             if mapping is None:
                 name = UNMAPPED
             elif not mapping.path or mapping.path.startswith("[anon"):

@@ -69,15 +69,22 @@ class Unavailable:
 
 @dataclass
 class RawSamples:
-    """Samples as the ring buffers gave them, before attribution: (ip, kernel mode) -> count."""
+    """Samples as the ring buffers gave them, before attribution: (pid, ip, kernel mode) -> count.
 
-    ips: Counter[tuple[int, bool]] = field(default_factory=Counter)
+    The pid is the process's (in the judge's pid namespace), so each sample is attributed with the maps of the
+    process it came from: the worker under a sandbox launcher that forks it is sampled through the launcher."""
+
+    ips: Counter[tuple[int, int, bool]] = field(default_factory=Counter)
     tids: set[int] = field(default_factory=set)
     lost: int = 0
 
     @property
     def total(self) -> int:
         return sum(self.ips.values())
+
+    @property
+    def pids(self) -> set[int]:
+        return {pid for pid, _ip, _kernel in self.ips}
 
 
 def sample_attr(period_ns: int = DEFAULT_PERIOD_NS, *, exclude_kernel: bool = False) -> bytes:
@@ -148,8 +155,8 @@ def parse_records(data: bytes, raw: RawSamples) -> int:
             break
         body = pos + HEADER.size
         if kind == RECORD_SAMPLE and size >= HEADER.size + SAMPLE.size:
-            ip, _pid, tid = SAMPLE.unpack_from(data, body)
-            raw.ips[(ip, misc & MISC_CPUMODE_MASK == MISC_KERNEL)] += 1
+            ip, pid, tid = SAMPLE.unpack_from(data, body)
+            raw.ips[(pid, ip, misc & MISC_CPUMODE_MASK == MISC_KERNEL)] += 1
             raw.tids.add(tid)
         elif kind == RECORD_LOST and size >= HEADER.size + LOST.size:
             raw.lost += LOST.unpack_from(data, body)[1]
@@ -200,6 +207,7 @@ class CallSampler:
     buffers: list[RingBuffer] = field(default_factory=list)
     exclude_kernel: bool = False
     raw: RawSamples = field(default_factory=RawSamples)
+    error: str = ""  # why the current window's samples cannot be trusted (an ioctl failed)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _armed: threading.Event = field(default_factory=threading.Event)
     _closed: threading.Event = field(default_factory=threading.Event)
@@ -246,35 +254,45 @@ class CallSampler:
         return sampler
 
     def arm(self) -> None:
-        """Reset and enable: called just before the request goes to the worker."""
+        """Reset and enable: called just before the request goes to the worker. Never raises."""
         with self._lock:
+            self.error = ""
             for buffer in self.buffers:
                 buffer.drain(RawSamples())  # anything left from before is not this call's
             self.raw = RawSamples()
-            for fd in self.fds:
-                fcntl.ioctl(fd, IOC_RESET, 0)
-                fcntl.ioctl(fd, IOC_ENABLE, 0)
+            self._ioctl(IOC_RESET, IOC_ENABLE)
         self._armed.set()
         if self._drainer is None:
             self._drainer = threading.Thread(target=self._drain_loop, name="cann-perf-drain", daemon=True)
             self._drainer.start()
 
     def disarm(self) -> RawSamples:
-        """Disable and read everything: the raw samples since ``arm``."""
+        """Disable and read everything: the raw samples since ``arm``. Never raises."""
         self._armed.clear()
         with self._lock:
-            for fd in self.fds:
-                fcntl.ioctl(fd, IOC_DISABLE, 0)
+            self._ioctl(IOC_DISABLE)
             for buffer in self.buffers:
                 buffer.drain(self.raw)
             raw, self.raw = self.raw, RawSamples()
         return raw
 
     def collect(self, calls: int = 1) -> CallProfile:
-        """Disable, read and attribute; called once the worker is frozen, so /proc/<pid>/maps holds still.
-        ``calls``: how many operator calls ran since ``arm`` (a timing batch's warm-up and timed calls)."""
+        """Disable, read and attribute; called once the worker is frozen, so /proc/<pid>/maps holds still
+        (re-read every time: libraries can be loaded at any time). ``calls``: how many operator calls ran
+        since ``arm`` (a timing batch's warm-up and timed calls). Never raises."""
         raw = self.disarm()
-        return attribute(raw, read_maps(self.pid), self.own, pid=self.pid, period_ns=self.period_ns, calls=calls)
+        maps = {pid: read_maps(pid) for pid in raw.pids | {self.pid}}
+        profile = attribute(raw, maps, self.own, period_ns=self.period_ns, calls=calls)
+        profile.error = self.error
+        return profile
+
+    def _ioctl(self, *requests: int) -> None:
+        for fd in self.fds:
+            for request in requests:
+                try:
+                    fcntl.ioctl(fd, request, 0)
+                except OSError as exc:
+                    self.error = self.error or f"perf ioctl {request:#x}: {exc}"
 
     def _drain_loop(self) -> None:
         while not self._closed.is_set():

@@ -53,10 +53,12 @@ def judge_profile(profile: CallProfile, *, max_foreign: float = MAX_FOREIGN_SHAR
     ``max_foreign`` of the work samples beyond the glue allowance; inconclusive under ``min_samples``."""
     work = profile.work_samples
     share = foreign_beyond_glue(profile, glue_us)
-    conclusive = work >= min_samples
+    conclusive = work >= min_samples and not profile.error
     finding = BUILTIN_COMPUTE if conclusive and share > max_foreign else None
     text = describe(profile, symbols=symbols)
-    if not conclusive:
+    if profile.error:
+        head = f"sampling inconclusive: {profile.error}"
+    elif not conclusive:
         head = f"sampling inconclusive: {work} work samples, under the {min_samples} a verdict needs"
     else:
         sigma = math.sqrt(max(share * (1 - share), 1e-9) / work)  # the share's one-sigma sampling error

@@ -87,7 +87,8 @@ def _sampled(code: str, own: tuple[str, ...] = (), *, pages: int = ps.DEFAULT_PA
             assert child.stdout.readline().strip() == "done"
             os.kill(child.pid, signal.SIGSTOP)
             raw = sampler.disarm()
-            profile = attribute(raw, read_maps(child.pid), sampler.own, pid=child.pid, period_ns=sampler.period_ns)
+            profile = attribute(raw, {child.pid: read_maps(child.pid)}, sampler.own, period_ns=sampler.period_ns)
+            assert raw.pids == {child.pid}
             os.kill(child.pid, signal.SIGCONT)
         return raw, profile, at_open
     finally:
@@ -176,6 +177,63 @@ def test_a_call_longer_than_the_buffer_loses_nothing(c_loop: Path) -> None:
     assert profile.shares[OWN] > 0.8
 
 
+@needs_perf
+def test_a_forked_process_is_sampled_with_its_own_maps(c_loop: Path) -> None:
+    """The sandbox launcher's case: events opened on the launcher follow the worker it forks."""
+    code = textwrap.dedent(f"""
+        import ctypes, os, signal
+        def forked():
+            r, w = os.pipe()
+            child = os.fork()
+            if child == 0:  # only the forked process maps the library: its own maps must be read
+                ctypes.CDLL({str(c_loop)!r}).cann_spin(ctypes.c_int64(60_000_000))
+                os.write(w, b"x")
+                signal.pause()
+            os.read(r, 1)
+            return child
+    """)
+    script = code + "print('ready', flush=True)\nsys.stdin.readline()\nprint(forked(), flush=True)\nsys.stdin.read()\n"
+    child = subprocess.Popen([sys.executable, "-c", "import sys\n" + script], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        sampler = ps.CallSampler.open(child.pid, (str(c_loop.parent),))
+        assert not isinstance(sampler, ps.Unavailable), sampler
+        with sampler:
+            assert child.stdout.readline().strip() == "ready"
+            sampler.arm()
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            grandchild = int(child.stdout.readline())
+            os.killpg(child.pid, signal.SIGSTOP)
+            profile = sampler.collect()
+            os.killpg(child.pid, signal.SIGCONT)
+        assert grandchild != child.pid
+        assert profile.shares[OWN] > 0.8, profile.shares
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+@needs_perf
+def test_a_failing_ioctl_makes_the_window_inconclusive() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        sampler = ps.CallSampler.open(child.pid)
+        assert not isinstance(sampler, ps.Unavailable), sampler
+        os.close(sampler.fds.pop())  # a descriptor gone behind the sampler's back: EBADF on every ioctl
+        sampler.fds.append(2 ** 20)
+        sampler.arm()
+        profile = sampler.collect()
+        verdict = judge_profile(profile)
+        assert profile.error and not verdict.conclusive and "ioctl" in verdict.detail
+        sampler.fds.pop()
+        sampler.close()
+    finally:
+        child.kill()
+        child.wait()
+
+
 def test_unavailable_is_reported_not_raised() -> None:
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -206,7 +264,7 @@ def test_parse_records_synthetic() -> None:
     data = user + kernel + lost + throttle + user
     raw = ps.RawSamples()
     assert ps.parse_records(data + user[:10], raw) == len(data)  # a cut record waits for the next read
-    assert raw.ips == {(0x1000, False): 2, (0xFFFF0000, True): 1}
+    assert raw.ips == {(7, 0x1000, False): 2, (7, 0xFFFF0000, True): 1}
     assert raw.lost == 5 and raw.tids == {8, 9} and raw.total == 3
     broken = ps.RawSamples()
     assert ps.parse_records(ps.HEADER.pack(ps.RECORD_SAMPLE, 0, 0) + user, broken) > 0  # size 0: no endless loop
@@ -231,7 +289,7 @@ def test_ring_buffer_wraps_and_moves_the_tail() -> None:
         struct.pack_into("=QQ", ring.map, ps.META_HEAD, tail + len(stream), tail)
         raw = ps.RawSamples()
         ring.drain(raw)
-        assert raw.ips == {(0xABC, False): 3}
+        assert raw.ips == {(1, 0xABC, False): 3}
         assert struct.unpack_from("=QQ", ring.map, ps.META_HEAD) == (tail + len(stream),) * 2
         ring.close()
     finally:
@@ -250,12 +308,13 @@ def test_maps_and_classes() -> None:
     """))
     assert [m.start for m in maps] == sorted(m.start for m in maps) and len(maps) == 6  # [heap] is not executable
     raw = ps.RawSamples()
-    raw.ips.update({(0x7F0000000010, False): 3, (0x7F0000200010, False): 5, (0x7F0000400010, False): 1,
-                    (0x7F0000500010, False): 1, (0xFFFF800000000000, True): 2, (0x7F0000600010, False): 4,
-                    (0x7F00009FFFFF, False): 1, (0x400100, False): 6})
-    profile = attribute(raw, maps, ("/sub/install",), period_ns=250_000)
+    raw.ips.update({(7, 0x7F0000000010, False): 3, (7, 0x7F0000200010, False): 5, (7, 0x7F0000400010, False): 1,
+                    (7, 0x7F0000500010, False): 1, (7, 0xFFFF800000000000, True): 2, (7, 0x7F0000600010, False): 4,
+                    (7, 0x7F00009FFFFF, False): 1, (7, 0x400100, False): 6,
+                    (8, 0x400100, False): 1})  # a process whose maps are not known: unmapped
+    profile = attribute(raw, {7: maps}, ("/sub/install",), period_ns=250_000)
     by_kind = {k: profile.count(k) for k in (OWN, RUNTIME, SYSTEM, BUILTIN, JIT, UNKNOWN)}
-    assert by_kind == {OWN: 5, RUNTIME: 10, SYSTEM: 3, BUILTIN: 3, JIT: 1, UNKNOWN: 1}
+    assert by_kind == {OWN: 5, RUNTIME: 10, SYSTEM: 3, BUILTIN: 3, JIT: 1, UNKNOWN: 2}
     assert profile.objects["/venv/site-packages/torch/lib/libtorch_cpu.so"].offsets == {0x10010: 3}
     assert set(profile.objects) >= {KERNEL, ANON_EXEC, UNMAPPED, "[vdso]"}
     own = ("/sub/install",)
