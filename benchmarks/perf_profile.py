@@ -1,15 +1,17 @@
 """Profiles sampled from outside the worker, side by side: honest kernels, delegation, pure Python.
 
-    PATH=/path/to/.venv/bin:$PATH python benchmarks/perf_profile.py [--threads 1 2] [--seconds 0.3]
+    PATH=/path/to/.venv/bin:$PATH python benchmarks/perf_profile.py [--threads 1 2] [--seconds 0.5]
 
 Builds what it needs into a cache directory (default /tmp/cannbench-perf-profile): the bundled C++ example's
 wheel (examples/cpp_cpu/build.sh, installed with ``pip --target``) and a small delegating C++ library that calls
 ``at::exp`` and ``at::cpu::exp``. Each scenario runs in a child process that the judge's
 ``guard.perf_sample.CallSampler`` opens right after the spawn; every call is armed, sent, answered, frozen with
 SIGSTOP and collected, as the candidate worker's calls will be. Printed: per scenario the shares of all samples
-(own, runtime, builtin, jit, unknown, system), the foreign share of the work samples (the rule's number) for the
-merged calls and for the single call with the lowest one, the top foreign object and symbol, and the
-``judge_profile`` verdict; then the sampler's own cost (open, arm, collect, and the slowdown of a sampled call).
+(own, runtime, builtin, jit, unknown, system), the foreign share of the work samples for the merged calls, the
+foreign CPU time per call, the share beyond the glue allowance (the rule's number) and its range over groups of
+consecutive calls just big enough for a verdict (what judging a case's calls together sees), the verdict and the
+top foreign object and symbol; then the sampler's own cost: open, arm, collect, a sampled call against an
+unsampled one, and the CPU cost of sampling by period.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from pytest_cannbench.guard.perf_profile import KINDS, CallProfile
 from pytest_cannbench.guard.perf_sample import DEFAULT_PERIOD_NS, CallSampler, Unavailable
-from pytest_cannbench.guard.perf_verdict import judge_profile
+from pytest_cannbench.guard.perf_verdict import MIN_WORK_SAMPLES, judge_profile
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -172,7 +174,11 @@ class Child:
         self.proc.wait()
 
 
-def _row(name: str, per_call_ms: float, merged: CallProfile, lowest: float, calls: int) -> str:
+def _span(values: list[float]) -> str:
+    return f"{min(values):.0%}-{max(values):.0%}" if values else "-"
+
+
+def _row(name: str, per_call_ms: float, merged: CallProfile, groups: list[float], calls: int) -> str:
     shares = merged.shares
     verdict = judge_profile(merged)
     top = merged.top(1, ("builtin", "jit", "unknown"))
@@ -184,7 +190,7 @@ def _row(name: str, per_call_ms: float, merged: CallProfile, lowest: float, call
     cells = " ".join(f"{shares[k]:6.1%}" for k in KINDS)
     foreign_us = merged.foreign_samples * merged.period_ns / 1000 / max(merged.calls, 1)
     return (f"{name:33} {calls:3} {per_call_ms:8.3f} {merged.samples:6} {cells} {merged.foreign_share:7.1%} "
-            f"{foreign_us:8.1f} {verdict.foreign_share:7.1%} {lowest:7.1%} "
+            f"{foreign_us:8.1f} {verdict.foreign_share:7.1%} {_span(groups):>11} "
             f"{verdict.finding or ('inconcl.' if not verdict.conclusive else '-'):15} {where}")
 
 
@@ -204,23 +210,23 @@ def main() -> None:
     for threads in args.threads:
         print(f"\n== OMP threads {threads}; own = the example's install and the delegating library's directory")
         print(f"{'scenario':33} {'n':>3} {'ms/call':>8} {'samp.':>6} {kinds} {'foreign':>7} {'us/call':>8} "
-              f"{'>glue':>7} {'lowest':>7} {'verdict':15} top foreign object")
+              f"{'>glue':>7} {'groups':>11} {'verdict':15} top foreign object")
         child = Child(site, lib, threads, own)
         try:
             for name in scenarios:
                 seconds, _ = child.call(name, 1)  # warm-up, inputs built
                 seconds, _ = child.call(name, 1)
-                calls = max(3, min(400, int(args.seconds / max(seconds, 1e-5))))
-                merged, lowest, total = CallProfile.empty(), 1.0, 0.0
+                calls = max(3, min(1500, int(args.seconds / max(seconds, 1e-5))))
+                merged, group, groups, total = CallProfile.empty(), CallProfile.empty(), [], 0.0
                 for _ in range(calls):
                     seconds, profile = child.call(name, 1)
                     assert profile is not None
                     total += seconds
-                    merged = merged.merge(profile)
-                    if profile.work_samples >= 8:
-                        lowest = min(lowest, profile.foreign_share)
-                print(_row(name, 1000 * total / calls, merged, lowest if lowest < 1.0 or merged.foreign_share
-                           >= 1.0 else float("nan"), calls))
+                    merged, group = merged.merge(profile), group.merge(profile)
+                    if group.work_samples >= MIN_WORK_SAMPLES:
+                        groups.append(judge_profile(group, symbols=False).foreign_share)
+                        group = CallProfile.empty()
+                print(_row(name, 1000 * total / calls, merged, groups, calls), flush=True)
             overhead(child, threads)
         finally:
             child.close()
@@ -256,7 +262,7 @@ def per_sample_cost(site: Path, lib: Path, own: tuple[str, ...]) -> None:
             child.call(name, 2, sample=False)
             runs, samples = [], []
             for _ in range(9):
-                seconds, profile = child.call(name, 5, sample=bool(period_ns), cpu=True)
+                seconds, profile = child.call(name, 25, sample=bool(period_ns), cpu=True)
                 runs.append(seconds)
                 samples.append(profile.samples if profile else 0)
         finally:
@@ -264,7 +270,7 @@ def per_sample_cost(site: Path, lib: Path, own: tuple[str, ...]) -> None:
         best = min(runs)
         if base is None:
             base = best
-            print(f"-- sampling cost, 5 x {name} single-threaded: {1000 * best:.1f} ms CPU unsampled")
+            print(f"-- sampling cost, 25 x {name} single-threaded: {1000 * best:.1f} ms CPU unsampled")
             continue
         count = sorted(samples)[len(samples) // 2] or 1
         print(f"   every {period_ns / 1000:5g} us: {1000 * best:.1f} ms CPU ({best / base - 1:+.1%}), {count} samples, "
