@@ -5,14 +5,15 @@ by the judge while the worker is frozen, after every call: libraries can be load
 
 - ``own``: objects under the submission's private install (the prefixes the caller passes);
 - ``runtime``: the language runtime every submission runs on: the interpreter and its stdlib extension
-  modules, libc/libm/ld.so/libstdc++/libgcc;
+  modules, libc/libm/ld.so/libstdc++/libgcc, and libtorch_python, torch's Python binding (argument parsing,
+  tensor <-> list conversion, no kernels: it held up to a third of an honest Python loop's samples, measured);
 - ``system``: time that is no one's compute: [kernel] (page faults of fresh allocations, futexes), [vdso] and
   the OpenMP runtime (threads spinning at a barrier; measured at 40% of a 2-thread torch.exp on a busy machine).
   It is reported but left out of the shares that judge: it would otherwise dilute delegation;
 - ``jit``: anonymous executable memory. Not the submission's by default: torch's own oneDNN generates its
   conv2d and bf16 matmul kernels there (measured: docs/security.md), and honest submissions compile ahead;
 - ``unknown``: an address no mapping holds once the call is over (code unmapped during the call);
-- ``builtin``: everything else: libtorch_cpu, libc10, libtorch_python, MKL, oneDNN, OpenBLAS, numpy's libraries,
+- ``builtin``: everything else: libtorch_cpu, libc10, MKL, oneDNN, OpenBLAS, sleef, numpy's libraries,
   and a copy of one of those shipped in the private install (named like a builtin library).
 
 Paths are as the worker sees them (its mount namespace); classing needs only the string, naming a symbol opens
@@ -44,12 +45,12 @@ KERNEL, VDSO, ANON_EXEC, UNMAPPED = "[kernel]", "[vdso]", "[anon exec]", "[unmap
 RUNTIME_LIBRARY = re.compile(
     r"^(python3(\.\d+)*|libpython3[\d.]*\.so.*|ld-linux.*\.so.*|ld64\.so.*|ld-[\d.]+\.so"
     r"|lib(c|m|mvec|dl|rt|pthread|util|resolv|crypt|anl)(-[\d.]+)?\.so.*"
-    r"|libstdc\+\+\.so.*|libgcc_s\.so.*|libatomic\.so.*"
+    r"|libstdc\+\+\.so.*|libgcc_s\.so.*|libatomic\.so.*|libtorch_python\.so"
     r"|lib(ffi|z|bz2|lzma|expat|uuid|ssl|crypto|sqlite3|ncursesw?|tinfo|readline|mpdec|gdbm)\.so.*)$")
 OPENMP_LIBRARY = re.compile(r"^lib(gomp|iomp5|omp)(-[0-9a-f]+)?\.so.*$")  # threads and barriers, no kernels
 # builtin libraries by name: a copy in the private install is still builtin code
 BUILTIN_LIBRARY = re.compile(
-    r"^lib(torch|torch_cpu|torch_python|torch_global_deps|c10|shm|mkl\w*|dnnl|mkldnn|openblas\w*|blas|cblas"
+    r"^lib(torch|torch_cpu|torch_global_deps|c10|shm|mkl\w*|dnnl|mkldnn|openblas\w*|blas|cblas"
     r"|lapack\w*|sleef|fbgemm|xnnpack|nnpack|qnnpack|pytorch_qnnpack|onednn|numpy\w*|scipy\w*|gfortran)"
     r"([-.].*)?\.so.*$")
 
@@ -62,6 +63,11 @@ def _runtime_dirs() -> tuple[str, ...]:
 
 
 RUNTIME_DIRS = _runtime_dirs()
+# where the runtime and OpenMP libraries are recognised by name: the system and the interpreter's installs, which
+# the submission cannot write (read-only under the sandbox). A libc.so or libgomp.so anywhere else, say a copy of
+# libtorch_cpu renamed in TMPDIR, is not the runtime.
+TRUSTED_ROOTS = tuple(sorted({p.rstrip("/") + "/" for p in (sys.base_prefix, sys.prefix, sys.exec_prefix,
+                                                              "/usr", "/lib", "/lib64", "/lib32") if p}))
 
 
 @dataclass(frozen=True)
@@ -110,11 +116,13 @@ def classify(path: str, own: tuple[str, ...]) -> str:
         return BUILTIN
     if any(path.startswith(p.rstrip("/") + "/") for p in own if p):
         return OWN
+    if sys.executable and path in (sys.executable, str(Path(sys.executable).resolve())):
+        return RUNTIME
+    if not path.startswith(TRUSTED_ROOTS):
+        return BUILTIN
     if OPENMP_LIBRARY.match(name):
         return SYSTEM
     if RUNTIME_LIBRARY.match(name) or path.startswith(RUNTIME_DIRS):
-        return RUNTIME
-    if sys.executable and path in (sys.executable, str(Path(sys.executable).resolve())):
         return RUNTIME
     return BUILTIN
 

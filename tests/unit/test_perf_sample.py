@@ -321,7 +321,12 @@ def test_maps_and_classes() -> None:
     assert classify("/sub/install/libtorch_cpu.so", own) == BUILTIN  # a copy of a builtin library stays builtin
     assert classify("/sub/install/cann_bench/_C.so (deleted)", own) == OWN
     assert classify("/sub/installer/x.so", own) == BUILTIN  # a prefix is a directory, not a string start
-    assert classify("/venv/torch/lib/libgomp.so.1", own) == SYSTEM
+    torch_lib = f"{sys.prefix}/lib/python3.11/site-packages/torch/lib"
+    assert classify(f"{torch_lib}/libgomp.so.1", own) == SYSTEM
+    assert classify(f"{torch_lib}/libtorch_python.so", own) == RUNTIME  # bindings: argument parsing, conversion
+    assert classify(f"{torch_lib}/libc10.so", own) == BUILTIN
+    assert classify("/tmp/sub-tmp/libc.so.6", own) == BUILTIN  # a runtime name outside the system is not runtime
+    assert classify("/tmp/sub-tmp/libgomp.so.1", own) == BUILTIN
     assert classify("/venv/numpy.libs/libopenblas64_p-r0-1.so", own) == BUILTIN
 
 
