@@ -123,11 +123,12 @@ def _parse(data: mmap.mmap) -> SymbolTable | None:
 
 _demangler: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 _demangler_tried = False
+_free: ctypes._CFuncPtr | None = None  # type: ignore[name-defined]
 
 
 def demangle(name: str) -> str:
     """A C++ name as a person reads it (libstdc++'s ``__cxa_demangle``), else the name as it is."""
-    global _demangler, _demangler_tried
+    global _demangler, _demangler_tried, _free
     if not name.startswith("_Z"):
         return name
     if not _demangler_tried:
@@ -138,9 +139,11 @@ def demangle(name: str) -> str:
             _demangler = lib.__cxa_demangle
             _demangler.restype = ctypes.c_void_p
             _demangler.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+            _free = ctypes.CDLL(None).free
+            _free.argtypes = [ctypes.c_void_p]
         except (OSError, AttributeError):
             _demangler = None
-    if _demangler is None:
+    if _demangler is None or _free is None:
         return name
     status = ctypes.c_int(0)
     out = _demangler(name.encode(), None, None, ctypes.byref(status))
@@ -149,4 +152,4 @@ def demangle(name: str) -> str:
     try:
         return ctypes.string_at(out).decode("utf-8", "replace")
     finally:
-        ctypes.CDLL(None).free(ctypes.c_void_p(out))
+        _free(out)
