@@ -35,6 +35,11 @@ class ProfileVerdict:
     lost: int = 0
     detail: str = ""
 
+    @property
+    def problems(self) -> list[tuple[str, str]]:
+        """The finding as guard problems ``[(kind, detail)]``, the shape ``guard.policy.guard_verdict`` takes."""
+        return [(self.finding, self.detail)] if self.finding else []
+
 
 def foreign_beyond_glue(profile: CallProfile, glue_us: float = GLUE_US_PER_CALL) -> float:
     """The foreign share of the work samples once ``glue_us`` per call of foreign time is taken off."""

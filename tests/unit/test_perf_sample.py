@@ -129,10 +129,28 @@ def test_torch_exp_lands_in_builtin() -> None:
 
 
 @needs_perf
+def test_redispatch_that_skips_record_function_still_lands_in_builtin() -> None:
+    """``OpOverload.redispatch`` skips RecordFunction, so the in-worker profiler never sees it; the clock does."""
+    code = textwrap.dedent("""
+        import time, torch
+        x = torch.rand(1 << 20)
+        cpu = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+        def work():
+            end = time.process_time() + 0.2
+            while time.process_time() < end:
+                torch.ops.aten.exp.default.redispatch(cpu, x)
+    """)
+    _raw, profile, _ = _sampled(code)
+    verdict = judge_profile(profile)
+    assert verdict.finding == BUILTIN_COMPUTE, verdict.detail
+    assert verdict.problems == [(BUILTIN_COMPUTE, verdict.detail)]
+
+
+@needs_perf
 def test_own_c_loop_lands_in_own_and_is_named(c_loop: Path) -> None:
     _raw, profile, _ = _sampled(SPIN.format(path=str(c_loop)), own=(str(c_loop.parent),))
     assert profile.shares[OWN] > 0.8, profile.shares
-    assert judge_profile(profile).finding is None
+    assert judge_profile(profile).finding is None and judge_profile(profile).problems == []
     assert profile.symbols(str(c_loop), 1)[0][0] == "cann_spin"
 
 
