@@ -175,7 +175,11 @@ class RingBuffer:
         self.size: int = size or pages * page
 
     def drain(self, raw: RawSamples) -> None:
-        """Parse what the kernel wrote since the last drain, then move data_tail so it can write again."""
+        """Parse what the kernel wrote since the last drain, then move data_tail so it can write again.
+
+        Python has no read barrier: on x86-64 (TSO) the records below data_head are complete when it is read; on
+        AArch64 a drain while the events run could read a record not yet visible, which the parser skips or
+        misattributes (one sample); the drain after the disable ioctl is ordered by the syscall."""
         head, tail = struct.unpack_from("=QQ", self.map, META_HEAD)
         if head == tail:
             return
