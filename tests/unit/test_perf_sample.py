@@ -1,0 +1,384 @@
+"""The judge's sampler on real processes: each child is sampled with perf_event_open from outside, the way the
+candidate worker will be, and its samples must land where its code ran. The parsers and the rule are tested on
+synthetic input too."""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pytest_cannbench.guard import perf_sample as ps
+from pytest_cannbench.guard.elf_lookup import symbol_table
+from pytest_cannbench.guard.perf_profile import (
+    ANON_EXEC,
+    BUILTIN,
+    JIT,
+    KERNEL,
+    OWN,
+    RUNTIME,
+    SYSTEM,
+    UNKNOWN,
+    UNMAPPED,
+    CallProfile,
+    ObjectSamples,
+    attribute,
+    classify,
+    parse_maps,
+    read_maps,
+)
+from pytest_cannbench.guard.perf_verdict import judge_profile
+from pytest_cannbench.outcome import BUILTIN_COMPUTE
+
+C_LOOP = """
+#include <stdint.h>
+volatile double sink;
+void cann_spin(int64_t n) { double a = 1.0; for (int64_t i = 0; i < n; ++i) a = a * 1.0000001 + 1e-9; sink = a; }
+"""
+
+
+def _probe() -> str | None:
+    """Why this machine cannot sample (None when it can)."""
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        opened = ps.CallSampler.open(child.pid)
+        if isinstance(opened, ps.Unavailable):
+            return opened.reason
+        opened.close()
+        return None
+    finally:
+        child.kill()
+        child.wait()
+
+
+UNAVAILABLE = _probe() if ps.SYS_PERF_EVENT_OPEN.get(os.uname().machine) else "no syscall number"
+needs_perf = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"perf_event_open: {UNAVAILABLE}")
+
+
+def _sampled(code: str, own: tuple[str, ...] = (), *, pages: int = ps.DEFAULT_PAGES,
+             period_ns: int = ps.DEFAULT_PERIOD_NS) -> tuple[ps.RawSamples, CallProfile, set[int]]:
+    """Run ``code`` in a child sampled from its spawn: it prints ``ready``, waits for a line, works, prints
+    ``done`` and is frozen before the samples are read. Returns the raw samples, the profile and the tids the
+    child had when the sampler opened."""
+    script = (f"import sys\n{code}\nprint('ready', flush=True)\nsys.stdin.readline()\nwork()\n"
+              "print('done', flush=True)\nsys.stdin.read()\n")
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        # right after the spawn, as the worker's client will
+        sampler = ps.CallSampler.open(child.pid, own, pages=pages, period_ns=period_ns)
+        assert not isinstance(sampler, ps.Unavailable), sampler
+        at_open = {int(t) for t in os.listdir(f"/proc/{child.pid}/task")}
+        with sampler:
+            assert child.stdout.readline().strip() == "ready"
+            sampler.arm()
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "done"
+            os.kill(child.pid, signal.SIGSTOP)
+            raw = sampler.disarm()
+            profile = attribute(raw, {child.pid: read_maps(child.pid)}, sampler.own, period_ns=sampler.period_ns)
+            assert raw.pids == {child.pid}
+            os.kill(child.pid, signal.SIGCONT)
+        return raw, profile, at_open
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.fixture(scope="module")
+def c_loop(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    lib_dir = tmp_path_factory.mktemp("own_install")
+    source = lib_dir / "spin.c"
+    source.write_text(C_LOOP)
+    subprocess.run(["cc", "-O1", "-shared", "-fPIC", str(source), "-o", str(lib_dir / "libspin.so")], check=True)
+    return lib_dir / "libspin.so"
+
+
+SPIN = "import ctypes\nlib = ctypes.CDLL({path!r})\ndef work():\n    lib.cann_spin(ctypes.c_int64(60_000_000))\n"
+
+
+@needs_perf
+def test_torch_exp_lands_in_builtin() -> None:
+    code = textwrap.dedent("""
+        import time, torch
+        x = torch.rand(1 << 20)
+        def work():
+            end = time.process_time() + 0.2
+            while time.process_time() < end:
+                torch.exp(x)
+    """)
+    _raw, profile, _ = _sampled(code)
+    verdict = judge_profile(profile)
+    assert verdict.finding == BUILTIN_COMPUTE, verdict.detail
+    top, obj = profile.top(1, (BUILTIN,))[0]
+    assert Path(top).name == "libtorch_cpu.so" and obj.samples > 0.5 * profile.work_samples
+    assert "libtorch_cpu.so" in verdict.detail
+
+
+@needs_perf
+def test_redispatch_that_skips_record_function_still_lands_in_builtin() -> None:
+    """``OpOverload.redispatch`` skips RecordFunction, so the in-worker profiler never sees it; the clock does."""
+    code = textwrap.dedent("""
+        import time, torch
+        x = torch.rand(1 << 20)
+        cpu = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+        def work():
+            end = time.process_time() + 0.2
+            while time.process_time() < end:
+                torch.ops.aten.exp.default.redispatch(cpu, x)
+    """)
+    _raw, profile, _ = _sampled(code)
+    verdict = judge_profile(profile)
+    assert verdict.finding == BUILTIN_COMPUTE, verdict.detail
+    assert verdict.problems == [(BUILTIN_COMPUTE, verdict.detail)]
+
+
+@needs_perf
+def test_own_c_loop_lands_in_own_and_is_named(c_loop: Path) -> None:
+    _raw, profile, _ = _sampled(SPIN.format(path=str(c_loop)), own=(str(c_loop.parent),))
+    assert profile.shares[OWN] > 0.8, profile.shares
+    assert judge_profile(profile).finding is None and judge_profile(profile).problems == []
+    assert profile.symbols(str(c_loop), 1)[0][0] == "cann_spin"
+
+
+@needs_perf
+def test_the_same_loop_outside_the_own_prefixes_is_builtin(c_loop: Path) -> None:
+    _raw, profile, _ = _sampled(SPIN.format(path=str(c_loop)), own=("/nonexistent/install",))
+    assert profile.shares[BUILTIN] > 0.8, profile.shares
+    assert judge_profile(profile).finding == BUILTIN_COMPUTE
+
+
+@needs_perf
+def test_pure_python_loop_lands_in_runtime() -> None:
+    code = "def work():\n    s = 0\n    for i in range(3_000_000):\n        s += i * i\n"
+    _raw, profile, _ = _sampled(code)
+    assert profile.shares[RUNTIME] > 0.8, profile.shares
+    verdict = judge_profile(profile)
+    assert verdict.conclusive and verdict.finding is None
+
+
+@needs_perf
+def test_a_thread_created_after_the_open_is_sampled(c_loop: Path) -> None:
+    code = SPIN.format(path=str(c_loop)).replace("def work():", "def spin():") + textwrap.dedent("""
+        import threading
+        def work():
+            t = threading.Thread(target=spin)
+            t.start()
+            t.join()
+    """)
+    raw, profile, at_open = _sampled(code, own=(str(c_loop.parent),))
+    later = raw.tids - at_open
+    assert later, (raw.tids, at_open)
+    assert profile.shares[OWN] > 0.8, profile.shares
+
+
+@needs_perf
+def test_a_call_longer_than_the_buffer_loses_nothing(c_loop: Path) -> None:
+    """8 pages hold about 1365 samples, 0.34 s at 250 us; the drain thread empties them while the call runs."""
+    code = SPIN.format(path=str(c_loop)).replace("60_000_000", "400_000_000")
+    raw, profile, _ = _sampled(code, own=(str(c_loop.parent),), pages=8, period_ns=250_000)
+    capacity = 8 * mmap.PAGESIZE // (ps.HEADER.size + ps.SAMPLE.size)
+    assert raw.total > capacity and raw.lost == 0, (raw.total, raw.lost)
+    assert profile.shares[OWN] > 0.8
+
+
+@needs_perf
+def test_a_forked_process_is_sampled_with_its_own_maps(c_loop: Path) -> None:
+    """The sandbox launcher's case: events opened on the launcher follow the worker it forks."""
+    code = textwrap.dedent(f"""
+        import ctypes, os, signal
+        def forked():
+            r, w = os.pipe()
+            child = os.fork()
+            if child == 0:  # only the forked process maps the library: its own maps must be read
+                ctypes.CDLL({str(c_loop)!r}).cann_spin(ctypes.c_int64(60_000_000))
+                os.write(w, b"x")
+                signal.pause()
+            os.read(r, 1)
+            return child
+    """)
+    script = code + "print('ready', flush=True)\nsys.stdin.readline()\nprint(forked(), flush=True)\nsys.stdin.read()\n"
+    child = subprocess.Popen([sys.executable, "-c", "import sys\n" + script], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        sampler = ps.CallSampler.open(child.pid, (str(c_loop.parent),))
+        assert not isinstance(sampler, ps.Unavailable), sampler
+        with sampler:
+            assert child.stdout.readline().strip() == "ready"
+            sampler.arm()
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            grandchild = int(child.stdout.readline())
+            os.killpg(child.pid, signal.SIGSTOP)
+            profile = sampler.collect()
+            os.killpg(child.pid, signal.SIGCONT)
+        assert grandchild != child.pid
+        assert profile.shares[OWN] > 0.8, profile.shares
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+@needs_perf
+def test_a_failing_ioctl_makes_the_window_inconclusive() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        sampler = ps.CallSampler.open(child.pid)
+        assert not isinstance(sampler, ps.Unavailable), sampler
+        os.close(sampler.fds.pop())  # a descriptor gone behind the sampler's back: EBADF on every ioctl
+        sampler.fds.append(2 ** 20)
+        sampler.arm()
+        profile = sampler.collect()
+        verdict = judge_profile(profile)
+        assert profile.error and not verdict.conclusive and "ioctl" in verdict.detail
+        sampler.fds.pop()
+        sampler.close()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_unavailable_is_reported_not_raised() -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    result = ps.CallSampler.open(gone.pid)
+    assert isinstance(result, ps.Unavailable) and "no such worker process" in result.reason
+    bad_type = bytearray(ps.sample_attr())
+    struct.pack_into("=I", bad_type, 0, 0xFFFF)  # no such event type
+    result = ps.open_event(bytes(bad_type), os.getpid(), -1)
+    assert isinstance(result, ps.Unavailable) and result.errno in (errno.ENOENT, errno.EINVAL, errno.EACCES,
+                                                                   errno.EPERM), result
+    assert "perf_event_open" in result.reason
+    bad_size = bytearray(ps.sample_attr())
+    struct.pack_into("=I", bad_size, 4, 1)  # an attr size the kernel does not know
+    result = ps.open_event(bytes(bad_size), os.getpid(), -1)
+    assert isinstance(result, ps.Unavailable) and result.errno in (errno.E2BIG, errno.EINVAL, errno.EACCES,
+                                                                   errno.EPERM), result
+
+
+def _record(kind: int, misc: int, body: bytes) -> bytes:
+    return ps.HEADER.pack(kind, misc, ps.HEADER.size + len(body)) + body
+
+
+def test_parse_records_synthetic() -> None:
+    user = _record(ps.RECORD_SAMPLE, 2, ps.SAMPLE.pack(0x1000, 7, 8))
+    kernel = _record(ps.RECORD_SAMPLE, ps.MISC_KERNEL, ps.SAMPLE.pack(0xFFFF0000, 7, 9))
+    lost = _record(ps.RECORD_LOST, 0, ps.LOST.pack(1, 5))
+    throttle = _record(5, 0, b"\0" * 24)
+    data = user + kernel + lost + throttle + user
+    raw = ps.RawSamples()
+    assert ps.parse_records(data + user[:10], raw) == len(data)  # a cut record waits for the next read
+    assert raw.ips == {(7, 0x1000, False): 2, (7, 0xFFFF0000, True): 1}
+    assert raw.lost == 5 and raw.tids == {8, 9} and raw.total == 3
+    broken = ps.RawSamples()
+    assert ps.parse_records(ps.HEADER.pack(ps.RECORD_SAMPLE, 0, 0) + user, broken) > 0  # size 0: no endless loop
+    assert broken.total == 0
+
+
+def test_ring_buffer_wraps_and_moves_the_tail() -> None:
+    """A real mapping laid out like the kernel's: records that wrap around the end of the data area."""
+    page, pages = mmap.PAGESIZE, 1
+    fd = os.memfd_create("perf-ring")
+    try:
+        os.ftruncate(fd, (1 + pages) * page)
+        ring = ps.RingBuffer(fd, pages)
+        size = pages * page
+        record = _record(ps.RECORD_SAMPLE, 2, ps.SAMPLE.pack(0xABC, 1, 2))
+        tail = size - 10  # the record starts 10 bytes before the end
+        data = bytearray(size)
+        stream = record * 3
+        for i, byte in enumerate(stream):
+            data[(tail + i) % size] = byte
+        ring.map[page:page + size] = bytes(data)
+        struct.pack_into("=QQ", ring.map, ps.META_HEAD, tail + len(stream), tail)
+        raw = ps.RawSamples()
+        ring.drain(raw)
+        assert raw.ips == {(1, 0xABC, False): 3}
+        assert struct.unpack_from("=QQ", ring.map, ps.META_HEAD) == (tail + len(stream),) * 2
+        ring.close()
+    finally:
+        os.close(fd)
+
+
+def test_maps_and_classes() -> None:
+    maps = parse_maps(textwrap.dedent("""\
+        00400000-00500000 r-xp 00000000 08:01 11 /usr/bin/python3.11
+        10000000-10001000 rw-p 00000000 00:00 0 [heap]
+        7f0000000000-7f0000100000 r-xp 00010000 08:01 12 /venv/site-packages/torch/lib/libtorch_cpu.so
+        7f0000200000-7f0000300000 r-xp 00000000 08:01 13 /sub/install/cann_bench/_C.so
+        7f0000400000-7f0000401000 rwxp 00000000 00:00 0
+        7f0000500000-7f0000501000 r-xp 00000000 00:00 0 [vdso]
+        7f0000600000-7f0000700000 r-xp 00000000 08:01 14 /usr/lib/x86_64-linux-gnu/libc.so.6
+    """))
+    assert [m.start for m in maps] == sorted(m.start for m in maps) and len(maps) == 6  # [heap] is not executable
+    raw = ps.RawSamples()
+    raw.ips.update({(7, 0x7F0000000010, False): 3, (7, 0x7F0000200010, False): 5, (7, 0x7F0000400010, False): 1,
+                    (7, 0x7F0000500010, False): 1, (7, 0xFFFF800000000000, True): 2, (7, 0x7F0000600010, False): 4,
+                    (7, 0x7F00009FFFFF, False): 1, (7, 0x400100, False): 6,
+                    (8, 0x400100, False): 1})  # a process whose maps are not known: unmapped
+    profile = attribute(raw, {7: maps}, ("/sub/install",), period_ns=250_000)
+    by_kind = {k: profile.count(k) for k in (OWN, RUNTIME, SYSTEM, BUILTIN, JIT, UNKNOWN)}
+    assert by_kind == {OWN: 5, RUNTIME: 10, SYSTEM: 3, BUILTIN: 3, JIT: 1, UNKNOWN: 2}
+    assert profile.objects["/venv/site-packages/torch/lib/libtorch_cpu.so"].offsets == {0x10010: 3}
+    assert set(profile.objects) >= {KERNEL, ANON_EXEC, UNMAPPED, "[vdso]"}
+    own = ("/sub/install",)
+    assert classify("/sub/install/libtorch_cpu.so", own) == BUILTIN  # a copy of a builtin library stays builtin
+    assert classify("/sub/install/cann_bench/_C.so (deleted)", own) == OWN
+    assert classify("/sub/installer/x.so", own) == BUILTIN  # a prefix is a directory, not a string start
+    torch_lib = f"{sys.prefix}/lib/python3.11/site-packages/torch/lib"
+    assert classify(f"{torch_lib}/libgomp.so.1", own) == SYSTEM
+    assert classify(f"{torch_lib}/libtorch_python.so", own) == RUNTIME  # bindings: argument parsing, conversion
+    assert classify(f"{torch_lib}/libc10.so", own) == BUILTIN
+    assert classify("/tmp/sub-tmp/libc.so.6", own) == BUILTIN  # a runtime name outside the system is not runtime
+    assert classify("/tmp/sub-tmp/libgomp.so.1", own) == BUILTIN
+    assert classify("/venv/numpy.libs/libopenblas64_p-r0-1.so", own) == BUILTIN
+
+
+def _profile(**counts: int) -> CallProfile:
+    kinds = {"own": OWN, "runtime": RUNTIME, "system": SYSTEM, "builtin": BUILTIN, "jit": JIT}
+    return CallProfile({name: ObjectSamples(kinds[name], count) for name, count in counts.items()},
+                       period_ns=250_000)
+
+
+def test_the_rule() -> None:
+    delegated = judge_profile(_profile(builtin=90, runtime=10, system=50), symbols=False)
+    assert delegated.finding == BUILTIN_COMPUTE and delegated.conclusive
+    assert "90%" in delegated.detail and "builtin" in delegated.detail
+    honest = judge_profile(_profile(own=90, builtin=5, runtime=5), symbols=False)
+    assert honest.finding is None and honest.conclusive
+    few = judge_profile(_profile(builtin=20, system=500), symbols=False)  # idle threads do not make a verdict
+    assert few.finding is None and not few.conclusive and "inconclusive" in few.detail
+    jit = judge_profile(_profile(jit=80, own=20), symbols=False)  # oneDNN's generated kernels are not own
+    assert jit.finding == BUILTIN_COMPUTE
+    tiny = _profile(builtin=60, runtime=40)
+    tiny.calls = 1000  # 60 samples x 250 us over 1000 calls: 15 us each, dispatch glue
+    assert judge_profile(tiny, symbols=False).finding is None
+    merged = _profile(builtin=30).merge(_profile(builtin=30, own=5))
+    assert merged.samples == 65 and merged.calls == 2 and judge_profile(merged).finding == BUILTIN_COMPUTE
+    assert CallProfile.empty().merge(merged).calls == 2
+
+
+def test_symbol_lookup_refuses_what_it_cannot_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.so"
+    os.mkfifo(fifo)
+    assert symbol_table(str(fifo)) is None  # never blocks on a FIFO the submission planted
+    junk = tmp_path / "junk.so"
+    junk.write_bytes(b"\x7fELF" + b"\xff" * 200)
+    assert symbol_table(str(junk)) is None or symbol_table(str(junk)).starts == []  # type: ignore[union-attr]
+    assert symbol_table(str(tmp_path / "missing.so")) is None
+    table = symbol_table(sys.executable)
+    assert table is not None and table.segments
