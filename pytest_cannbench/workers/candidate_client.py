@@ -98,6 +98,9 @@ class CandidateWorker(WorkerClient):
     last_tmp: str | None = None  # the operator whose files the private TMPDIR holds
     _killed_for: str | None = None
     _pid: int | None = None  # the worker's pid in the judge's namespace (bwrap's child under the sandbox)
+    sampler: Any = None  # guard.perf_sample.CallSampler: the judge's own evidence of where the CPU went
+    sampler_note: str = ""  # why there is no sampler (perf_event_open refused), for the header and flags
+    _profiles: dict[str, Any] = field(default_factory=dict)  # case / operator key -> merged CallProfile
 
     # ------------------------------------------------------------ lifecycle
 
@@ -135,7 +138,48 @@ class CandidateWorker(WorkerClient):
         else:
             proc = self._spawn_sandboxed(module, args, env)
         self.frozen, self._killed_for = False, None
+        self._open_sampler()
         return proc
+
+    def _open_sampler(self) -> None:
+        """Sample the new worker from out here, before it starts threads (they inherit the events). Only for
+        submission code under an active guard; KernelBench keeps builtin ops alongside its own kernels."""
+        self._close_sampler()
+        if self.mode != "submission" or self.guard == "off" or self._pid is None:
+            return
+        from pytest_cannbench.guard.perf_sample import CallSampler, Unavailable
+
+        opened = CallSampler.open(self._pid, own=tuple(p for p in (self.site_dir,) if p))
+        if isinstance(opened, Unavailable):
+            self.sampler_note = f"CPU sampling unavailable: {opened.reason}"
+        else:
+            self.sampler, self.sampler_note = opened, ""
+
+    def _close_sampler(self) -> None:
+        sampler, self.sampler = self.sampler, None
+        if sampler is not None:
+            sampler.close()
+
+    def _sampled(self, keys: tuple[str, ...], calls: int) -> list[tuple[str, str]]:
+        """The sampler's finding for what just ran, judged on the calls of its case and of its operator merged
+        (one call alone rarely holds enough samples to decide)."""
+        if self.sampler is None:
+            return []
+        from pytest_cannbench.guard.perf_verdict import judge_profile
+
+        profile = self.sampler.collect(calls=calls)
+        problems: list[tuple[str, str]] = []
+        for key in keys:
+            merged = self._profiles[key] = profile if key not in self._profiles else self._profiles[key].merge(profile)
+            verdict = judge_profile(merged)
+            if verdict.finding is not None:
+                problems = [(kind, f"CPU samples taken by the judge: {detail}") for kind, detail in verdict.problems]
+                break
+        return problems
+
+    def _arm(self) -> None:
+        if self.sampler is not None:
+            self.sampler.arm()
 
     def _spawn_sandboxed(self, module: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
         """The worker as pid 1 of its own bubblewrap sandbox; its pid out here comes on bwrap's info pipe."""
@@ -233,6 +277,7 @@ class CandidateWorker(WorkerClient):
             assert self.proc is not None and self.region is not None  # _ensure started both
             write_inputs(self.region, layout, writes)
             before = process_snapshot(self.pid)
+            self._arm()
             reply = self._exchange({"op": "call", "target": target, "args": layout.args,
                                     "region_size": self.region.size, "out_offset": layout.out_offset,
                                     "out_capacity": layout.out_capacity}, timeout)
@@ -242,10 +287,11 @@ class CandidateWorker(WorkerClient):
             self.kill()
             raise
         self._freeze()
+        sampled = self._sampled(self._profile_keys(target, case_log), 1)
         problem = self._contract(before, layout.args, kwargs)
         if problem is not None:
             return self._finish(problem, case_log)
-        verdict, why, flags = guard_verdict(self.import_problems + guard_problems(reply), self.guard)
+        verdict, why, flags = guard_verdict(self.import_problems + guard_problems(reply) + sampled, self.guard)
         if verdict is not None:
             return self._finish(CandidateResult(verdict, message=why, flags=flags), case_log)
         if not reply.get("ok"):
@@ -296,6 +342,7 @@ class CandidateWorker(WorkerClient):
                        "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer, "npu": npu}
             before = process_snapshot(self.pid)
             cpu0 = thread_cpu(self.pid)
+            self._arm()
             t0 = time.perf_counter()
             reply = self._exchange(message, timeout)
             wall = time.perf_counter() - t0
@@ -306,11 +353,12 @@ class CandidateWorker(WorkerClient):
             self.kill()
             raise
         self._freeze()
+        sampled = self._sampled(self._profile_keys(target, case_log), warmup + len(call_sets))
         for args, kwargs in zip(layout.sets, kwargs_sets):
             problem = self._contract(before, args, kwargs)
             if problem is not None:
                 return self._finish(BatchResult(problem.status, message=problem.message, wall_s=wall), case_log)
-        verdict, why, flags = guard_verdict(self.import_problems + guard_problems(reply), self.guard)
+        verdict, why, flags = guard_verdict(self.import_problems + guard_problems(reply) + sampled, self.guard)
         if verdict is not None:
             return self._finish(BatchResult(verdict, message=why, wall_s=wall, flags=flags), case_log)
         if not reply.get("ok"):
@@ -330,6 +378,12 @@ class CandidateWorker(WorkerClient):
                                         phases={str(k)[:20]: float(v) for k, v in phases.items()}, wall_s=wall,
                                         cpu_s=cpu_s, busiest_cpu_s=busiest_s,
                                         timer=str(reply.get("timer"))[:40], notes=notes, flags=flags), case_log)
+
+    @staticmethod
+    def _profile_keys(target: dict, case_log: Path | None) -> tuple[str, ...]:
+        """The case (its log is unique to it) and the operator a call belongs to."""
+        operator = "op:" + str(target.get("rel_path") or target.get("name"))
+        return (f"case:{case_log}", operator) if case_log is not None else (operator,)
 
     def _finish(self, result: Any, case_log: Path | None) -> Any:
         segment = procs.read_log_since(self.log_path, self.log_mark, CASE_LOG_BYTES)
@@ -409,11 +463,13 @@ class CandidateWorker(WorkerClient):
 
     def kill(self) -> None:
         self.frozen = False
+        self._close_sampler()
         if self.proc is not None and self._pid is not None and self._pid != self.proc.pid:
             procs.signal_pgid(self._pid, signal.SIGKILL)  # the sandbox's session first, then bwrap's
         super().kill()
 
     def close(self) -> None:
+        self._close_sampler()
         if self.proc is not None:
             self._thaw()
             self.frozen = False
