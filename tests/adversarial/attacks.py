@@ -163,7 +163,7 @@ ATTACKS = [
            f"    return {REAL}\n", "forbidden_access"),
     attack("kill_judge", "G7", "kills its parent, the judge",
            "    import os, signal\n    os.kill(os.getppid(), signal.SIGKILL)\n    return torch.zeros_like(x)\n",
-           "forbidden_access"),
+           "forbidden_access", "precision_mismatch"),  # in the sandbox it has no parent to find: zeros
     attack("network", "G6", "phones home for the answer",
            "    import socket\n    socket.create_connection(('10.255.255.1', 80), timeout=1)\n"
            "    return torch.zeros_like(x)\n", "forbidden_access"),

@@ -99,20 +99,21 @@ def test_fingerprint_cache_of_known_inputs_gains_nothing(pytester, capsys, task_
     With the seed given (a reproduced run) the table works, which proves it right; a graded session mixes in a
     secret, so the same table never hits."""
     tasks = task_tree("submission")
-    table = Path(pytester.path) / "table.pt"
+    table = Path(pytester.path) / "table.pt"  # outside the sandbox: the agent's own copy, kept between runs
+    off = "--cann-sandbox=off"  # the secret seed is the defence tested here
     recorder = (f"import torch\nTABLE = {str(table)!r}\n\n\ndef softplus(x, beta=1.0, threshold=20.0):\n"
                 f"    import os\n    y = {HONEST.split('return ', 1)[1].strip()}\n"
                 "    seen = torch.load(TABLE) if os.path.exists(TABLE) else {}\n"
                 "    seen[tuple(x.reshape(-1)[:16].float().tolist())] = y.clone()\n"
                 "    torch.save(seen, TABLE)\n    return y\n")
     grade(pytester, capsys, task_tree, python_submission(pytester, recorder), "--cann-seed=0", "--cann-no-perf",
-          tasks=tasks)
+          off, tasks=tasks)
     assert table.is_file()
     replayer = (f"import torch\nSEEN = torch.load({str(table)!r})\n\n\ndef softplus(x, beta=1.0, threshold=20.0):\n"
                 "    y = SEEN.get(tuple(x.reshape(-1)[:16].float().tolist()))\n"
                 "    return y.clone() if y is not None else torch.zeros_like(x)\n")
     source = python_submission(pytester, replayer)
-    run, _, _ = grade(pytester, capsys, task_tree, source, "--cann-seed=0", "--cann-no-perf", tasks=tasks)
+    run, _, _ = grade(pytester, capsys, task_tree, source, "--cann-seed=0", "--cann-no-perf", off, tasks=tasks)
     assert all(run.cases[name].outcome == "passed" for name in SOFTPLUS), "the table should replay seed 0"
-    run, softplus, _ = grade(pytester, capsys, task_tree, source, "--cann-no-perf", tasks=tasks)
+    run, softplus, _ = grade(pytester, capsys, task_tree, source, "--cann-no-perf", off, tasks=tasks)
     assert_scores_zero(run, softplus, {"precision_mismatch"})

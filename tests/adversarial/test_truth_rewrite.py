@@ -2,7 +2,7 @@
 
 Each attack returns zeros and tries to make softplus's golden return zeros too, by a different route: Python
 at import through descriptor-relative paths (which an audit hook does not resolve), a C constructor with plain
-``open(2)``/``write(2)``, and ``build.sh`` finding the judge's ``--cann-tasks`` through ``/proc/*/cmdline``.
+``open(2)``/``write(2)``, and ``build.sh`` appending to the task tree before any check exists.
 With the sandbox on, none of them finds the task tree, so the zeros fail as precision mismatches and the golden
 on disk is untouched. Without the sandbox the goldens pinned before the build catch the build-time forgery.
 """
@@ -68,15 +68,11 @@ ctypes.CDLL(os.path.join(os.path.dirname(__file__), "libforge.so"))
 ''' + ZEROS
 
 PROC_WALK = '''set -e
-for f in /proc/[0-9]*/cmdline; do
-  pid=${f#/proc/}; pid=${pid%/cmdline}
-  tasks=$(tr '\\0' '\\n' < "$f" 2>/dev/null | sed -n 's/^--cann-tasks=//p' | head -1) || true
-  [ -n "$tasks" ] || tasks=tasks  # the default a judge started in its project directory uses
-  case "$tasks" in /*) root="$tasks";; *) root="/proc/$pid/cwd/$tasks";; esac
-  for g in "$root"/*/*/golden.py; do
-    [ -f "$g" ] && { printf '@FORGERY@' >> "$g" 2>/dev/null || true; }
-  done
-done
+# The attacker knows where the judge keeps its tasks (a judge's command line is public in /proc without a PID
+# namespace; here the path is given, so that the test can never touch another tree of the machine).
+if grep -qs -- "--cann-tasks" /proc/[0-9]*/cmdline; then echo "found a judge's command line" >&2; fi
+g="@GOLDEN_DIR@/golden.py"
+[ -f "$g" ] && { printf '@FORGERY@' >> "$g" 2>/dev/null || true; }
 '''
 
 
@@ -94,7 +90,7 @@ def source_for(kind: str, root: Path, golden_dir: Path) -> Path:
         (source / "cann_bench.py").write_text(CTOR_PY)
         (source / "build.sh").write_text("set -e\n" + PACKAGE_BUILD.replace(
             "cp cann_bench.py", "cc -shared -fPIC -o pkg/cann_bench/libforge.so forge.c\ncp cann_bench.py"))
-    else:  # build_sh_proc_walk
+    else:  # build_sh_append
         (source / "cann_bench.py").write_text(ZEROS)
         (source / "build.sh").write_text(fill(PROC_WALK) + PACKAGE_BUILD)
     return source
@@ -112,7 +108,7 @@ def grade(pytester, capsys, task_tree, kind: str, mode: str):
 
 
 @needs_bwrap
-@pytest.mark.parametrize("kind", ["dir_fd_import", "c_constructor", "build_sh_proc_walk"])
+@pytest.mark.parametrize("kind", ["dir_fd_import", "c_constructor", "build_sh_append"])
 def test_the_sandbox_leaves_no_golden_to_forge(kind, pytester, capsys, task_tree):
     run, softplus, forged = grade(pytester, capsys, task_tree, kind, "bwrap")
     assert not forged, "the golden on disk was rewritten from inside the sandbox"
@@ -125,7 +121,7 @@ def test_the_sandbox_leaves_no_golden_to_forge(kind, pytester, capsys, task_tree
 def test_without_the_sandbox_pinned_goldens_refuse_a_build_time_forgery(pytester, capsys, task_tree):
     """build.sh runs unconfined with --cann-sandbox off and does rewrite the golden; the pin taken before the
     build turns that operator into a task error naming the file instead of a new truth."""
-    run, softplus, forged = grade(pytester, capsys, task_tree, "build_sh_proc_walk", "off")
+    run, softplus, forged = grade(pytester, capsys, task_tree, "build_sh_append", "off")
     assert forged  # the attack really works without the sandbox: the defence below is what stops it
     assert softplus["score"] == 0 and softplus["function_score"] == 0
     task = run.cases["softplus[task]"]
