@@ -100,3 +100,21 @@ def forbidden_symbol(name: str) -> str:
         if name.startswith(prefix):
             return why
     return ""
+
+
+# Libraries a submission's ELF files may not need (DT_NEEDED): their whole job is the compute it should write.
+FORBIDDEN_LIBRARIES = {
+    "libmkl": "MKL", "libopenblas": "OpenBLAS", "libblas": "BLAS", "libcblas": "BLAS", "liblapack": "LAPACK",
+    "libblis": "BLIS", "libflexiblas": "BLAS", "libdnnl": "oneDNN", "libmkldnn": "oneDNN", "libcublas": "cuBLAS",
+    "libcudnn": "cuDNN", "libcufft": "cuFFT", "libcusparse": "cuSPARSE", "libcusolver": "cuSOLVER",
+    "libxsmm": "LIBXSMM", "libfftw": "FFTW", "libnpps": "NPP", "libnppi": "NPP",
+}
+
+
+def forbidden_library(soname: str) -> str:
+    """Why a submission's ELF file may not need the library ``soname`` ("" when it may)."""
+    base = soname.rsplit("/", 1)[-1]
+    for prefix, why in FORBIDDEN_LIBRARIES.items():
+        if base.startswith(prefix):
+            return f"links {why}"
+    return ""

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pytest_cannbench.guard import builtin_ops
+from pytest_cannbench.guard.maps import executable_files
 from pytest_cannbench.guard.policy import BLOCK, OFF
 from pytest_cannbench.outcome import API_TAMPERED, BUILTIN_COMPUTE, FORBIDDEN_ACCESS, GUARD_BLINDED, HOST_LIBRARY
 
@@ -107,18 +108,12 @@ def _all_threads() -> dict[str, Any]:
 
 
 def _mapped_libraries() -> set[str]:
-    found = set()
+    """Executable file mappings, whatever the file's name (a ``*.bin`` loaded as a library counts)."""
     try:
         with open("/proc/self/maps") as fh:
-            for line in fh:
-                parts = line.split(None, 5)
-                if len(parts) == 6:
-                    path = parts[5].strip()
-                    if path.startswith("/") and (path.endswith(".so") or ".so." in path):
-                        found.add(path)
+            return set(executable_files(fh.read()))
     except OSError:
-        pass
-    return found
+        return set()
 
 
 def _attribute(owner: Any, name: str) -> Any:
