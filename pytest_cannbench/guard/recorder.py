@@ -1,0 +1,136 @@
+"""The guard's own profiler session, through C entry points captured before the submission is imported, and the
+rule that reads its trace.
+
+Nothing here is looked up again after the capture: not ``torch.autograd.profiler.profile`` (Python a submission
+can patch: its result parsing, ``EventList``, ``FunctionEvent``), not a module attribute. The session is started
+and stopped with torch's C functions, the trace is read with ``_KinetoEvent``'s own methods as they were, and a
+rebound name changes nothing here (the guard's identity checks report it as tampering).
+
+Every call proves the recorder alive: inside the call's marker, after the candidate returns, the guard runs a
+canary op of its own (a captured ATen function on a tensor made beforehand) under a canary annotation. A trace
+without it means op recording was switched off (``torch.autograd._enable_record_function(False)``, a cleared
+callback) or the trace was altered: the call's op list cannot be trusted, and the call fails as tampered.
+The Python switches that turn recording off are replaced before the import by refusals (:func:`seal`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+MARK = "cannbench::candidate_call"
+CANARY_MARK = "cannbench::canary"
+CANARY_OP = "aten::neg"  # any compute op: recognised by its place (in our canary annotation, on our thread)
+# Python entry points that switch op recording or collection off for a while, or drop the profiler's callbacks
+SWITCHES = ("_enable_record_function", "_clear_callbacks", "_set_empty_test_observer", "_toggle_collection_dynamic")
+
+Event = tuple[str, int, int, bool, int]  # name, start ns, end ns, is_user_annotation, thread
+
+
+@dataclass(frozen=True)
+class Trace:
+    marks: int  # our call markers in the trace
+    canaries: int  # markers holding a recorded canary op
+    ops: list[str]  # distinct ops inside any marker that the rule does not allow
+
+
+def read_trace(events: list[Event], allowed: Callable[[str], bool]) -> Trace:
+    """The markers, the canaries and the disallowed ops inside the markers (any thread, any depth). Annotations
+    other than ours are the submission's own labels; the canary op counts only on its own thread, in its
+    own annotation."""
+    marks = [(s, e) for n, s, e, a, _ in events if n == MARK and a]
+    canaries = [(s, e, t) for n, s, e, a, t in events if n == CANARY_MARK and a]
+    canary_ops = [(s, e, t) for n, s, e, a, t in events if n == CANARY_OP and not a]
+
+    def ours(start: int, end: int, thread: int) -> bool:
+        return any(lo <= start and end <= hi and t == thread for lo, hi, t in canaries)
+
+    alive = sum(any(lo <= cs and ce <= hi and any(cs <= s and e <= ce and t == ct for s, e, t in canary_ops)
+                    for cs, ce, ct in canaries) for lo, hi in marks)
+    found: set[str] = set()
+    for name, start, end, annotation, thread in events:
+        if annotation or (name == CANARY_OP and ours(start, end, thread)):
+            continue
+        if any(lo <= start and end <= hi for lo, hi in marks) and not allowed(name):
+            found.add(name)
+    return Trace(len(marks), alive, sorted(found))
+
+
+@dataclass(frozen=True)
+class Recorder:
+    """Captured entry points; call :func:`capture` before the submission is imported."""
+
+    prepare: Callable[..., Any]
+    enable: Callable[..., Any]
+    disable: Callable[[], Any]
+    config: Any
+    activities: Any
+    enter: Callable[..., Any]
+    exit: Callable[[Any], None]
+    events: Callable[[Any], Any]
+    accessors: tuple[Callable[[Any], Any], ...]  # name, start_ns, end_ns, is_user_annotation, start_thread_id
+    canary: Callable[[Any], Any]
+    canary_input: Any
+
+    def start(self) -> None:
+        self.prepare(self.config, self.activities)
+        self.enable(self.config, self.activities)
+
+    def stop(self) -> list[Event]:
+        result = self.disable()
+        name, start, end, annotation, thread = self.accessors
+        return [(str(name(e)), int(start(e)), int(end(e)), bool(annotation(e)), int(thread(e)))
+                for e in self.events(result)]
+
+    def marked(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
+        """``fn(**kwargs)`` inside our marker, the canary after it (also when it raises)."""
+        handle = self.enter(MARK, [])
+        try:
+            return fn(**kwargs)
+        finally:
+            probe = self.enter(CANARY_MARK, [])
+            self.canary(self.canary_input)
+            self.exit(probe)
+            self.exit(handle)
+
+
+def capture(all_threads: bool) -> Recorder:
+    """The entry points as they are now: torch's C profiler API, the event accessors, the canary op."""
+    import torch
+    from torch._C import _autograd, _profiler
+
+    experimental = _profiler._ExperimentalConfig(profile_all_threads=True) if all_threads else \
+        _profiler._ExperimentalConfig()
+    config = _profiler.ProfilerConfig(_profiler.ProfilerState.KINETO, False, False, False, False, False,
+                                      experimental, "")
+    event = _autograd._KinetoEvent
+    return Recorder(prepare=_autograd._prepare_profiler, enable=_autograd._enable_profiler,
+                    disable=_autograd._disable_profiler, config=config,
+                    activities={_profiler.ProfilerActivity.CPU},
+                    enter=_autograd._record_function_with_args_enter,
+                    exit=_autograd._record_function_with_args_exit, events=_autograd._ProfilerResult.events,
+                    accessors=(event.name, event.start_ns, event.end_ns, event.is_user_annotation,
+                               event.start_thread_id),
+                    canary=torch._C._VariableFunctions.neg, canary_input=torch.ones(3, 5, 7))
+
+
+def seal(report: Callable[[str], None]) -> list[tuple[Any, str]]:
+    """Replace the switches (:data:`SWITCHES`) in ``torch._C._autograd`` and ``torch.autograd`` by refusals
+    that report the attempt; returns ``(owner, name)`` of what was replaced, for the identity checks."""
+    import torch
+    from torch._C import _autograd
+
+    sealed = []
+    for owner in (_autograd, torch.autograd):
+        for name in SWITCHES:
+            if getattr(owner, name, None) is None:
+                continue
+
+            def refuse(*_args: Any, _name: str = name, **_kwargs: Any) -> None:
+                report(f"tried to switch the profiler's op recording ({_name})")
+                raise PermissionError(f"pytest-cannbench: a submission may not call {_name}")
+
+            setattr(owner, name, refuse)
+            sealed.append((owner, name))
+    return sealed
