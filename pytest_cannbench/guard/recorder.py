@@ -7,9 +7,11 @@ and stopped with torch's C functions, the trace is read with ``_KinetoEvent``'s 
 rebound name changes nothing here (the guard's identity checks report it as tampering).
 
 Every call proves the recorder alive: inside the call's marker, after the candidate returns, the guard runs a
-canary op of its own (a captured ATen function on a tensor made beforehand) under a canary annotation. A trace
-without it means op recording was switched off (``torch.autograd._enable_record_function(False)``, a cleared
-callback) or the trace was altered: the call's op list cannot be trusted, and the call fails as tampered.
+canary op of its own (a captured in-place ATen method on a one-element tensor made beforehand, a few
+microseconds: it lies inside the timed call), so the last op the marker's thread records in the marker must be
+the canary. A trace without it means op recording was switched off (``_enable_record_function(False)``, a
+cleared callback) or the trace was altered: the call's op list cannot be trusted, and the call fails as
+tampered.
 The Python switches that turn recording off are replaced before the import by refusals (:func:`seal`).
 """
 
@@ -20,8 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MARK = "cannbench::candidate_call"
-CANARY_MARK = "cannbench::canary"
-CANARY_OP = "aten::neg"  # any compute op: recognised by its place (in our canary annotation, on our thread)
+CANARY_OP = "aten::neg_"  # any compute op: recognised by its place (the marker thread's last op in the marker)
 # Python entry points that switch op recording or collection off for a while, or drop the profiler's callbacks
 SWITCHES = ("_enable_record_function", "_clear_callbacks", "_set_empty_test_observer", "_toggle_collection_dynamic")
 
@@ -37,24 +38,24 @@ class Trace:
 
 def read_trace(events: list[Event], allowed: Callable[[str], bool]) -> Trace:
     """The markers, the canaries and the disallowed ops inside the markers (any thread, any depth). Annotations
-    other than ours are the submission's own labels; the canary op counts only on its own thread, in its
-    own annotation."""
-    marks = [(s, e) for n, s, e, a, _ in events if n == MARK and a]
-    canaries = [(s, e, t) for n, s, e, a, t in events if n == CANARY_MARK and a]
-    canary_ops = [(s, e, t) for n, s, e, a, t in events if n == CANARY_OP and not a]
-
-    def ours(start: int, end: int, thread: int) -> bool:
-        return any(lo <= start and end <= hi and t == thread for lo, hi, t in canaries)
-
-    alive = sum(any(lo <= cs and ce <= hi and any(cs <= s and e <= ce and t == ct for s, e, t in canary_ops)
-                    for cs, ce, ct in canaries) for lo, hi in marks)
+    other than ours are the submission's own labels. A marker's canary is the last op its own thread recorded
+    inside it, if that op is :data:`CANARY_OP`: nothing of the submission runs after it there."""
+    marks = [(s, e, t) for n, s, e, a, t in events if n == MARK and a]
+    ops = [(i, ev) for i, ev in enumerate(events) if not ev[3]]
+    canaries: set[int] = set()
+    for lo, hi, thread in marks:
+        inside = [(ev[1], i, ev[0]) for i, ev in ops if ev[4] == thread and lo <= ev[1] and ev[2] <= hi]
+        if inside:
+            _start, index, name = max(inside)
+            if name == CANARY_OP:
+                canaries.add(index)
     found: set[str] = set()
-    for name, start, end, annotation, thread in events:
-        if annotation or (name == CANARY_OP and ours(start, end, thread)):
+    for i, (name, start, end, _annotation, _thread) in ops:
+        if i in canaries:
             continue
-        if any(lo <= start and end <= hi for lo, hi in marks) and not allowed(name):
+        if any(lo <= start and end <= hi for lo, hi, _ in marks) and not allowed(name):
             found.add(name)
-    return Trace(len(marks), alive, sorted(found))
+    return Trace(len(marks), len(canaries), sorted(found))
 
 
 @dataclass(frozen=True)
@@ -89,9 +90,7 @@ class Recorder:
         try:
             return fn(**kwargs)
         finally:
-            probe = self.enter(CANARY_MARK, [])
             self.canary(self.canary_input)
-            self.exit(probe)
             self.exit(handle)
 
 
@@ -112,7 +111,7 @@ def capture(all_threads: bool) -> Recorder:
                     exit=_autograd._record_function_with_args_exit, events=_autograd._ProfilerResult.events,
                     accessors=(event.name, event.start_ns, event.end_ns, event.is_user_annotation,
                                event.start_thread_id),
-                    canary=torch._C._VariableFunctions.neg, canary_input=torch.ones(3, 5, 7))
+                    canary=torch.Tensor.neg_, canary_input=torch.ones(1))
 
 
 def seal(report: Callable[[str], None]) -> list[tuple[Any, str]]:

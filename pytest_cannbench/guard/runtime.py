@@ -180,7 +180,7 @@ class Guard:
             (sys.modules[__name__], ("builtin_ops_inside", "_mapped_libraries", "_attribute", "_under", "Guard")),
             (builtin_ops, ("is_allowed", "own_namespaces", "base_name", "ALLOWED", "LIBRARY_NAMESPACES",
                            "SUBMISSION_NAMESPACE")),
-            (recorder, ("read_trace", "capture", "seal", "Recorder", "MARK", "CANARY_MARK", "CANARY_OP")),
+            (recorder, ("read_trace", "capture", "seal", "Recorder", "MARK", "CANARY_OP")),
             (recorder.Recorder, ("start", "stop", "marked")),
             (torch._C._autograd, ("_enable_profiler", "_disable_profiler", "_prepare_profiler",
                                   "_record_function_with_args_enter", "_record_function_with_args_exit",
@@ -189,7 +189,7 @@ class Guard:
             (torch._C._autograd._KinetoEvent, ("name", "start_ns", "end_ns", "is_user_annotation",
                                                "start_thread_id")),
             (torch._C._autograd._ProfilerResult, ("events",)),
-            (torch._C._VariableFunctions, ("neg",)),
+            (torch.Tensor, ("neg_",)),
         ]
         if main is not None and hasattr(main, "Worker"):
             owners += [(main, ("_clock",)), (main.Worker, ("call", "time", "hello", "discover", "resolve"))]

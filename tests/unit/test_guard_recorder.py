@@ -69,11 +69,14 @@ def test_canary_seal_and_pinned_helpers_in_a_real_process():
 
 def test_read_trace_counts_canaries_per_marker():
     events = [(recorder.MARK, 0, 100, True, 1), ("aten::exp", 10, 20, False, 1),
-              (recorder.CANARY_MARK, 80, 99, True, 1), (recorder.CANARY_OP, 85, 90, False, 1),
-              (recorder.CANARY_OP, 30, 40, False, 1),  # the submission's own neg: not ours, builtin compute
-              (recorder.MARK, 200, 300, True, 1), (recorder.CANARY_MARK, 280, 299, True, 1)]  # no canary op
+              (recorder.CANARY_OP, 30, 40, False, 1),  # the submission's own neg_: not the last, builtin compute
+              ("aten::sigmoid", 50, 95, False, 2),  # a helper thread's op after the canary: still seen
+              (recorder.CANARY_OP, 85, 90, False, 1),  # ours: the marker thread's last op
+              (recorder.MARK, 200, 300, True, 1), (recorder.CANARY_OP, 210, 220, False, 1),
+              ("aten::empty", 230, 240, False, 1)]  # the canary is not last: recording was off when it ran
     trace = recorder.read_trace(events, builtin_ops.is_allowed)
-    assert (trace.marks, trace.canaries) == (2, 1) and trace.ops == ["aten::exp", "aten::neg"]
+    assert (trace.marks, trace.canaries) == (2, 1)
+    assert trace.ops == ["aten::exp", "aten::neg_", "aten::sigmoid"]
 
 
 def test_own_namespaces_are_those_the_submission_brought():
