@@ -12,7 +12,10 @@ microseconds: it lies inside the timed call), so the last op the marker's thread
 the canary. A trace without it means op recording was switched off (``_enable_record_function(False)``, a
 cleared callback) or the trace was altered: the call's op list cannot be trusted, and the call fails as
 tampered.
-The Python switches that turn recording off are replaced before the import by refusals (:func:`seal`).
+The Python switches that turn recording off are replaced before the import by refusals (:func:`seal`), and
+``redispatch_boxed`` (``OpOverload.redispatch``), which skips RecordFunction, leaves an annotation naming the op
+it redispatched (:func:`watch_redispatch`). Compiled code can still do both below Python: that is for evidence
+from outside the process (the judge's sampler).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 MARK = "cannbench::candidate_call"
+REDISPATCH = "cannbench::redispatch "  # + the op's name: an annotation read as that op
 CANARY_OP = "aten::neg_"  # any compute op: recognised by its place (the marker thread's last op in the marker)
 # Python entry points that switch op recording or collection off for a while, or drop the profiler's callbacks
 SWITCHES = ("_enable_record_function", "_clear_callbacks", "_set_empty_test_observer", "_toggle_collection_dynamic")
@@ -50,7 +54,9 @@ def read_trace(events: list[Event], allowed: Callable[[str], bool]) -> Trace:
             if name == CANARY_OP:
                 canaries.add(index)
     found: set[str] = set()
-    for i, (name, start, end, _annotation, _thread) in ops:
+    redispatched = [(i, (n[len(REDISPATCH):], s, e, a, t)) for i, (n, s, e, a, t) in enumerate(events)
+                    if a and n.startswith(REDISPATCH)]
+    for i, (name, start, end, _annotation, _thread) in ops + redispatched:
         if i in canaries:
             continue
         if any(lo <= start and end <= hi for lo, hi, _ in marks) and not allowed(name):
@@ -133,3 +139,23 @@ def seal(report: Callable[[str], None]) -> list[tuple[Any, str]]:
             setattr(owner, name, refuse)
             sealed.append((owner, name))
     return sealed
+
+
+def watch_redispatch(rec: Recorder) -> list[tuple[Any, str]]:
+    """Wrap ``_DispatchOperatorHandle.redispatch_boxed`` so that every redispatch from Python leaves an
+    annotation naming its op (redispatch skips RecordFunction: the op itself is never recorded). Returns
+    ``(owner, name)`` of what was wrapped, for the identity checks."""
+    import torch
+
+    handle = torch._C._DispatchOperatorHandle
+    original, schema, enter, leave = handle.redispatch_boxed, handle.schema, rec.enter, rec.exit
+
+    def redispatch_boxed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        mark = enter(REDISPATCH + str(schema(self).name), [])
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            leave(mark)
+
+    handle.redispatch_boxed = redispatch_boxed  # type: ignore[method-assign]  # a pybind class: replaceable
+    return [(handle, "redispatch_boxed")]

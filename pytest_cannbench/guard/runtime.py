@@ -152,6 +152,7 @@ class Guard:
             self._recorder.marked(lambda: torch.ones(8).add_(1), {})
             self._recorder.stop()
             self._sealed = recorder.seal(lambda detail: self._found(API_TAMPERED, detail))
+            self._sealed += recorder.watch_redispatch(self._recorder)
         self._libraries = _mapped_libraries()
         self._identities = list(self._capture())
 
@@ -180,7 +181,8 @@ class Guard:
             (sys.modules[__name__], ("builtin_ops_inside", "_mapped_libraries", "_attribute", "_under", "Guard")),
             (builtin_ops, ("is_allowed", "own_namespaces", "base_name", "ALLOWED", "LIBRARY_NAMESPACES",
                            "SUBMISSION_NAMESPACE")),
-            (recorder, ("read_trace", "capture", "seal", "Recorder", "MARK", "CANARY_OP")),
+            (recorder, ("read_trace", "capture", "seal", "Recorder", "MARK", "CANARY_OP", "REDISPATCH",
+                          "watch_redispatch")),
             (recorder.Recorder, ("start", "stop", "marked")),
             (torch._C._autograd, ("_enable_profiler", "_disable_profiler", "_prepare_profiler",
                                   "_record_function_with_args_enter", "_record_function_with_args_exit",
@@ -190,6 +192,7 @@ class Guard:
                                                "start_thread_id")),
             (torch._C._autograd._ProfilerResult, ("events",)),
             (torch.Tensor, ("neg_",)),
+            (torch._C._DispatchOperatorHandle, ("redispatch_boxed", "schema")),
         ]
         if main is not None and hasattr(main, "Worker"):
             owners += [(main, ("_clock",)), (main.Worker, ("call", "time", "hello", "discover", "resolve"))]

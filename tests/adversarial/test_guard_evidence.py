@@ -56,6 +56,10 @@ GUARD_ATTACKS = {
     "profiler_parsing_patched": (PATCH_PARSING, f"    return {REAL}\n", {"builtin_compute", "api_tampered"}),
     # the trace's own event names rewritten at the C binding
     "event_names_patched": (PATCH_EVENT_NAMES, f"    return {REAL}\n", {"builtin_compute", "api_tampered"}),
+    # ATen's kernel through OpOverload.redispatch, which skips RecordFunction
+    "redispatch_from_python": ("_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)\n",
+                               "    return torch.ops.aten.softplus.default.redispatch(_KEYS, x, beta, threshold)\n",
+                               {"builtin_compute"}),
     # the guard's helpers rebound at import to find nothing
     "guard_helpers_rebound": (REBIND_HELPERS, f"    return {REAL}\n", {"api_tampered"}),
 }
@@ -164,6 +168,17 @@ def test_honest_kernel_in_a_private_namespace_keeps_full_marks(own_namespace_ker
     assert softplus["performance_score"] > 0
     assert not board["submission"]["scan"]["symbols"]["problems"]
     assert not any(w.startswith("guard") for name in SOFTPLUS for w in run.cases[name].cann["warnings"])
+
+
+@pytest.mark.xfail(strict=False, reason="needs the perf sampler")
+def test_redispatch_from_cpp_scores_zero(pytester, capsys, task_tree):
+    """c10::Dispatcher::findSchemaOrThrow(...).redispatch(...) from C++: no RecordFunction, only c10 symbols.
+    Nothing inside the process sees it; the judge's sampler (issue 16, another part) is the layer for it."""
+    lib = _compile("torch", HERE / "redispatch.cpp")
+    source = binary_wheel(Path(pytester.path) / "sub", {
+        "cann_bench/__init__.py": LOAD_AT_CPU.format(name="_C.so").encode(), "cann_bench/_C.so": lib.read_bytes()})
+    run, softplus, _ = grade(pytester, capsys, task_tree, source, "--cann-guard=block")
+    assert_scores_zero(run, softplus, {"builtin_compute"})
 
 
 # ------------------------------------------------------------------ doors out of the seccomp filter

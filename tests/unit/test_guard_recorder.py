@@ -32,8 +32,11 @@ PROBE = textwrap.dedent("""
         b.is_allowed = lambda op, own=None: True
         r.read_trace = lambda events, allowed: r.Trace(1, 1, [])
         return torch.exp(x)
+    keys = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+    def redispatched(x):  # below RecordFunction: only the guard's wrapper names it
+        return torch.ops.aten.exp.default.redispatch(keys, x)
     out = {}
-    for fn in (honest, left_off, python_switch, rebound):
+    for fn in (honest, left_off, python_switch, redispatched, rebound):
         try:
             guard.call(fn, {"x": x})
         except PermissionError as exc:
@@ -62,6 +65,7 @@ def test_canary_seal_and_pinned_helpers_in_a_real_process():
     assert "canary" in left_off.get("api_tampered", "") and "builtin_compute" not in left_off
     assert "_enable_record_function" in out["python_switch_raised"]
     assert "_enable_record_function" in kinds(out["python_switch"])["api_tampered"]
+    assert kinds(out["redispatched"]) == {"builtin_compute": "ran builtin op(s) aten::exp"}
     rebound = kinds(out["rebound"])  # the guard kept its own references: exp is still seen, the rebinding too
     assert "aten::exp" in rebound["builtin_compute"]
     assert "was replaced" in rebound["api_tampered"]
