@@ -5,9 +5,11 @@ Set up before the submission is imported, it watches four things and reports eac
 
 * **builtin compute** (``builtin_compute``): every candidate call runs under the profiler, inside a marker
   of our own. Every op recorded inside a marker, on any thread and at any depth (so also the ATen calls a
-  custom op's C++ kernel makes through the dispatcher), must be the submission's own (``cann_bench::*``) or
-  an allocation, view or copy (:mod:`builtin_ops`). The profiler records in C++ below any Python mode, so
-  ``torch.*``, ``F.*``, Tensor methods, ``@`` and ``torch.ops.aten.*`` all show up.
+  custom op's C++ kernel makes through the dispatcher), must be the submission's own (``cann_bench::*`` or a
+  namespace that appeared while it was imported) or an allocation, view or copy (:mod:`builtin_ops`). The
+  profiler records in C++ below any Python mode, so ``torch.*``, ``F.*``, Tensor methods, ``@`` and
+  ``torch.ops.aten.*`` all show up. The session is the guard's own (:mod:`recorder`: captured C entry points,
+  a canary op per call whose absence is tampering).
 * **a blinded profiler** (``guard_blinded``): the marker must be there exactly once per call and the profiler
   still on when the call returns; a submission that switches it off is caught by its absence.
 * **host libraries** (``host_library``): numpy, scipy, Inductor/Dynamo and friends are blocked from import;
