@@ -35,10 +35,30 @@ def base_name(op: str) -> str:
     return name.split(".", 1)[0]
 
 
-def is_allowed(op: str) -> bool:
-    """An op event name from the profiler: the submission's own namespace or an allowed ATen op."""
+# Namespaces other libraries bring when imported (torch's own submodules, its companions): never the
+# submission's own, even when they first appear while it is imported.
+LIBRARY_NAMESPACES = frozenset({
+    "aten", "prims", "prim", "quantized", "_quantized", "profiler", "c10d", "_c10d_functional",
+    "_c10d_functional_autograd", "_dtensor", "mkldnn", "mkldnn_prepacked", "onednn", "fbgemm", "torchvision",
+    "torchaudio", "torchtext", "torchrec", "torchao", "triton", "inductor", "higher_order", "_inductor_test",
+    "xformers", "flash_attn", "vllm", "_C", "npu", "torch_npu", "tensorrt", "torch_tensorrt", "intel_extension",
+    "ipex", "quantized_decomposed", "rngprims", "debugprims", "sparse", "_sparse", "mtia", "xla", "cuda",
+})
+
+
+def own_namespaces(before: frozenset[str], now: frozenset[str]) -> frozenset[str]:
+    """The op namespaces the submission brought: those in ``now`` (registered op names) and not in ``before``
+    (the names before its import), other libraries' excepted. Its libraries' ops, in any namespace, are its
+    own code; what was registered before it ran is what torch brought."""
+    old = {op.split("::", 1)[0] for op in before}
+    new = {op.split("::", 1)[0] for op in now if "::" in op}
+    return frozenset(ns for ns in new - old if ns not in LIBRARY_NAMESPACES) | {SUBMISSION_NAMESPACE}
+
+
+def is_allowed(op: str, own: frozenset[str] = frozenset({SUBMISSION_NAMESPACE})) -> bool:
+    """An op event name from the profiler: one of the submission's own namespaces or an allowed ATen op."""
     namespace = op.split("::", 1)[0] if "::" in op else ""
-    if namespace == SUBMISSION_NAMESPACE:
+    if namespace in own or namespace == SUBMISSION_NAMESPACE:
         return True
     return namespace == "aten" and base_name(op) in ALLOWED
 
@@ -99,4 +119,22 @@ def forbidden_symbol(name: str) -> str:
     for prefix, why in FORBIDDEN_C_PREFIXES.items():
         if name.startswith(prefix):
             return why
+    return ""
+
+
+# Libraries a submission's ELF files may not need (DT_NEEDED): their whole job is the compute it should write.
+FORBIDDEN_LIBRARIES = {
+    "libmkl": "MKL", "libopenblas": "OpenBLAS", "libblas": "BLAS", "libcblas": "BLAS", "liblapack": "LAPACK",
+    "libblis": "BLIS", "libflexiblas": "BLAS", "libdnnl": "oneDNN", "libmkldnn": "oneDNN", "libcublas": "cuBLAS",
+    "libcudnn": "cuDNN", "libcufft": "cuFFT", "libcusparse": "cuSPARSE", "libcusolver": "cuSOLVER",
+    "libxsmm": "LIBXSMM", "libfftw": "FFTW", "libnpps": "NPP", "libnppi": "NPP",
+}
+
+
+def forbidden_library(soname: str) -> str:
+    """Why a submission's ELF file may not need the library ``soname`` ("" when it may)."""
+    base = soname.rsplit("/", 1)[-1]
+    for prefix, why in FORBIDDEN_LIBRARIES.items():
+        if base.startswith(prefix):
+            return f"links {why}"
     return ""

@@ -6,7 +6,12 @@ A seccomp filter (all threads, ``TSYNC``) refuses, for the rest of the worker's 
   (``clone3`` answers ``ENOSYS`` so the C library falls back to ``clone``, whose flags the filter can read);
 * touching other processes: ``ptrace``, ``process_vm_readv``/``writev``, and any signal (``kill``,
   ``tgkill``, ``tkill``, ``rt_sigqueueinfo``, ``pidfd_send_signal``) not aimed at the worker itself or its group;
-* the network: ``socket`` for ``AF_INET``, ``AF_INET6`` and ``AF_PACKET``.
+* the network: ``socket`` for ``AF_INET``, ``AF_INET6`` and ``AF_PACKET``;
+* every other door into the kernel that the rules above cannot see through: any syscall of a foreign ABI
+  (``seccomp_data.arch`` other than the native one: on x86-64 ``int $0x80`` reaches the i386 table, where
+  ``fork``, ``execve`` and ``socketcall`` have other numbers), the x32 numbers (bit 30 set on x86-64), and
+  ``io_uring_setup``/``io_uring_enter``/``io_uring_register`` (a ring performs opens, sockets and connects that
+  no syscall filter sees).
 
 This is below Python and ctypes: C++ in a submission meets the same wall. Resource limits cap the size of
 any file the worker writes (its log included) and disable core dumps. Where seccomp is unavailable (another
@@ -29,6 +34,8 @@ _LD_W_ABS, _JEQ_K, _JSET_K, _RET_K = 0x20, 0x15, 0x45, 0x06
 _ALLOW = 0x7FFF0000
 _ERRNO = 0x00050000
 EPERM, EACCES, ENOSYS = 1, 13, 38
+X32_SYSCALL_BIT = 0x40000000
+IO_URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
 CLONE_THREAD = 0x00010000
 AF_INET, AF_INET6, AF_PACKET = 2, 10, 17
 
@@ -37,11 +44,13 @@ _ARCHES = {
     "x86_64": (0xC000003E, {"fork": 57, "vfork": 58, "clone": 56, "clone3": 435, "execve": 59, "execveat": 322,
                             "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "kill": 62,
                             "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
-                            "pidfd_send_signal": 424, "socket": 41, "seccomp": 317}),
+                            "pidfd_send_signal": 424, "socket": 41, "seccomp": 317, "io_uring_setup": 425,
+                            "io_uring_enter": 426, "io_uring_register": 427}),
     "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435, "execve": 221, "execveat": 281, "ptrace": 117,
                              "process_vm_readv": 270, "process_vm_writev": 271, "kill": 129, "tkill": 130,
                              "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
-                             "pidfd_send_signal": 424, "socket": 198, "seccomp": 277}),
+                             "pidfd_send_signal": 424, "socket": 198, "seccomp": 277, "io_uring_setup": 425,
+                             "io_uring_enter": 426, "io_uring_register": 427}),
 }
 
 
@@ -57,8 +66,10 @@ def build_program(arch_value: int, nr: dict[str, int], pid: int, allow_processes
     """The BPF program as a list of 8-byte instructions (pure, so tests can read it)."""
     deny = _stmt(_RET_K, _ERRNO | EPERM)
     allow = _stmt(_RET_K, _ALLOW)
-    prog = [_stmt(_LD_W_ABS, _ARCH), _jump(_JEQ_K, arch_value, 1, 0), allow,  # a foreign ABI: not ours to judge
-            _stmt(_LD_W_ABS, _NR)]
+    # a foreign ABI (i386 through int $0x80, arm32 compat) has its own numbers the rules below cannot read
+    prog = [_stmt(_LD_W_ABS, _ARCH), _jump(_JEQ_K, arch_value, 1, 0), deny, _stmt(_LD_W_ABS, _NR)]
+    if arch_value == _ARCHES["x86_64"][0]:  # x32: the x86-64 table again, numbers offset by bit 30
+        prog += [_jump(_JSET_K, X32_SYSCALL_BIT, 0, 1), deny]
     blocks: list[list[bytes]] = []  # each: "nr == X ? body : skip body"; every body ends in a return
 
     def syscall_block(name: str, body: list[bytes]) -> None:
@@ -70,7 +81,7 @@ def build_program(arch_value: int, nr: dict[str, int], pid: int, allow_processes
             syscall_block(name, [deny])
         syscall_block("clone3", [_stmt(_RET_K, _ERRNO | ENOSYS)])
         syscall_block("clone", [_stmt(_LD_W_ABS, _ARG0), _jump(_JSET_K, CLONE_THREAD, 0, 1), allow, deny])
-    for name in ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_send_signal", "tkill"):
+    for name in ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_send_signal", "tkill", *IO_URING):
         syscall_block(name, [deny])
     own = pid & 0xFFFFFFFF
     group = (-pid) & 0xFFFFFFFF
@@ -108,7 +119,7 @@ def install_filter(allow_processes: bool = False) -> str:
     # SECCOMP_SET_MODE_FILTER (1) with SECCOMP_FILTER_FLAG_TSYNC (1): torch's pool threads exist already
     if libc.syscall(ctypes.c_long(nr["seccomp"]), ctypes.c_uint(1), ctypes.c_uint(1), ctypes.byref(fprog)) != 0:
         return f"unavailable (seccomp: errno {ctypes.get_errno()})"
-    return "on (seccomp: no processes, no foreign signals or tracing, no network)"
+    return "on (seccomp: no processes, no foreign signals or tracing, no network, no foreign ABI or io_uring)"
 
 
 def limit_resources() -> None:

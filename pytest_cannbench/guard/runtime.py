@@ -5,9 +5,11 @@ Set up before the submission is imported, it watches four things and reports eac
 
 * **builtin compute** (``builtin_compute``): every candidate call runs under the profiler, inside a marker
   of our own. Every op recorded inside a marker, on any thread and at any depth (so also the ATen calls a
-  custom op's C++ kernel makes through the dispatcher), must be the submission's own (``cann_bench::*``) or
-  an allocation, view or copy (:mod:`builtin_ops`). The profiler records in C++ below any Python mode, so
-  ``torch.*``, ``F.*``, Tensor methods, ``@`` and ``torch.ops.aten.*`` all show up.
+  custom op's C++ kernel makes through the dispatcher), must be the submission's own (``cann_bench::*`` or a
+  namespace that appeared while it was imported) or an allocation, view or copy (:mod:`builtin_ops`). The
+  profiler records in C++ below any Python mode, so ``torch.*``, ``F.*``, Tensor methods, ``@`` and
+  ``torch.ops.aten.*`` all show up. The session is the guard's own (:mod:`recorder`: captured C entry points,
+  a canary op per call whose absence is tampering).
 * **a blinded profiler** (``guard_blinded``): the marker must be there exactly once per call and the profiler
   still on when the call returns; a submission that switches it off is caught by its absence.
 * **host libraries** (``host_library``): numpy, scipy, Inductor/Dynamo and friends are blocked from import;
@@ -32,11 +34,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pytest_cannbench.guard import builtin_ops
+from pytest_cannbench.guard import builtin_ops, recorder
+from pytest_cannbench.guard.maps import executable_files
 from pytest_cannbench.guard.policy import BLOCK, OFF
 from pytest_cannbench.outcome import API_TAMPERED, BUILTIN_COMPUTE, FORBIDDEN_ACCESS, GUARD_BLINDED, HOST_LIBRARY
 
-MARK = "cannbench::candidate_call"
+MARK = recorder.MARK
 
 # Compute that would run outside the profiler's view. numpy is hidden before torch is imported (torch works
 # without it); the others are refused when imported.
@@ -79,46 +82,30 @@ def builtin_ops_inside(events: list[tuple[str, int, int, bool]]) -> tuple[int, l
     """``(marks, ops)``: how many of our markers the trace holds, and the distinct op names recorded inside any
     marker's time window (any thread) that are neither the submission's nor allowed. ``events`` are
     ``(name, start, end, is_annotation)``; annotations other than ours are the submission's own labels."""
-    windows = [(start, end) for name, start, end, _ in events if name == MARK]
-    found: set[str] = set()
-    for name, start, end, annotation in events:
-        if annotation or name == MARK:
-            continue
-        if any(lo <= start and end <= hi for lo, hi in windows) and not builtin_ops.is_allowed(name):
-            found.add(name)
-    return len(windows), sorted(found)
+    trace = recorder.read_trace([(n, s, e, a, 0) for n, s, e, a in events], builtin_ops.is_allowed)
+    return trace.marks, trace.ops
 
 
-def profiler_events(prof: Any) -> list[tuple[str, int, int, bool]]:
-    return [(e.name, int(e.time_range.start), int(e.time_range.end), bool(getattr(e, "is_user_annotation", False)))
-            for e in prof.function_events]
-
-
-def _all_threads() -> dict[str, Any]:
-    """Profiler options recording ops on every thread, not only the caller's (a submission may compute on a
-    helper thread and join it before returning). torch before 2.5 lacks the option: then only the calling
+def _all_threads() -> bool:
+    """Whether the profiler can record ops on every thread, not only the caller's (a submission may compute on
+    a helper thread and join it before returning). torch before 2.5 lacks the option: then only the calling
     thread is watched, and helper threads are left to the /proc thread count."""
     try:
         from torch._C._profiler import _ExperimentalConfig
 
-        return {"experimental_config": _ExperimentalConfig(profile_all_threads=True)}
+        _ExperimentalConfig(profile_all_threads=True)
+        return True
     except (ImportError, TypeError):
-        return {}
+        return False
 
 
 def _mapped_libraries() -> set[str]:
-    found = set()
+    """Executable file mappings, whatever the file's name (a ``*.bin`` loaded as a library counts)."""
     try:
         with open("/proc/self/maps") as fh:
-            for line in fh:
-                parts = line.split(None, 5)
-                if len(parts) == 6:
-                    path = parts[5].strip()
-                    if path.startswith("/") and (path.endswith(".so") or ".so." in path):
-                        found.add(path)
+            return set(executable_files(fh.read()))
     except OSError:
-        pass
-    return found
+        return set()
 
 
 def _attribute(owner: Any, name: str) -> Any:
@@ -135,7 +122,6 @@ class Guard:
 
     def __init__(self, mode: str, device: str, site_dir: str, protected: list[str]) -> None:
         import torch
-        from torch.autograd import profiler
 
         self.mode = mode
         self.device = device
@@ -149,16 +135,26 @@ class Guard:
             sys.prefix, sys.base_prefix, os.path.dirname(os.path.abspath(torch.__file__))) if p)
         self.pid = os.getpid()
         self.problems: list[Problem] = []
-        self._profile = profiler.profile
-        self._profile_kwargs = _all_threads()
-        self._record = profiler.record_function
+        # Everything the guard calls from here on is captured now, before the submission exists: its own
+        # methods and helpers, torch's profiler entry points. A rebound name changes nothing here and is
+        # reported by the identity checks.
+        for name in ("call", "batch", "report", "check", "_found", "_audit", "_classify", "_path_problem"):
+            setattr(self, name, getattr(Guard, name).__get__(self))
+        self._all_threads = _all_threads()
+        self._recorder = recorder.capture(self._all_threads)
+        self._read_trace, self._own_namespaces, self._is_allowed = (recorder.read_trace, builtin_ops.own_namespaces,
+                                                                     builtin_ops.is_allowed)
+        self._op_names = torch._C._dispatch_get_all_op_names
+        self._ops_before = frozenset(self._op_names())
+        self._mapped, self._under, self._attribute = _mapped_libraries, _under, _attribute
         self._enabled = torch.autograd._profiler_enabled
         self._realpath = os.path.realpath
         if mode != OFF:  # the profiler starts a thread and maps libraries the first time: not the submission's
-            with self._profile(use_cpu=True, record_shapes=False, **self._profile_kwargs) as warm:
-                with self._record(MARK):
-                    torch.ones(8).add_(1)
-            profiler_events(warm)
+            self._recorder.start()
+            self._recorder.marked(lambda: torch.ones(8).add_(1), {})
+            self._recorder.stop()
+            self._sealed = recorder.seal(lambda detail: self._found(API_TAMPERED, detail))
+            self._sealed += recorder.watch_redispatch(self._recorder)
         self._libraries = _mapped_libraries()
         self._identities = list(self._capture())
 
@@ -182,7 +178,23 @@ class Guard:
             (worker_timing, ("run_batch", "synchronize", "_cuda_profiled", "_cuda_events", "_npu_profiled")),
             (worker_timing.Flusher, ("flush",)),
             (tensor_wire, ("read_args", "write_outputs", "flatten", "poison")),
-            (Guard, ("call", "batch", "report", "_audit", "check")),
+            (Guard, ("call", "batch", "report", "_audit", "check", "_found", "_classify", "_path_problem",
+                     "_capture", "__init__")),
+            (sys.modules[__name__], ("builtin_ops_inside", "_mapped_libraries", "_attribute", "_under", "Guard")),
+            (builtin_ops, ("is_allowed", "own_namespaces", "base_name", "ALLOWED", "LIBRARY_NAMESPACES",
+                           "SUBMISSION_NAMESPACE")),
+            (recorder, ("read_trace", "capture", "seal", "Recorder", "MARK", "CANARY_OP", "REDISPATCH",
+                          "watch_redispatch")),
+            (recorder.Recorder, ("start", "stop", "marked")),
+            (torch._C._autograd, ("_enable_profiler", "_disable_profiler", "_prepare_profiler",
+                                  "_record_function_with_args_enter", "_record_function_with_args_exit",
+                                  *recorder.SWITCHES)),
+            (torch.autograd, recorder.SWITCHES),
+            (torch._C._autograd._KinetoEvent, ("name", "start_ns", "end_ns", "is_user_annotation",
+                                               "start_thread_id")),
+            (torch._C._autograd._ProfilerResult, ("events",)),
+            (torch.Tensor, ("neg_",)),
+            (torch._C._DispatchOperatorHandle, ("redispatch_boxed", "schema")),
         ]
         if main is not None and hasattr(main, "Worker"):
             owners += [(main, ("_clock",)), (main.Worker, ("call", "time", "hello", "discover", "resolve"))]
@@ -207,14 +219,14 @@ class Guard:
     def check(self) -> None:
         """Identity checks, new shared objects: run after the submission's import and after every request."""
         for owner, name, obj, code in self._identities:
-            now = _attribute(owner, name)
+            now = self._attribute(owner, name)
             func = getattr(now, "__func__", now)
             if now is not obj or getattr(func, "__code__", None) is not code:
                 label = getattr(owner, "__name__", type(owner).__name__)
                 self._found(API_TAMPERED, f"{label}.{name} was replaced or rewritten")
-        libraries = _mapped_libraries()
+        libraries = self._mapped()
         for path in sorted(libraries - self._libraries):
-            if not (self.site and _under(self._realpath(path), (self.site,))):
+            if not (self.site and self._under(self._realpath(path), (self.site,))):
                 self._found(HOST_LIBRARY, f"loaded the shared object {path}")
         self._libraries = libraries
 
@@ -244,36 +256,40 @@ class Guard:
         if self.mode == OFF:
             yield lambda fn: fn
             return
-        record, enabled = self._record, self._enabled
-        check_enabled = not self._profile_kwargs  # that flag is per thread: all-thread sessions leave it off
+        rec, enabled = self._recorder, self._enabled
+        check_enabled = not self._all_threads  # that flag is per thread: all-thread sessions leave it off
         calls = [0]
         blinded: list[str] = []
 
         def wrap(fn: Callable) -> Callable:
             def marked(**kwargs: Any) -> Any:
                 calls[0] += 1
-                with record(MARK):
-                    result = fn(**kwargs)
-                    if check_enabled and not enabled():
-                        blinded.append("the profiler was switched off during the call")
+                result = rec.marked(fn, kwargs)
+                if check_enabled and not enabled():
+                    blinded.append("the profiler was switched off during the call")
                 return result
             return marked
 
-        prof = self._profile(use_cpu=True, record_shapes=False, **self._profile_kwargs)
-        prof.__enter__()
+        rec.start()
         try:
             yield wrap
         finally:
             try:
-                prof.__exit__(None, None, None)
-                marks, ops = builtin_ops_inside(profiler_events(prof))
+                events = rec.stop()
+                own = self._own_namespaces(self._ops_before, frozenset(self._op_names()))
+                is_allowed = self._is_allowed
+                trace = self._read_trace(events, lambda op: is_allowed(op, own))
+                marks, canaries, ops = trace.marks, trace.canaries, trace.ops
             except Exception as exc:  # noqa: BLE001 - a profiler the submission broke
                 blinded.append(f"the profiler could not be read back ({type(exc).__name__}: {exc})")
-                marks, ops = calls[0], []
+                marks, canaries, ops = calls[0], calls[0], []
             if marks != calls[0]:
                 blinded.append(f"{calls[0]} call(s) but {marks} marker(s) in the profiler's trace")
             for message in dict.fromkeys(blinded):
                 self._found(GUARD_BLINDED, message)
+            if canaries < marks:
+                self._found(API_TAMPERED, f"the profiler missed the judge's canary op in {marks - canaries} of "
+                                          f"{marks} call(s): op recording was switched off or the trace altered")
             if ops:
                 self._found(BUILTIN_COMPUTE, "ran builtin op(s) " + ", ".join(ops[:12]))
 

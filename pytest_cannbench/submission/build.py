@@ -278,14 +278,17 @@ def install_wheel(wheel: Path, state: SubmissionState, work: Path, log: Path) ->
 
 
 def check_symbols(state: SubmissionState) -> None:
-    """The private install's shared objects may import no builtin compute (elf_symbols): a verdict for every
-    case in block mode, flags in warn mode."""
+    """The private install's ELF files, whatever their names, may import no builtin compute (elf_symbols): a
+    verdict for every case in block mode, flags in warn mode; an ELF file it cannot read counts the same."""
     from pytest_cannbench.guard.elf_symbols import scan_libraries
 
     if not state.site_dir:
         return
     problems, unreadable = scan_libraries(Path(state.site_dir))
     state.guard_problems = [["builtin_compute", p.detail()] for p in problems[:20]]
+    # what cannot be read cannot be vetted: refused in block mode, a flag in warn mode (guard.policy)
+    state.guard_problems += [["builtin_compute", f"an ELF file the symbol scan cannot read: {u}"]
+                             for u in unreadable[:5]]
     state.scan["symbols"] = {"problems": [p.detail() for p in problems[:50]], "unreadable": unreadable[:20]}
 
 

@@ -116,7 +116,9 @@ def test_symbol_scan_of_a_real_shared_object(tmp_path):
     assert {"expf", "cblas_sgemm", "dlsym"} <= names and "mine" not in names
     problems, unreadable = scan_libraries(tmp_path / "pkg")
     assert sorted(p.symbol for p in problems) == ["cblas_sgemm", "dlsym"] and not unreadable
-    (tmp_path / "pkg" / "fake.so").write_bytes(b"not an elf")
+    (tmp_path / "pkg" / "fake.so").write_bytes(b"not an elf")  # files are picked by magic, not by name
+    assert not scan_libraries(tmp_path / "pkg")[1]
+    (tmp_path / "pkg" / "cut.so").write_bytes(lib.read_bytes()[:200])
     assert scan_libraries(tmp_path / "pkg")[1]
 
 
