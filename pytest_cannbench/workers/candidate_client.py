@@ -177,6 +177,15 @@ class CandidateWorker(WorkerClient):
                 break
         return problems
 
+    def _mapped(self) -> list[tuple[str, str]]:
+        """Executable code the frozen worker has mapped from outside its install, torch and the system, read
+        by the judge from /proc (the worker cannot hide a mapping from it)."""
+        if self.mode != "submission" or self.guard == "off" or self._pid is None:
+            return []
+        from pytest_cannbench.guard.maps import foreign_findings
+
+        return [(str(k), str(d)) for k, d in foreign_findings(self._pid, self.site_dir)]
+
     def _arm(self) -> None:
         if self.sampler is not None:
             self.sampler.arm()
@@ -287,7 +296,7 @@ class CandidateWorker(WorkerClient):
             self.kill()
             raise
         self._freeze()
-        sampled = self._sampled(self._profile_keys(target, case_log), 1)
+        sampled = self._sampled(self._profile_keys(target, case_log), 1) + self._mapped()
         problem = self._contract(before, layout.args, kwargs)
         if problem is not None:
             return self._finish(problem, case_log)
@@ -353,7 +362,7 @@ class CandidateWorker(WorkerClient):
             self.kill()
             raise
         self._freeze()
-        sampled = self._sampled(self._profile_keys(target, case_log), warmup + len(call_sets))
+        sampled = self._sampled(self._profile_keys(target, case_log), warmup + len(call_sets)) + self._mapped()
         for args, kwargs in zip(layout.sets, kwargs_sets):
             problem = self._contract(before, args, kwargs)
             if problem is not None:
