@@ -30,7 +30,7 @@ RESUME_WORKERINPUT_KEY = "cannbench_resume"
 
 # candidate-worker roles: (log name, mode when grading, whether it loads the submission's install)
 WORKER_ROLES = {"candidate": ("candidate", "submission", True),  # CANN operators of the submission
-                "kernelbench": ("kernelbench", "kernelbench", False),  # ModelNew modules, scrubbed environment
+                "kernelbench": ("kernelbench", "kernelbench", True),  # ModelNew modules (+ their JIT builds)
                 "baseline": ("baseline", "golden", False)}  # the live baseline: never imports the submission
 
 
@@ -116,7 +116,7 @@ class CannBenchState:
             announce(f"cannbench: preparing submission {s.source or '(installed cann_bench)'} ...")
         if kernelbench_submission.wanted(s):  # ModelNew modules: nothing to build or install
             assert s.source is not None  # wanted() is false without a source
-            self.submission = kernelbench_submission.prepare(s.source)
+            self.submission = kernelbench_submission.prepare(s.source, self.log_dir, s.build_timeout_s)
         else:
             self.submission = prepare(s.source, no_install=s.no_install, report_dir=self.report_dir,
                                       build_timeout=s.build_timeout_s, guard=s.guard)

@@ -164,6 +164,15 @@ class ProblemCase:
             return f"{self.problem.rel_path}: no ModelNew module in the submission"
         return None
 
+    def build_failure(self, submission: SubmissionState) -> str | None:
+        """Why this problem's own ModelNew module did not compile in the build stage (None: it did, or had
+        nothing to compile); the other problems of the submission are graded as usual."""
+        if self.settings.self_check:
+            return None
+        from pytest_cannbench.submission.kernelbench import build_failure
+
+        return build_failure(submission, self._module()[0])
+
     def prepare(self, seed: int | None = None) -> ProblemReference:
         seed = trial_seed(self.problem, self.case_id, self.settings) if seed is None else seed
         return reference(self.service(), self.state_dir(), self.problem, seed, self.settings)
