@@ -33,6 +33,7 @@ PROFILER_LEVELS = ("Level1", "Level0", "Level2")
 DEFAULT_GOLDEN_CACHE = ".cannbench-cache/golden"
 MIN_GOLDEN_MEMORY_GIB = 1.0
 GUARD_MODES = ("block", "warn", "off")
+KB_GUARDS = ("kernelbench", "cann")  # issue 17: the KernelBench format's guard policy (guard.policy.mode_for)
 SECRET_WORKERINPUT_KEY = "cannbench_secret"
 
 
@@ -134,6 +135,11 @@ def add_options(parser: pytest.Parser) -> None:
     option("kb-max-input-gib", type=float, metavar="GIB",
            help="KernelBench: skip (not grade) problems whose get_inputs() makes more than this many GiB "
                 "of tensors, sized on the meta device (default: no limit).")
+    # issue 17: real submissions, many at a time
+    option("kb-guard", choices=KB_GUARDS,
+           help="KernelBench: kernelbench (default) applies KernelBench's rule under --cann-guard block: a "
+                "custom kernel must run in forward, builtin torch ops alongside are flags; cann applies "
+                "--cann-guard as for CANN tasks (block fails any builtin compute).")
 
 
 @dataclass(frozen=True)
@@ -177,6 +183,7 @@ class Settings:
     kb_accuracy: str = "kernelbench"
     kb_compile: bool = False
     kb_max_input_gib: float | None = None
+    kb_guard: str = "kernelbench"  # issue 17: KernelBench's own builtin-op rule for ModelNews
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -319,6 +326,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         kb_max_input_gib=kb_max_input,
         guard=_choice(config, "guard", GUARD_MODES),
         secret=_session_secret(config, graded=bool(source or no_install), seeded=_value(config, "seed") is not None),
+        kb_guard=_choice(config, "kb_guard", KB_GUARDS),
     )
 
 

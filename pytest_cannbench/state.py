@@ -166,6 +166,7 @@ class CannBenchState:
         return worker
 
     def _new_worker(self, name: str, mode: str, submission: SubmissionState | None) -> CandidateWorker:
+        from pytest_cannbench.guard.policy import mode_for
         from pytest_cannbench.workers.candidate_client import CandidateWorker
         from pytest_cannbench.workers.client import candidate_memory_bytes
 
@@ -179,7 +180,7 @@ class CannBenchState:
             site_dir=submission.site_dir if submission is not None else None,
             env={**(submission.env if submission is not None else {}), **plan.env}, device=plan.worker_device,
             threads=cpu_threads(), memory_bytes=memory, startup_timeout_s=max(120.0, s.case_timeout_s),
-            guard=s.guard, protect=self.protected_paths(),
+            guard=mode_for(name, s.guard, s.kb_guard), protect=self.protected_paths(),
             static_problems=submission.guard_problems if submission is not None else [])
 
     def protected_paths(self) -> list[str]:

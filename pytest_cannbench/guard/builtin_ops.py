@@ -9,6 +9,12 @@ is forbidden, so an op added to a future torch is refused until someone decides 
 from __future__ import annotations
 
 SUBMISSION_NAMESPACE = "cann_bench"
+# A call into a prebuilt JIT extension's function runs inside a profiler label with this prefix
+# (submission.jit_load); the ops its TORCH_LIBRARY extensions register are collected in OWN_OPS, in the worker.
+CUSTOM_PREFIX = "cannbench::custom::"
+OWN_OPS: set[str] = set()
+BUILTIN_NAMESPACES = frozenset({"aten", "prim", "prims", "quantized", "_quantized", "mkldnn", "mkl", "_c10d_functional",
+                                "c10d", "torchvision", "inductor", "triton"})  # never "own", whatever OWN_OPS holds
 
 ALLOCATION = frozenset({
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted",
@@ -35,10 +41,18 @@ def base_name(op: str) -> str:
     return name.split(".", 1)[0]
 
 
+def own_op(op: str) -> bool:
+    """An op of the submission's own compiled kernels: ``cann_bench::*`` or one its JIT extensions registered."""
+    namespace = op.split("::", 1)[0]
+    if namespace == SUBMISSION_NAMESPACE:
+        return True
+    return namespace not in BUILTIN_NAMESPACES and op.split(".", 1)[0] in OWN_OPS
+
+
 def is_allowed(op: str) -> bool:
     """An op event name from the profiler: the submission's own namespace or an allowed ATen op."""
     namespace = op.split("::", 1)[0] if "::" in op else ""
-    if namespace == SUBMISSION_NAMESPACE:
+    if namespace == SUBMISSION_NAMESPACE or own_op(op):
         return True
     return namespace == "aten" and base_name(op) in ALLOWED
 

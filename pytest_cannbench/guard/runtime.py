@@ -33,8 +33,15 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from pytest_cannbench.guard import builtin_ops
-from pytest_cannbench.guard.policy import BLOCK, OFF
-from pytest_cannbench.outcome import API_TAMPERED, BUILTIN_COMPUTE, FORBIDDEN_ACCESS, GUARD_BLINDED, HOST_LIBRARY
+from pytest_cannbench.guard.policy import BLOCK, KERNEL, OFF
+from pytest_cannbench.outcome import (
+    API_TAMPERED,
+    BUILTIN_COMPUTE,
+    FORBIDDEN_ACCESS,
+    GUARD_BLINDED,
+    HOST_LIBRARY,
+    NO_CUSTOM_KERNEL,
+)
 
 MARK = "cannbench::candidate_call"
 
@@ -87,6 +94,15 @@ def builtin_ops_inside(events: list[tuple[str, int, int, bool]]) -> tuple[int, l
         if any(lo <= start and end <= hi for lo, hi in windows) and not builtin_ops.is_allowed(name):
             found.add(name)
     return len(windows), sorted(found)
+
+
+def calls_without_kernel(events: list[tuple[str, int, int, bool]]) -> int:
+    """How many of our markers hold no call of the submission's own kernels: a label of a prebuilt JIT
+    extension's function (:data:`builtin_ops.CUSTOM_PREFIX`) or one of its own ops (``builtin_ops.own_op``)."""
+    windows = [(start, end) for name, start, end, _ in events if name == MARK]
+    own = [(start, end) for name, start, end, annotation in events
+           if (name.startswith(builtin_ops.CUSTOM_PREFIX) if annotation else builtin_ops.own_op(name))]
+    return sum(1 for lo, hi in windows if not any(lo <= s and e <= hi for s, e in own))
 
 
 def profiler_events(prof: Any) -> list[tuple[str, int, int, bool]]:
@@ -266,16 +282,21 @@ class Guard:
         finally:
             try:
                 prof.__exit__(None, None, None)
-                marks, ops = builtin_ops_inside(profiler_events(prof))
+                events = profiler_events(prof)
+                marks, ops = builtin_ops_inside(events)
+                bare = calls_without_kernel(events) if self.mode == KERNEL else 0
             except Exception as exc:  # noqa: BLE001 - a profiler the submission broke
                 blinded.append(f"the profiler could not be read back ({type(exc).__name__}: {exc})")
-                marks, ops = calls[0], []
+                marks, ops, bare = calls[0], [], 0
             if marks != calls[0]:
                 blinded.append(f"{calls[0]} call(s) but {marks} marker(s) in the profiler's trace")
             for message in dict.fromkeys(blinded):
                 self._found(GUARD_BLINDED, message)
             if ops:
                 self._found(BUILTIN_COMPUTE, "ran builtin op(s) " + ", ".join(ops[:12]))
+            if bare:
+                self._found(NO_CUSTOM_KERNEL, f"{bare} of {marks} call(s) ran none of the submission's own compiled "
+                            "kernels (KernelBench's rule: a custom kernel must do the work in forward)")
 
     # ------------------------------------------------------------ the audit hook
 
@@ -290,7 +311,7 @@ class Guard:
         if problem is None:
             return
         self.problems.append(problem)
-        if problem.kind == FORBIDDEN_ACCESS or self.mode == BLOCK:
+        if problem.kind == FORBIDDEN_ACCESS or self.mode in (BLOCK, KERNEL):
             raise PermissionError(f"pytest-cannbench: a submission may not do this ({problem.detail})")
 
     def _classify(self, event: str, args: tuple) -> Problem | None:

@@ -25,15 +25,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench.guard.builtin_ops import CUSTOM_PREFIX, OWN_OPS
+
 MANIFEST_ENV = "CANNBENCH_JIT_MANIFEST"  # the worker's pointer to the manifest (set by the build stage)
 MANIFEST_NAME = "manifest.json"
 ARTEFACTS = "_cannbench_jit"  # the folder under the private install that holds the prebuilt libraries
-CUSTOM_PREFIX = "cannbench::custom::"  # profiler label of a call into a prebuilt extension's function
 NOT_BUILT = "this extension was not compiled at build time"
 # Arguments that do not change the library that is built.
 IGNORED = frozenset({"verbose", "build_directory", "keep_intermediates"})
-# Op names registered by prebuilt TORCH_LIBRARY extensions (is_python_module=False), for the guard.
-CUSTOM_OPS: set[str] = set()
 
 
 @dataclass
@@ -118,7 +117,7 @@ def load_prebuilt(ext: Extension) -> Any:
     before = set(torch._C._dispatch_get_all_op_names()) if not ext.python_module else set()
     loaded = cpp_extension._import_module_from_library(ext.module_name, ext.directory, ext.python_module)
     if not ext.python_module:
-        CUSTOM_OPS.update(set(torch._C._dispatch_get_all_op_names()) - before)
+        OWN_OPS.update(set(torch._C._dispatch_get_all_op_names()) - before)
         return loaded
     return _labelled(loaded, ext.name)
 
