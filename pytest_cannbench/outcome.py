@@ -63,6 +63,7 @@ class CaseOutcome:
     golden_cached: bool = False
     warnings: list[str] = field(default_factory=list)
     timing: dict[str, Any] = field(default_factory=dict)  # timing.CaseTiming as a dict; empty: not considered
+    candidate: str = ""  # issue 17: the candidate of a multi-candidate run ("" in a single-candidate run)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
     from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 WORKERINPUT_KEY = "cannbench_submission"
+CANDIDATES_KEY = "_candidates"  # inside the submission's workerinput: every candidate of a multi-candidate run
+MAX_LIVE_WORKERS = 6  # candidate workers kept alive at once in a multi-candidate run (the oldest is closed)
+T = TypeVar("T")
 RESUME_WORKERINPUT_KEY = "cannbench_resume"
 
 # candidate-worker roles: (log name, mode when grading, whether it loads the submission's install)
@@ -81,6 +85,9 @@ class CannBenchState:
     _device: DevicePlan | None = None
     _perf: PerfContext | None = None
     _kb_state_dir: Path | None = None
+    submissions: dict[str, SubmissionState] = field(default_factory=dict)  # multi-candidate runs: name -> state
+    _references: OrderedDict[Any, Any] = field(default_factory=OrderedDict)  # shared goldens (multi-candidate)
+    goldens_computed: Counter[Any] = field(default_factory=Counter)
 
     @property
     def worker_id(self) -> str:
@@ -106,11 +113,16 @@ class CannBenchState:
             data = workerinput.get(WORKERINPUT_KEY)
             if data is not None:
                 self.submission = SubmissionState.from_dict(data)
+                self.submissions = {k: SubmissionState.from_dict(v) for k, v in data.get(CANDIDATES_KEY, {}).items()}
             return
         if config.option.collectonly:
             return
         from pytest_cannbench.submission import kernelbench as kernelbench_submission
         from pytest_cannbench.submission.build import prepare
+
+        if self.multi:
+            self._start_candidates(announce)
+            return
 
         if announce is not None:
             announce(f"cannbench: preparing submission {s.source or '(installed cann_bench)'} ...")
@@ -122,8 +134,73 @@ class CannBenchState:
                                       build_timeout=s.build_timeout_s, guard=s.guard)
         self.owns_submission = True
 
+    # ------------------------------------------------------------ many candidates (issue 17)
+
+    @property
+    def multi(self) -> bool:
+        """Several candidates in this session: several --cann-source, or a KernelBench generation directory."""
+        from pytest_cannbench.submission.generations import is_generation
+
+        s = self.settings
+        return len(s.sources) > 1 or any(is_generation(src) for src in s.sources)
+
+    def candidate_names(self) -> list[str]:
+        """The candidates items are parametrised by (empty: a single-candidate run, items as always)."""
+        if not self.multi:
+            return []
+        from pytest_cannbench.submission.generations import expand
+
+        return [c.name for c in expand(list(self.settings.sources))]
+
+    def _start_candidates(self, announce: Callable[[str], None] | None) -> None:
+        """Each candidate its own build, private install and logs (``reports/candidates/<name>/``)."""
+        from pytest_cannbench.submission import kernelbench as kernelbench_submission
+        from pytest_cannbench.submission.build import prepare
+        from pytest_cannbench.submission.generations import expand
+
+        s = self.settings
+        for cand in expand(list(s.sources)):
+            if announce is not None:
+                announce(f"cannbench: preparing candidate {cand.name} ({cand.source}) ...")
+            report_dir = self.report_dir / "candidates" / cand.name
+            if s.bench == "stanford" or (s.bench == "auto" and kernelbench_submission.looks_like(cand.source)):
+                sub = kernelbench_submission.prepare(cand.source, report_dir / "logs", s.build_timeout_s, cand.sample)
+            else:
+                sub = prepare(cand.source, no_install=False, report_dir=report_dir, build_timeout=s.build_timeout_s,
+                              guard=s.guard)
+            self.submissions[cand.name] = sub
+        self.submission = next(iter(self.submissions.values()), None)
+        self.owns_submission = True
+
+    def submission_of(self, candidate: str | None) -> SubmissionState | None:
+        """The submission an item grades: its candidate's, or the session's only one."""
+        if candidate is None:
+            return self.submission
+        return self.submissions.get(candidate)
+
+    def shared_reference(self, key: Any, make: Callable[[], T]) -> tuple[T, bool]:
+        """``(reference, shared)``: in a multi-candidate run, one golden per case and seed serves every candidate
+        (items run case by case, candidates innermost, so a short memory suffices)."""
+        if not self.multi:
+            self.goldens_computed[key] += 1
+            return make(), False
+        if key in self._references:
+            self._references.move_to_end(key)
+            return self._references[key], True
+        value = make()
+        self.goldens_computed[key] += 1
+        self._references[key] = value
+        while len(self._references) > self.settings.repeat + 4:
+            self._references.popitem(last=False)
+        return value, False
+
     def submission_for_workers(self) -> dict | None:
-        return self.submission.to_dict() if self.submission is not None else None
+        if self.submission is None:
+            return None
+        data = self.submission.to_dict()
+        if self.submissions:
+            data[CANDIDATES_KEY] = {k: v.to_dict() for k, v in self.submissions.items()}
+        return data
 
     def resume_keys(self) -> frozenset[str]:
         """Cases an earlier identical run recorded (--cann-resume): kept here, or from workerinput."""
@@ -154,18 +231,28 @@ class CannBenchState:
             self._device = make_plan(s.device, list(s.device_ids), self.worker_id)
         return self._device
 
-    def worker(self, role: str) -> CandidateWorker:
-        """The candidate worker of a role (:data:`WORKER_ROLES`); under self-check every role runs goldens."""
-        worker = self._workers.get(role)
+    def worker(self, role: str, candidate: str | None = None) -> CandidateWorker:
+        """The candidate worker of a role (:data:`WORKER_ROLES`) and candidate; under self-check every role runs
+        goldens. Each candidate of a multi-candidate run has its own workers (at most MAX_LIVE_WORKERS alive)."""
+        _, _, loads_submission = WORKER_ROLES[role]
+        key = f"{role}@{candidate}" if candidate is not None and loads_submission else role
+        worker = self._workers.get(key)
         if worker is None:
-            name, mode, loads_submission = WORKER_ROLES[role]
+            name, mode, _ = WORKER_ROLES[role]
             if self.settings.self_check:
                 mode = "golden"
-            worker = self._workers[role] = self._new_worker(name, mode,
-                                                            self.submission if loads_submission else None)
+            live = [k for k in self._workers if "@" in k]
+            if "@" in key and len(live) >= MAX_LIVE_WORKERS:
+                old = self._workers.pop(live[0])
+                old.close()
+                shutil.rmtree(old.workdir.parent, ignore_errors=True)
+            submission = self.submission_of(candidate) if loads_submission else None
+            log_name = name if "@" not in key else f"{name}-{candidate}"
+            worker = self._workers[key] = self._new_worker(log_name, mode, submission, guard_role=name)
         return worker
 
-    def _new_worker(self, name: str, mode: str, submission: SubmissionState | None) -> CandidateWorker:
+    def _new_worker(self, name: str, mode: str, submission: SubmissionState | None,
+                    guard_role: str | None = None) -> CandidateWorker:
         from pytest_cannbench.guard.policy import mode_for
         from pytest_cannbench.workers.candidate_client import CandidateWorker
         from pytest_cannbench.workers.client import candidate_memory_bytes
@@ -180,7 +267,7 @@ class CannBenchState:
             site_dir=submission.site_dir if submission is not None else None,
             env={**(submission.env if submission is not None else {}), **plan.env}, device=plan.worker_device,
             threads=cpu_threads(), memory_bytes=memory, startup_timeout_s=max(120.0, s.case_timeout_s),
-            guard=mode_for(name, s.guard, s.kb_guard), protect=self.protected_paths(),
+            guard=mode_for(guard_role or name, s.guard, s.kb_guard), protect=self.protected_paths(),
             static_problems=submission.guard_problems if submission is not None else [])
 
     def protected_paths(self) -> list[str]:
@@ -264,8 +351,10 @@ class CannBenchState:
         if self.submission is not None and self.owns_submission:
             from pytest_cannbench.submission.build import cleanup
 
-            cleanup(self.submission)
+            for sub in {id(x): x for x in [self.submission, *self.submissions.values()]}.values():
+                cleanup(sub)
             self.owns_submission = False
+        self._references.clear()
 
 
 STATE_KEY = pytest.StashKey[CannBenchState]()

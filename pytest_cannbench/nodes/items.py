@@ -81,6 +81,7 @@ class SourceItem(_CannItem):
     source: CaseSource
     reference: Reference | None = None
     build_failed: str | None = None  # this case's own module did not compile at build time (KernelBench JIT)
+    candidate: str | None = None  # the candidate of a multi-candidate run (None: the session's one submission)
 
     @property
     def timed(self) -> bool:
@@ -99,22 +100,23 @@ class SourceItem(_CannItem):
 
         st = state.of(self.config)
         source = self.source = self.make_source(st)
+        submission = st.submission_of(self.candidate)
         if source.key in st.resume_keys():
             pytest.skip("already recorded in results.jsonl by an identical run (--cann-resume)")
         if source.task_error:
             return
-        if not st.settings.self_check and st.submission is None:
+        if not st.settings.self_check and submission is None:
             self._record(source.outcome(oc.SKIPPED, oc.NO_CANDIDATE, NO_CANDIDATE))
             pytest.skip(NO_CANDIDATE)
-        if st.submission is not None:
-            if not st.submission.ok:
+        if submission is not None:
+            if not submission.ok:
                 return  # runtest fails the case with the submission's status; no golden is needed
-            message = source.missing(st.submission)
+            message = source.missing(submission)
             if message is not None:
                 self._record(source.outcome(oc.MISSING, oc.NOT_PROVIDED, message))
                 pytest.skip(message)
             own_build = getattr(source, "build_failure", None)  # sources with per-module builds
-            self.build_failed = own_build(st.submission) if own_build is not None else None
+            self.build_failed = own_build(submission) if own_build is not None else None
             if self.build_failed:
                 return  # runtest fails the case as compile_failed; no golden is needed
         try:
@@ -131,7 +133,7 @@ class SourceItem(_CannItem):
         if source.task_error:
             self._record(source.outcome(oc.ERROR, oc.TASK_ERROR, source.task_error))
             raise TaskInputError(f"task_error: {source.task_error}")
-        settings, submission = st.settings, st.submission
+        settings, submission = st.settings, st.submission_of(self.candidate)
         if submission is not None and not submission.ok:
             self._record(source.outcome(submission.status, submission.status, submission.message))
             raise CaseFailed(f"{submission.status}: {submission.message}")
@@ -140,7 +142,7 @@ class SourceItem(_CannItem):
             raise CaseFailed(f"{oc.COMPILE_FAILED}: {self.build_failed}")
         ref = self.reference
         assert ref is not None
-        worker = st.worker(source.worker_role)
+        worker = st.worker(source.worker_role, self.candidate)
         try:
             result, candidate_s = self._correctness(st, ref, worker)
         except pytest.fail.Exception as exc:  # pytest-timeout: the worker was killed, the case is lost

@@ -55,6 +55,7 @@ class SubmissionState:
     guard_problems: list[list[str]] = field(default_factory=list)  # [kind, detail]: forbidden symbol imports
     build_log: str | None = None
     jit_failures: dict[str, str] = field(default_factory=dict)  # module -> why compiling at import failed
+    sample: int | None = None  # a KernelBench generation directory's sample (submission.generations)
     session_dir: str | None = None
     seconds: dict[str, float] = field(default_factory=dict)
 

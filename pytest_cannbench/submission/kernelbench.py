@@ -20,6 +20,7 @@ from typing import Any
 
 from pytest_cannbench.outcome import BUILD_OK, IMPORT_FAILED
 from pytest_cannbench.submission.build import SubmissionState, _build_env, _run, check_symbols
+from pytest_cannbench.submission.generations import generation_files, sample_module
 from pytest_cannbench.submission.jit_build import needs_jit, run_jit_build
 
 MODEL_NEW = re.compile(r"^class\s+ModelNew\b", re.MULTILINE)
@@ -58,20 +59,24 @@ def wanted(settings: Any) -> bool:
     return bool(settings.source) and (bench == "stanford" or (bench == "auto" and looks_like(settings.source)))
 
 
-def prepare(source: str, log_dir: Path | None = None, build_timeout: float = 600.0) -> SubmissionState:
-    """Copy the directory privately, list its modules and compile those that compile at import; a directory
-    without any module is ``import_failed``."""
+def prepare(source: str, log_dir: Path | None = None, build_timeout: float = 600.0,
+            sample: int | None = None) -> SubmissionState:
+    """Copy the directory privately, list its modules (only ``sample``'s, for a generation directory) and compile
+    those that compile at import; a directory without any module is ``import_failed``."""
     t0 = time.perf_counter()
     session_dir = Path(tempfile.mkdtemp(prefix="cannbench-kb-submission-"))
     copy = session_dir / "src"
     shutil.copytree(source, copy, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", "venv"))
     found = modules(copy)
+    if sample is not None:
+        own = set(generation_files(copy).get(sample, {}).values())
+        found = [p for p in found if p in own]
     names = [[p.relative_to(copy).as_posix(), KIND] for p in found]
     if not found:
         return SubmissionState(status=IMPORT_FAILED, message=f"{source}: no module defines class ModelNew",
                                source=source, session_dir=str(session_dir))
     state = SubmissionState(status=BUILD_OK, source=source, site_dir=None, interfaces=names,
-                            session_dir=str(session_dir), seconds={"copy": time.perf_counter() - t0})
+                            session_dir=str(session_dir), seconds={"copy": time.perf_counter() - t0}, sample=sample)
     jit_modules = {p.relative_to(copy).as_posix(): p for p in found if needs_jit([p])}
     if jit_modules and log_dir is not None:
         site = session_dir / "site"
@@ -101,6 +106,9 @@ def module_for(state: SubmissionState, rel_path: str) -> str | None:
     if not state.session_dir:
         return None
     root = Path(state.session_dir) / "src"
+    if state.sample is not None:
+        found = sample_module(root, state.sample, rel_path)
+        return str(found) if found is not None and _defines_model_new(found) else None
     parts = rel_path.split("/")
     stem = Path(parts[-1]).stem
     levels = parts[:-1]
