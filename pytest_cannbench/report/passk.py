@@ -46,7 +46,7 @@ def summary(results: dict[str, list[ProblemResult]]) -> dict[str, Any]:
         for r in problems:
             if r.graded:
                 per_problem[r.rel_path].append((name, r))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for rel_path, graded in sorted(per_problem.items()):
         n, correct = len(graded), [(name, r) for name, r in graded if r.correct]
         speeds = [(r.speedup, name) for name, r in correct if r.speedup]
