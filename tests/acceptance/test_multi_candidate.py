@@ -83,6 +83,13 @@ def test_a_generation_directory_and_a_plain_one_are_graded_in_one_session(pytest
     names = {tc.get("name") for tc in ET.parse(junit).getroot().iter("testcase")}
     assert "2_Matmul[timed][cand=run1_s1]" in names
 
+    from pytest_cannbench.report.merge import merge
+
+    for source in (run.root / "reports" / "leaderboard.json", run.root / "reports" / "results.jsonl"):
+        merged = merge([str(source)])  # cannbench merge rebuilds the boards per candidate from either input
+        assert set(merged["candidates"]) == set(CANDIDATES), source
+        assert merged["summary"]["pass_at_k"] == board["summary"]["pass_at_k"]
+
     resumed = run_inner(pytester, capsys, problems, str(problems), *BASE, "--cann-resume",
                         f"--cann-source={FIXTURES / 'generations' / 'run1'}", f"--cann-source={FIXTURES / 'honest'}")
     assert {c.outcome for c in resumed.cases.values()} == {"skipped"}  # every candidate's case was recorded
