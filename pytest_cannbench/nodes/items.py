@@ -196,16 +196,19 @@ class SourceItem(_CannItem):
 class CaseItem(SourceItem):
     """One case of one operator."""
 
-    def __init__(self, *, task: OperatorTask, case: CaseSpec, **kwargs: Any) -> None:
+    def __init__(self, *, task: OperatorTask, case: CaseSpec, candidate: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.task = task
         self.case = case
-        self.user_properties.append(("cann_case", task.result_key(case)))
+        self.candidate = candidate
+        key = task.result_key(case)
+        self.user_properties.append(("cann_case", f"cand={candidate}/{key}" if candidate else key))
 
     def make_source(self, st: CannBenchState) -> CaseSource:
         from pytest_cannbench.judge.case import OperatorCase
 
-        return OperatorCase(task=self.task, case=self.case, settings=st.settings, service=st.golden_service)
+        return OperatorCase(task=self.task, case=self.case, settings=st.settings, service=st.golden_service,
+                            candidate=self.candidate or "", memo=st.shared_reference if self.candidate else None)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         # A line number is required: Node.warn() asserts one, and a CannTaskWarning on a case
@@ -242,15 +245,23 @@ class OperatorFile(pytest.File):
                 self.warn(CannTaskWarning(f"cases.csv disagrees with cases.yaml: {problems[0]}{more}"))
         ids = [c.case_id for c in task.cases if c.case_id is not None]
         width = max(2, len(str(max(ids)))) if ids else 2
-        level = task.level
         used: set[str] = set()
+        # a multi-candidate run: each case once per candidate, candidates innermost (one golden serves them all)
+        candidates: list[str | None] = [*state.of(self.config).candidate_names()] or [None]
         for case in task.cases:
             label = f"{case.case_id:0{width}d}" if case.case_id is not None else f"#{case.index}"
-            name = f"{op_dir.name}[{label}]"
-            if name in used:
-                name = f"{op_dir.name}[{label}#{case.index}]"
-            used.add(name)
-            item = CaseItem.from_parent(self, name=name, task=task, case=case)
+            base = f"{op_dir.name}[{label}]"
+            if base in used:
+                base = f"{op_dir.name}[{label}#{case.index}]"
+            used.add(base)
+            yield from self._items(task, case, base, candidates, warn)
+
+    def _items(self, task: OperatorTask, case: CaseSpec, base: str, candidates: list[str | None],
+               warn: bool) -> Iterator[pytest.Item]:
+        level = task.level
+        for candidate in candidates:
+            name = base if candidate is None else f"{base}[cand={candidate}]"
+            item = CaseItem.from_parent(self, name=name, task=task, case=case, candidate=candidate)
             if level is not None:
                 marker = f"level{level}"
                 if marker not in _registered_markers(self.config):

@@ -95,3 +95,40 @@ def test_a_generation_directory_and_a_plain_one_are_graded_in_one_session(pytest
     assert {c.outcome for c in resumed.cases.values()} == {"skipped"}  # every candidate's case was recorded
     again = json.loads((run.root / "reports" / "leaderboard.json").read_text())
     assert again["summary"]["pass_at_k"] == board["summary"]["pass_at_k"]
+
+
+SOFTPLUS = '''import torch
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    return torch.nn.functional.softplus(x.float(), beta=beta, threshold=threshold).to(x.dtype).contiguous()
+'''
+SEGFAULT = '''import ctypes
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    ctypes.string_at(0)
+'''
+
+
+def test_cann_wheels_many_at_a_time_each_with_its_own_build(pytester, capsys, task_tree):
+    from inner import make_wheel
+
+    tasks = task_tree("submission")
+    good, crash, broken = (Path(pytester.path) / n for n in ("good", "crash", "broken"))
+    make_wheel(good / "dist", {"cann_bench/__init__.py": SOFTPLUS})
+    make_wheel(crash / "dist", {"cann_bench/__init__.py": SEGFAULT})
+    broken.mkdir()  # neither a wheel nor a build.sh: its own compile_failed, nobody else's
+    run = run_inner(pytester, capsys, tasks, "--cann-tasks=tasks", "-p", "no:cacheprovider", "--cann-golden-cache=off",
+                    "--cann-no-perf", "-k", "softplus", f"--cann-source={good}", f"--cann-source={crash}",
+                    f"--cann-source={broken}")
+    got = {name: c.cann["status"] for name, c in run.cases.items()}
+    assert got == {f"softplus[0{i}][cand={cand}]": status for i in range(1, 5)
+                   for cand, status in (("good", "passed"), ("crash", "crashed"), ("broken", "compile_failed"))}
+    computed = Counter(c.cann["rel_path"] + f"_{c.cann['case_id']}" for c in run.cases.values()
+                       if c.cann["status"] != "compile_failed" and not c.cann["golden_cached"])
+    assert computed == {f"level1/softplus_{i}": 1 for i in range(1, 5)}  # one golden per case, two candidates
+    board = json.loads((run.root / "reports" / "leaderboard.json").read_text())
+    scores = {name: b["total_score"] for name, b in board["candidates"].items()}
+    assert set(scores) == {"good", "crash", "broken"}, scores
+    assert scores["good"] > 0 and scores["crash"] == 0 and scores["broken"] == 0
