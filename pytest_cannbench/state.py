@@ -88,6 +88,7 @@ class CannBenchState:
     submissions: dict[str, SubmissionState] = field(default_factory=dict)  # multi-candidate runs: name -> state
     _references: OrderedDict[Any, Any] = field(default_factory=OrderedDict)  # shared goldens (multi-candidate)
     goldens_computed: Counter[Any] = field(default_factory=Counter)
+    _candidates: list[str] | None = None
 
     @property
     def worker_id(self) -> str:
@@ -142,15 +143,17 @@ class CannBenchState:
         from pytest_cannbench.submission.generations import is_generation
 
         s = self.settings
+        if self._candidates is not None:
+            return bool(self._candidates)
         return len(s.sources) > 1 or any(is_generation(src) for src in s.sources)
 
     def candidate_names(self) -> list[str]:
         """The candidates items are parametrised by (empty: a single-candidate run, items as always)."""
-        if not self.multi:
-            return []
-        from pytest_cannbench.submission.generations import expand
+        if self._candidates is None:
+            from pytest_cannbench.submission.generations import expand
 
-        return [c.name for c in expand(list(self.settings.sources))]
+            self._candidates = [c.name for c in expand(list(self.settings.sources))] if self.multi else []
+        return list(self._candidates)
 
     def _start_candidates(self, announce: Callable[[str], None] | None) -> None:
         """Each candidate its own build, private install and logs (``reports/candidates/<name>/``)."""
@@ -181,7 +184,7 @@ class CannBenchState:
     def shared_reference(self, key: Any, make: Callable[[], T]) -> tuple[T, bool]:
         """``(reference, shared)``: in a multi-candidate run, one golden per case and seed serves every candidate
         (items run case by case, candidates innermost, so a short memory suffices)."""
-        if not self.multi:
+        if not self.candidate_names():
             self.goldens_computed[key] += 1
             return make(), False
         if key in self._references:
