@@ -34,6 +34,7 @@ PROFILER_LEVELS = ("Level1", "Level0", "Level2")
 DEFAULT_GOLDEN_CACHE = ".cannbench-cache/golden"
 MIN_GOLDEN_MEMORY_GIB = 1.0
 GUARD_MODES = ("block", "warn", "off")
+KB_GUARDS = ("kernelbench", "cann")  # issue 17: the KernelBench format's guard policy (guard.policy.mode_for)
 SECRET_WORKERINPUT_KEY = "cannbench_secret"
 
 
@@ -52,10 +53,11 @@ def add_options(parser: pytest.Parser) -> None:
     option("self-check", ini_type="bool", action="store_true",
            help="grade the goldens themselves, computed in each case's native dtype, as the candidate: "
                 "how task authors validate a task tree.")
-    option("source", metavar="DIR",
+    option("source", metavar="DIR", action="append",
            help="submission to grade: a directory with a prebuilt dist/cann_bench*.whl (plus an optional "
                 "dist/cann_bench*.run) or a build.sh that makes one. Built and installed once per session, "
-                "privately; only candidate workers import it.")
+                "privately; only candidate workers import it. Repeat it to grade several submissions in one "
+                "session (a KernelBench generation directory is one candidate per sample).")
     option("no-install", ini_type="bool", action="store_true",
            help="grade the cann_bench package already installed in this environment (no build, no install).")
     option("build-timeout", type=float, metavar="SEC",
@@ -139,6 +141,11 @@ def add_options(parser: pytest.Parser) -> None:
     option("kb-max-input-gib", type=float, metavar="GIB",
            help="KernelBench: skip (not grade) problems whose get_inputs() makes more than this many GiB "
                 "of tensors, sized on the meta device (default: no limit).")
+    # issue 17: real submissions, many at a time
+    option("kb-guard", choices=KB_GUARDS,
+           help="KernelBench: kernelbench (default) applies KernelBench's rule under --cann-guard block: a "
+                "custom kernel must run in forward, builtin torch ops alongside are flags; cann applies "
+                "--cann-guard as for CANN tasks (block fails any builtin compute).")
 
 
 @dataclass(frozen=True)
@@ -183,6 +190,8 @@ class Settings:
     kb_accuracy: str = "kernelbench"
     kb_compile: bool = False
     kb_max_input_gib: float | None = None
+    kb_guard: str = "kernelbench"  # issue 17: KernelBench's own builtin-op rule for ModelNews
+    sources: tuple[str, ...] = ()  # issue 17: every --cann-source (source is the first)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -243,17 +252,20 @@ def settings_from_config(config: pytest.Config) -> Settings:
     if memory is not None and memory < MIN_GOLDEN_MEMORY_GIB:
         raise pytest.UsageError(f"--cann-golden-memory must be at least {MIN_GOLDEN_MEMORY_GIB:g} GiB: it limits "
                                 "address space, and torch alone reserves about 0.6 GiB of it")
-    source = _value(config, "source")
+    raw_sources = _value(config, "source")
+    if isinstance(raw_sources, str):  # the ini key: whitespace-separated directories
+        raw_sources = raw_sources.split()
+    sources = tuple(os.path.abspath(str(s)) for s in raw_sources or ())
+    source = sources[0] if sources else None
     self_check, no_install = _flag(config, "self_check"), _flag(config, "no_install")
     if self_check and (source or no_install):
         raise pytest.UsageError("--cann-self-check grades the goldens; it cannot be combined with --cann-source "
                                 "or --cann-no-install")
     if source and no_install:
         raise pytest.UsageError("--cann-no-install grades the installed cann_bench; drop --cann-source")
-    if source:
-        source = os.path.abspath(str(source))
-        if not os.path.isdir(source):
-            raise pytest.UsageError(f"--cann-source {source}: not a directory")
+    for directory in sources:
+        if not os.path.isdir(directory):
+            raise pytest.UsageError(f"--cann-source {directory}: not a directory")
     build_timeout = _number(config, "build_timeout", float, DEFAULT_BUILD_TIMEOUT_S)
     case_timeout = _number(config, "case_timeout", float, DEFAULT_CASE_TIMEOUT_S)
     worker_memory = _number(config, "worker_memory", float, None)
@@ -326,6 +338,8 @@ def settings_from_config(config: pytest.Config) -> Settings:
         guard=_choice(config, "guard", GUARD_MODES),
         sandbox=_choice(config, "sandbox", SANDBOX_MODES),
         secret=_session_secret(config, graded=bool(source or no_install), seeded=_value(config, "seed") is not None),
+        kb_guard=_choice(config, "kb_guard", KB_GUARDS),
+        sources=sources,
     )
 
 

@@ -42,8 +42,9 @@ API_TAMPERED = "api_tampered"  # timing, profiler or worker functions were repla
 GUARD_BLINDED = "guard_blinded"  # the profiler was switched off or its trace lost our markers
 BUILTIN_COMPUTE = "builtin_compute"  # builtin ops (aten compute) ran under the candidate's call
 HOST_LIBRARY = "host_library"  # numpy/scipy/Inductor/ctypes or a foreign shared object did the work
+NO_CUSTOM_KERNEL = "no_custom_kernel"  # --cann-guard kernel (KernelBench): forward ran none of its own kernels
 # Most serious first: when a call has several findings, the first of these decides (guard.policy).
-GUARD_FAILURES = (FORBIDDEN_ACCESS, API_TAMPERED, GUARD_BLINDED, BUILTIN_COMPUTE, HOST_LIBRARY)
+GUARD_FAILURES = (FORBIDDEN_ACCESS, API_TAMPERED, GUARD_BLINDED, BUILTIN_COMPUTE, NO_CUSTOM_KERNEL, HOST_LIBRARY)
 
 HARNESS_FAILURES = frozenset({TASK_ERROR, GOLDEN_ERROR, WORKER_CRASH})
 
@@ -63,6 +64,7 @@ class CaseOutcome:
     warnings: list[str] = field(default_factory=list)
     timing: dict[str, Any] = field(default_factory=dict)  # timing.CaseTiming as a dict; empty: not considered
     flags: list[str] = field(default_factory=list)  # the run's weaker modes (e.g. sandbox_off), on every case
+    candidate: str = ""  # issue 17: the candidate of a multi-candidate run ("" in a single-candidate run)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -136,8 +136,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     submitted = st.submission
     if submitted is not None:
         lines.append(f"cannbench: {reporting.sandbox_of(submitted).describe()}")
-    if submitted is not None:
-        lines += submission.header_lines(submitted)
+    if submitted is not None:  # every candidate of a multi-candidate run, each line naming it
+        for name, sub in st.submissions.items() if st.submissions else [("", submitted)]:
+            lines += [f"cannbench: [{name}] {line.removeprefix('cannbench: ')}" if name else line
+                      for line in submission.header_lines(sub)]
     if settings.self_check or submitted is not None:
         lines += st.timing_header()
     return lines

@@ -9,15 +9,16 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
 from pytest_cannbench.options import Settings
-from pytest_cannbench.submission.build import SubmissionState
+from pytest_cannbench.submission.build import Box, SubmissionState
 
 if TYPE_CHECKING:
     from pytest_cannbench.guard.sandbox import SandboxChoice
@@ -27,12 +28,15 @@ if TYPE_CHECKING:
     from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 WORKERINPUT_KEY = "cannbench_submission"
+CANDIDATES_KEY = "_candidates"  # inside the submission's workerinput: every candidate of a multi-candidate run
+MAX_LIVE_WORKERS = 6  # candidate workers kept alive at once in a multi-candidate run (the oldest is closed)
+T = TypeVar("T")
 RESUME_WORKERINPUT_KEY = "cannbench_resume"
 PINS_WORKERINPUT_KEY = "cannbench_golden_pins"
 
 # candidate-worker roles: (log name, mode when grading, whether it loads the submission's install)
 WORKER_ROLES = {"candidate": ("candidate", "submission", True),  # CANN operators of the submission
-                "kernelbench": ("kernelbench", "kernelbench", False),  # ModelNew modules, scrubbed environment
+                "kernelbench": ("kernelbench", "kernelbench", True),  # ModelNew modules (+ their JIT builds)
                 "baseline": ("baseline", "golden", False)}  # the live baseline: never imports the submission
 
 
@@ -84,6 +88,10 @@ class CannBenchState:
     _device: DevicePlan | None = None
     _perf: PerfContext | None = None
     _kb_state_dir: Path | None = None
+    submissions: dict[str, SubmissionState] = field(default_factory=dict)  # multi-candidate runs: name -> state
+    _references: OrderedDict[Any, Any] = field(default_factory=OrderedDict)  # shared goldens (multi-candidate)
+    goldens_computed: Counter[Any] = field(default_factory=Counter)
+    _candidates: list[str] | None = None
 
     @property
     def worker_id(self) -> str:
@@ -109,24 +117,27 @@ class CannBenchState:
             data = workerinput.get(WORKERINPUT_KEY)
             if data is not None:
                 self.submission = SubmissionState.from_dict(data)
+                self.submissions = {k: SubmissionState.from_dict(v) for k, v in data.get(CANDIDATES_KEY, {}).items()}
             return
         if config.option.collectonly:
             return
         from pytest_cannbench.guard import sandbox
         from pytest_cannbench.submission import kernelbench as kernelbench_submission
-        from pytest_cannbench.submission.build import Box, prepare
+        from pytest_cannbench.submission.build import prepare
 
         self.pins = pin_goldens(self.task_roots())  # before build.sh can touch anything
         try:
             box = Box(sandbox.choose(s.sandbox), tuple(self.protected_paths()))
         except sandbox.SandboxUnavailable as exc:
             raise pytest.UsageError(str(exc)) from None
+        if self.multi:
+            self._start_candidates(announce, box)
+            return
         if announce is not None:
             announce(f"cannbench: preparing submission {s.source or '(installed cann_bench)'} ...")
         if kernelbench_submission.wanted(s):  # ModelNew modules: nothing to build or install
             assert s.source is not None  # wanted() is false without a source
-            self.submission = kernelbench_submission.prepare(s.source)
-            self.submission.sandbox, self.submission.protect = box.choice.to_dict(), list(box.hidden)
+            self.submission = kernelbench_submission.prepare(s.source, self.log_dir, s.build_timeout_s, box=box)
         else:
             self.submission = prepare(s.source, no_install=s.no_install, report_dir=self.report_dir,
                                       build_timeout=s.build_timeout_s, guard=s.guard, box=box)
@@ -149,8 +160,76 @@ class CannBenchState:
                     roots.append(path if path.is_dir() else path.parent)
         return roots
 
+    # ------------------------------------------------------------ many candidates (issue 17)
+
+    @property
+    def multi(self) -> bool:
+        """Several candidates in this session: several --cann-source, or a KernelBench generation directory."""
+        from pytest_cannbench.submission.generations import is_generation
+
+        s = self.settings
+        if self._candidates is not None:
+            return bool(self._candidates)
+        return len(s.sources) > 1 or any(is_generation(src) for src in s.sources)
+
+    def candidate_names(self) -> list[str]:
+        """The candidates items are parametrised by (empty: a single-candidate run, items as always)."""
+        if self._candidates is None:
+            from pytest_cannbench.submission.generations import expand
+
+            self._candidates = [c.name for c in expand(list(self.settings.sources))] if self.multi else []
+        return list(self._candidates)
+
+    def _start_candidates(self, announce: Callable[[str], None] | None, box: Box) -> None:
+        """Each candidate its own build, private install and logs (``reports/candidates/<name>/``)."""
+        from pytest_cannbench.submission import kernelbench as kernelbench_submission
+        from pytest_cannbench.submission.build import prepare
+        from pytest_cannbench.submission.generations import expand
+
+        s = self.settings
+        for cand in expand(list(s.sources)):
+            if announce is not None:
+                announce(f"cannbench: preparing candidate {cand.name} ({cand.source}) ...")
+            report_dir = self.report_dir / "candidates" / cand.name
+            if s.bench == "stanford" or (s.bench == "auto" and kernelbench_submission.looks_like(cand.source)):
+                sub = kernelbench_submission.prepare(cand.source, report_dir / "logs", s.build_timeout_s, cand.sample,
+                                                     box=box)
+            else:
+                sub = prepare(cand.source, no_install=False, report_dir=report_dir, build_timeout=s.build_timeout_s,
+                              guard=s.guard, box=box)
+            self.submissions[cand.name] = sub
+        self.submission = next(iter(self.submissions.values()), None)
+        self.owns_submission = True
+
+    def submission_of(self, candidate: str | None) -> SubmissionState | None:
+        """The submission an item grades: its candidate's, or the session's only one."""
+        if candidate is None:
+            return self.submission
+        return self.submissions.get(candidate)
+
+    def shared_reference(self, key: Any, make: Callable[[], T]) -> tuple[T, bool]:
+        """``(reference, shared)``: in a multi-candidate run, one golden per case and seed serves every candidate
+        (items run case by case, candidates innermost, so a short memory suffices)."""
+        if not self.candidate_names():
+            self.goldens_computed[key] += 1
+            return make(), False
+        if key in self._references:
+            self._references.move_to_end(key)
+            return self._references[key], True
+        value = make()
+        self.goldens_computed[key] += 1
+        self._references[key] = value
+        while len(self._references) > self.settings.repeat + 4:
+            self._references.popitem(last=False)
+        return value, False
+
     def submission_for_workers(self) -> dict | None:
-        return self.submission.to_dict() if self.submission is not None else None
+        if self.submission is None:
+            return None
+        data = self.submission.to_dict()
+        if self.submissions:
+            data[CANDIDATES_KEY] = {k: v.to_dict() for k, v in self.submissions.items()}
+        return data
 
     def resume_keys(self) -> frozenset[str]:
         """Cases an earlier identical run recorded (--cann-resume): kept here, or from workerinput."""
@@ -181,18 +260,29 @@ class CannBenchState:
             self._device = make_plan(s.device, list(s.device_ids), self.worker_id)
         return self._device
 
-    def worker(self, role: str) -> CandidateWorker:
-        """The candidate worker of a role (:data:`WORKER_ROLES`); under self-check every role runs goldens."""
-        worker = self._workers.get(role)
+    def worker(self, role: str, candidate: str | None = None) -> CandidateWorker:
+        """The candidate worker of a role (:data:`WORKER_ROLES`) and candidate; under self-check every role runs
+        goldens. Each candidate of a multi-candidate run has its own workers (at most MAX_LIVE_WORKERS alive)."""
+        _, _, loads_submission = WORKER_ROLES[role]
+        key = f"{role}@{candidate}" if candidate is not None and loads_submission else role
+        worker = self._workers.get(key)
         if worker is None:
-            name, mode, loads_submission = WORKER_ROLES[role]
+            name, mode, _ = WORKER_ROLES[role]
             if self.settings.self_check:
                 mode = "golden"
-            worker = self._workers[role] = self._new_worker(name, mode,
-                                                            self.submission if loads_submission else None)
+            live = [k for k in self._workers if "@" in k]
+            if "@" in key and len(live) >= MAX_LIVE_WORKERS:
+                old = self._workers.pop(live[0])
+                old.close()
+                shutil.rmtree(old.workdir.parent, ignore_errors=True)
+            submission = self.submission_of(candidate) if loads_submission else None
+            log_name = name if "@" not in key else f"{name}-{candidate}"
+            worker = self._workers[key] = self._new_worker(log_name, mode, submission, guard_role=name)
         return worker
 
-    def _new_worker(self, name: str, mode: str, submission: SubmissionState | None) -> CandidateWorker:
+    def _new_worker(self, name: str, mode: str, submission: SubmissionState | None,
+                    guard_role: str | None = None) -> CandidateWorker:
+        from pytest_cannbench.guard.policy import mode_for
         from pytest_cannbench.workers.candidate_client import CandidateWorker
         from pytest_cannbench.workers.client import candidate_memory_bytes
 
@@ -206,7 +296,7 @@ class CannBenchState:
             site_dir=submission.site_dir if submission is not None else None,
             env={**(submission.env if submission is not None else {}), **plan.env}, device=plan.worker_device,
             threads=cpu_threads(), memory_bytes=memory, startup_timeout_s=max(120.0, s.case_timeout_s),
-            guard=s.guard, protect=self.protected_paths(),
+            guard=mode_for(guard_role or name, s.guard, s.kb_guard), protect=self.protected_paths(),
             static_problems=submission.guard_problems if submission is not None else [],
             sandbox=self._sandbox(), readable=self._sandbox_readable(submission))
 
@@ -306,8 +396,10 @@ class CannBenchState:
         if self.submission is not None and self.owns_submission:
             from pytest_cannbench.submission.build import cleanup
 
-            cleanup(self.submission)
+            for sub in {id(x): x for x in [self.submission, *self.submissions.values()]}.values():
+                cleanup(sub)
             self.owns_submission = False
+        self._references.clear()
 
 
 STATE_KEY = pytest.StashKey[CannBenchState]()

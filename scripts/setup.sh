@@ -12,5 +12,5 @@ fi
 if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   .venv/bin/python -m pip install -q "torch==2.13.0"
 fi
-.venv/bin/python -m pip install -q -e ".[test]"
+.venv/bin/python -m pip install -q -e ".[test,jit]"  # jit: ninja, for submissions using load_inline
 .venv/bin/python -c "import torch, pytest_cannbench; print('torch', torch.__version__, '| pytest-cannbench', pytest_cannbench.__version__)"

@@ -9,6 +9,11 @@ is forbidden, so an op added to a future torch is refused until someone decides 
 from __future__ import annotations
 
 SUBMISSION_NAMESPACE = "cann_bench"
+# A call into a prebuilt JIT extension's function runs inside a profiler label with this prefix
+# (submission.jit_load); the ops its TORCH_LIBRARY extensions register are collected in OWN_OPS, in the worker.
+CUSTOM_PREFIX = "cannbench::custom::"
+OWN_OPS: set[str] = set()
+# BUILTIN_NAMESPACES (below, with LIBRARY_NAMESPACES) are never "own", whatever OWN_OPS holds
 
 ALLOCATION = frozenset({
     "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "empty_permuted",
@@ -46,6 +51,9 @@ LIBRARY_NAMESPACES = frozenset({
 })
 
 
+BUILTIN_NAMESPACES = LIBRARY_NAMESPACES | {"mkl"}
+
+
 def own_namespaces(before: frozenset[str], now: frozenset[str]) -> frozenset[str]:
     """The op namespaces the submission brought: those in ``now`` (registered op names) and not in ``before``
     (the names before its import), other libraries' excepted. Its libraries' ops, in any namespace, are its
@@ -55,10 +63,19 @@ def own_namespaces(before: frozenset[str], now: frozenset[str]) -> frozenset[str
     return frozenset(ns for ns in new - old if ns not in LIBRARY_NAMESPACES) | {SUBMISSION_NAMESPACE}
 
 
+def own_op(op: str) -> bool:
+    """An op of the submission's own compiled kernels: ``cann_bench::*`` or one its JIT extensions registered."""
+    namespace = op.split("::", 1)[0]
+    if namespace == SUBMISSION_NAMESPACE:
+        return True
+    return namespace not in BUILTIN_NAMESPACES and op.split(".", 1)[0] in OWN_OPS
+
+
 def is_allowed(op: str, own: frozenset[str] = frozenset({SUBMISSION_NAMESPACE})) -> bool:
-    """An op event name from the profiler: one of the submission's own namespaces or an allowed ATen op."""
+    """An op event name from the profiler: one of the submission's own namespaces (or JIT ops) or an allowed
+    ATen op."""
     namespace = op.split("::", 1)[0] if "::" in op else ""
-    if namespace in own or namespace == SUBMISSION_NAMESPACE:
+    if namespace in own or namespace == SUBMISSION_NAMESPACE or own_op(op):
         return True
     return namespace == "aten" and base_name(op) in ALLOWED
 

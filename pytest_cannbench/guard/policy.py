@@ -6,10 +6,13 @@ arrive as JSON from the candidate worker, an untrusted process, so they are vali
 
 from __future__ import annotations
 
-from pytest_cannbench.outcome import API_TAMPERED, FORBIDDEN_ACCESS, GUARD_FAILURES
+from pytest_cannbench.outcome import API_TAMPERED, BUILTIN_COMPUTE, FORBIDDEN_ACCESS, GUARD_FAILURES
 
-OFF, WARN, BLOCK = "off", "warn", "block"
-MODES = (OFF, WARN, BLOCK)
+OFF, WARN, BLOCK, KERNEL = "off", "warn", "block", "kernel"
+MODES = (OFF, WARN, BLOCK, KERNEL)
+# KERNEL is KernelBench's rule: a custom kernel must run in forward (no_custom_kernel otherwise); builtin ops
+# alongside it are reported as flags, not failed; everything else is decided as in BLOCK.
+KERNEL_FLAGS_ONLY = (BUILTIN_COMPUTE,)
 
 # Fail the call in every mode: forbidden access was refused anyway, and a changed clock, profiler or worker
 # function means the call's times and outputs cannot be trusted.
@@ -34,10 +37,19 @@ def guard_verdict(problems: list[Finding], mode: str) -> tuple[str | None, str, 
     own functions fail it too: a changed clock means the times cannot be trusted, whatever the mode; the
     other findings become flags."""
     flags = [f"{kind}: {detail}" for kind, detail in problems]
-    deciding = [p for p in problems if mode == BLOCK or p[0] in ALWAYS_DECIDING]
+    deciding = [p for p in problems if mode == BLOCK or p[0] in ALWAYS_DECIDING
+                or (mode == KERNEL and p[0] not in KERNEL_FLAGS_ONLY)]
     if not deciding:
         return None, "", flags
     deciding.sort(key=lambda p: GUARD_FAILURES.index(p[0]))
     kind = deciding[0][0]
     details = "; ".join(dict.fromkeys(d for k, d in deciding if k == kind))
     return kind, f"the guard refused the call ({kind}): {details}"[:1500], flags
+
+
+def mode_for(fmt: str, guard: str, kb_guard: str) -> str:
+    """The guard mode of a format's worker: KernelBench ModelNews follow KernelBench's rule (``kernel``) by
+    default, unless --cann-kb-guard cann or a laxer --cann-guard (warn, off) says otherwise; CANN is strict."""
+    if fmt == "kernelbench" and kb_guard == "kernelbench" and guard == BLOCK:
+        return KERNEL
+    return guard

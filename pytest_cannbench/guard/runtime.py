@@ -36,8 +36,15 @@ from typing import Any
 
 from pytest_cannbench.guard import builtin_ops, recorder
 from pytest_cannbench.guard.maps import executable_files
-from pytest_cannbench.guard.policy import BLOCK, OFF
-from pytest_cannbench.outcome import API_TAMPERED, BUILTIN_COMPUTE, FORBIDDEN_ACCESS, GUARD_BLINDED, HOST_LIBRARY
+from pytest_cannbench.guard.policy import BLOCK, KERNEL, OFF
+from pytest_cannbench.outcome import (
+    API_TAMPERED,
+    BUILTIN_COMPUTE,
+    FORBIDDEN_ACCESS,
+    GUARD_BLINDED,
+    HOST_LIBRARY,
+    NO_CUSTOM_KERNEL,
+)
 
 MARK = recorder.MARK
 
@@ -84,6 +91,15 @@ def builtin_ops_inside(events: list[tuple[str, int, int, bool]]) -> tuple[int, l
     ``(name, start, end, is_annotation)``; annotations other than ours are the submission's own labels."""
     trace = recorder.read_trace([(n, s, e, a, 0) for n, s, e, a in events], builtin_ops.is_allowed)
     return trace.marks, trace.ops
+
+
+def calls_without_kernel(events: list[tuple[str, int, int, bool, int]]) -> int:
+    """How many of our markers hold no call of the submission's own kernels: a label of a prebuilt JIT
+    extension's function (:data:`builtin_ops.CUSTOM_PREFIX`) or one of its own ops (``builtin_ops.own_op``)."""
+    windows = [(start, end) for name, start, end, _, _ in events if name == MARK]
+    own = [(start, end) for name, start, end, annotation, _ in events
+           if (name.startswith(builtin_ops.CUSTOM_PREFIX) if annotation else builtin_ops.own_op(name))]
+    return sum(1 for lo, hi in windows if not any(lo <= s and e <= hi for s, e in own))
 
 
 def _all_threads() -> bool:
@@ -280,9 +296,10 @@ class Guard:
                 is_allowed = self._is_allowed
                 trace = self._read_trace(events, lambda op: is_allowed(op, own))
                 marks, canaries, ops = trace.marks, trace.canaries, trace.ops
+                bare = calls_without_kernel(events) if self.mode == KERNEL else 0
             except Exception as exc:  # noqa: BLE001 - a profiler the submission broke
                 blinded.append(f"the profiler could not be read back ({type(exc).__name__}: {exc})")
-                marks, canaries, ops = calls[0], calls[0], []
+                marks, canaries, ops, bare = calls[0], calls[0], [], 0
             if marks != calls[0]:
                 blinded.append(f"{calls[0]} call(s) but {marks} marker(s) in the profiler's trace")
             for message in dict.fromkeys(blinded):
@@ -292,6 +309,9 @@ class Guard:
                                           f"{marks} call(s): op recording was switched off or the trace altered")
             if ops:
                 self._found(BUILTIN_COMPUTE, "ran builtin op(s) " + ", ".join(ops[:12]))
+            if bare:
+                self._found(NO_CUSTOM_KERNEL, f"{bare} of {marks} call(s) ran none of the submission's own compiled "
+                            "kernels (KernelBench's rule: a custom kernel must do the work in forward)")
 
     # ------------------------------------------------------------ the audit hook
 
@@ -306,7 +326,7 @@ class Guard:
         if problem is None:
             return
         self.problems.append(problem)
-        if problem.kind == FORBIDDEN_ACCESS or self.mode == BLOCK:
+        if problem.kind == FORBIDDEN_ACCESS or self.mode in (BLOCK, KERNEL):
             raise PermissionError(f"pytest-cannbench: a submission may not do this ({problem.detail})")
 
     def _classify(self, event: str, args: tuple) -> Problem | None:

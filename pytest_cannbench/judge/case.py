@@ -7,6 +7,7 @@ on the outputs; :func:`judge` is the pure verdict: the precision standard and th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -103,12 +104,16 @@ class OperatorCase:
     case: CaseSpec
     settings: Settings
     service: Callable[[], GoldenService]  # made on first use: a skipped case never starts a golden worker
+    candidate: str = ""  # a multi-candidate run's candidate ("" otherwise)
+    # (key, make) -> (golden, shared): one golden per case and seed for every candidate (state.shared_reference)
+    memo: Callable[[Any, Callable[[], GoldenData]], tuple[GoldenData, bool]] | None = None
     golden_noun = "golden"
     worker_role = "candidate"
 
     @property
     def key(self) -> str:
-        return self.task.result_key(self.case)
+        key = self.task.result_key(self.case)
+        return f"cand={self.candidate}/{key}" if self.candidate else key
 
     @property
     def rel_path(self) -> str:
@@ -123,7 +128,10 @@ class OperatorCase:
         return self.case.error
 
     def outcome(self, status: str, failure_type: str | None = None, message: str = "") -> CaseOutcome:
-        return new_outcome(self.task, self.case, status, failure_type, message)
+        result = new_outcome(self.task, self.case, status, failure_type, message)
+        if self.candidate:
+            result.key, result.candidate = self.key, self.candidate
+        return result
 
     def missing(self, submission: SubmissionState) -> str | None:
         if provider(self.task, submission) is None:
@@ -131,7 +139,11 @@ class OperatorCase:
         return None
 
     def prepare(self, seed: int | None = None) -> GoldenData:
-        return prepare(self.task, self.case, self.service(), self.settings, seed)
+        if self.memo is None:
+            return prepare(self.task, self.case, self.service(), self.settings, seed)
+        data, shared = self.memo((self.task.rel_path, self.case.index, seed),
+                                 lambda: prepare(self.task, self.case, self.service(), self.settings, seed))
+        return dataclasses.replace(data, cached=True, seconds={}) if shared else data
 
     def check_seed(self) -> int | None:
         return None if self.settings.self_check else check_seed(self.task, self.case, self.settings)
@@ -148,7 +160,10 @@ class OperatorCase:
 
     def judge(self, outputs: list, ref: GoldenData) -> CaseOutcome:
         processed = apply_get_output(ref, outputs, lambda outs: self.service().postprocess(self.task, self.case, outs))
-        return judge(self.task, self.case, ref, processed, self.settings)
+        result = judge(self.task, self.case, ref, processed, self.settings)
+        if self.candidate:
+            result.key, result.candidate = self.key, self.candidate
+        return result
 
     def anchors(self, ref: GoldenData, live: Anchors) -> dict[str, Any]:
         return live(self.task, self.case, ref)

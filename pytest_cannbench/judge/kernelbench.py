@@ -16,6 +16,7 @@ Timing (the timed case, when it passed) is :mod:`timing.perf`'s loop, with the e
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -93,6 +94,11 @@ def reference(service: GoldenService, folder: Path, problem: Problem, seed: int,
                             seconds=dict(reply.get("seconds") or {}))
 
 
+def candidate_key(candidate: str, key: str) -> str:
+    """A case key of a multi-candidate run names its candidate first: ``cand=<name>/level1/19_ReLU.py_1``."""
+    return f"cand={candidate}/{key}" if candidate else key
+
+
 def target(ref: ProblemReference, module: str, class_name: str, seed: int) -> dict[str, Any]:
     """What the candidate (or baseline) worker builds: see :func:`kernelbench.problem.build_callable`."""
     return {"kind": "kernelbench", "module": module, "class_name": class_name, "init_inputs": ref.init_inputs,
@@ -130,13 +136,16 @@ class ProblemCase:
     submission: SubmissionState | None
     service: Callable[[], GoldenService]  # made on first use
     state_dir: Callable[[], Path]  # judge-owned folder of reference state dicts
+    candidate: str = ""  # a multi-candidate run's candidate ("" otherwise)
+    # (key, make) -> (reference, shared): one golden per case and seed for every candidate (state.shared_reference)
+    memo: Callable[[Any, Callable[[], ProblemReference]], tuple[ProblemReference, bool]] | None = None
     golden_noun = "reference"
     worker_role = "kernelbench"
     task_error = None
 
     @property
     def key(self) -> str:
-        return self.problem.key(self.case_id)
+        return candidate_key(self.candidate, self.problem.key(self.case_id))
 
     @property
     def rel_path(self) -> str:
@@ -148,7 +157,8 @@ class ProblemCase:
 
     def outcome(self, status: str, failure_type: str | None = None, message: str = "") -> CaseOutcome:
         return CaseOutcome(key=self.key, rel_path=self.problem.rel_path, operator=self.problem.name,
-                           case_id=self.case_id, status=status, failure_type=failure_type, message=message)
+                           case_id=self.case_id, status=status, failure_type=failure_type, message=message,
+                           candidate=self.candidate)
 
     def _module(self) -> tuple[str | None, str]:
         """The module and class the candidate worker loads: ModelNew, or the reference under self-check."""
@@ -164,9 +174,22 @@ class ProblemCase:
             return f"{self.problem.rel_path}: no ModelNew module in the submission"
         return None
 
+    def build_failure(self, submission: SubmissionState) -> str | None:
+        """Why this problem's own ModelNew module did not compile in the build stage (None: it did, or had
+        nothing to compile); the other problems of the submission are graded as usual."""
+        if self.settings.self_check:
+            return None
+        from pytest_cannbench.submission.kernelbench import build_failure
+
+        return build_failure(submission, self._module()[0])
+
     def prepare(self, seed: int | None = None) -> ProblemReference:
         seed = trial_seed(self.problem, self.case_id, self.settings) if seed is None else seed
-        return reference(self.service(), self.state_dir(), self.problem, seed, self.settings)
+        if self.memo is None:
+            return reference(self.service(), self.state_dir(), self.problem, seed, self.settings)
+        ref, shared = self.memo((self.problem.rel_path, seed),
+                                lambda: reference(self.service(), self.state_dir(), self.problem, seed, self.settings))
+        return dataclasses.replace(ref, cached=True, seconds={}) if shared else ref
 
     def check_seed(self) -> int | None:
         return None  # the trials are the repeated correctness check

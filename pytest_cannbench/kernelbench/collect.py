@@ -83,10 +83,14 @@ def problem_of(path: Path) -> Problem:
 class ProblemItem(SourceItem):
     """One correctness trial (``case_id`` 1..T) or the timed case (``case_id`` T+1) of a problem."""
 
-    def __init__(self, *, problem: Problem, case_id: int, trials: int, **kwargs: Any) -> None:
+    def __init__(self, *, problem: Problem, case_id: int, trials: int, candidate: str | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.problem, self.case_id, self.trials = problem, case_id, trials
-        self.user_properties.append(("cann_case", problem.key(case_id)))
+        self.problem, self.case_id, self.trials, self.candidate = problem, case_id, trials, candidate
+        key = problem.key(case_id)
+        self.user_properties.append(("cann_case", f"cand={candidate}/{key}" if candidate else key))
+        if candidate:
+            self.user_properties.append(("cann_candidate", candidate))
 
     @property
     def timed(self) -> bool:
@@ -96,7 +100,8 @@ class ProblemItem(SourceItem):
         from pytest_cannbench.judge.kernelbench import ProblemCase
 
         return ProblemCase(problem=self.problem, case_id=self.case_id, settings=st.settings,
-                           submission=st.submission, service=st.golden_service, state_dir=st.kb_state_dir)
+                           submission=st.submission_of(self.candidate), service=st.golden_service,
+                           state_dir=st.kb_state_dir, candidate=self.candidate or "", memo=st.shared_reference)
 
     def recorded(self, result: CaseOutcome) -> None:
         t = result.timing or {}
@@ -111,11 +116,15 @@ class ProblemItem(SourceItem):
 class ProblemFile(pytest.File):
     def collect(self) -> Iterator[pytest.Item]:
         problem = problem_of(self.path)
-        trials = state.of(self.config).settings.kb_trials
-        for case_id in range(1, trials + 2):
+        st = state.of(self.config)
+        trials = st.settings.kb_trials
+        # a multi-candidate run: each case once per candidate, candidates innermost (one golden serves them all)
+        candidates: list[str | None] = [*st.candidate_names()] or [None]
+        for case_id, candidate in ((c, n) for c in range(1, trials + 2) for n in candidates):
             label = "timed" if case_id > trials else f"trial{case_id}"
-            item = ProblemItem.from_parent(self, name=f"{problem.name}[{label}]", problem=problem, case_id=case_id,
-                                           trials=trials)
+            suffix = f"[cand={candidate}]" if candidate else ""
+            item = ProblemItem.from_parent(self, name=f"{problem.name}[{label}]{suffix}", problem=problem,
+                                           case_id=case_id, trials=trials, candidate=candidate)
             if problem.level is not None:
                 marker = f"level{problem.level}"
                 if marker not in {line.split(":")[0].strip() for line in self.config.getini("markers")}:

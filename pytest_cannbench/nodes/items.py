@@ -80,6 +80,8 @@ class SourceItem(_CannItem):
 
     source: CaseSource
     reference: Reference | None = None
+    build_failed: str | None = None  # this case's own module did not compile at build time (KernelBench JIT)
+    candidate: str | None = None  # the candidate of a multi-candidate run (None: the session's one submission)
 
     @property
     def timed(self) -> bool:
@@ -98,20 +100,25 @@ class SourceItem(_CannItem):
 
         st = state.of(self.config)
         source = self.source = self.make_source(st)
+        submission = st.submission_of(self.candidate)
         if source.key in st.resume_keys():
             pytest.skip("already recorded in results.jsonl by an identical run (--cann-resume)")
         if source.task_error:
             return
-        if not st.settings.self_check and st.submission is None:
+        if not st.settings.self_check and submission is None:
             self._record(source.outcome(oc.SKIPPED, oc.NO_CANDIDATE, NO_CANDIDATE))
             pytest.skip(NO_CANDIDATE)
-        if st.submission is not None:
-            if not st.submission.ok:
+        if submission is not None:
+            if not submission.ok:
                 return  # runtest fails the case with the submission's status; no golden is needed
-            message = source.missing(st.submission)
+            message = source.missing(submission)
             if message is not None:
                 self._record(source.outcome(oc.MISSING, oc.NOT_PROVIDED, message))
                 pytest.skip(message)
+            own_build = getattr(source, "build_failure", None)  # sources with per-module builds
+            self.build_failed = own_build(submission) if own_build is not None else None
+            if self.build_failed:
+                return  # runtest fails the case as compile_failed; no golden is needed
         try:
             self.reference = source.prepare()
         except SkipCase as exc:
@@ -126,13 +133,16 @@ class SourceItem(_CannItem):
         if source.task_error:
             self._record(source.outcome(oc.ERROR, oc.TASK_ERROR, source.task_error))
             raise TaskInputError(f"task_error: {source.task_error}")
-        settings, submission = st.settings, st.submission
+        settings, submission = st.settings, st.submission_of(self.candidate)
         if submission is not None and not submission.ok:
             self._record(source.outcome(submission.status, submission.status, submission.message))
             raise CaseFailed(f"{submission.status}: {submission.message}")
+        if self.build_failed:
+            self._record(source.outcome(oc.COMPILE_FAILED, oc.COMPILE_FAILED, self.build_failed))
+            raise CaseFailed(f"{oc.COMPILE_FAILED}: {self.build_failed}")
         ref = self.reference
         assert ref is not None
-        worker = st.worker(source.worker_role)
+        worker = st.worker(source.worker_role, self.candidate)
         try:
             result, candidate_s = self._correctness(st, ref, worker)
         except pytest.fail.Exception as exc:  # pytest-timeout: the worker was killed, the case is lost
@@ -186,16 +196,19 @@ class SourceItem(_CannItem):
 class CaseItem(SourceItem):
     """One case of one operator."""
 
-    def __init__(self, *, task: OperatorTask, case: CaseSpec, **kwargs: Any) -> None:
+    def __init__(self, *, task: OperatorTask, case: CaseSpec, candidate: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.task = task
         self.case = case
-        self.user_properties.append(("cann_case", task.result_key(case)))
+        self.candidate = candidate
+        key = task.result_key(case)
+        self.user_properties.append(("cann_case", f"cand={candidate}/{key}" if candidate else key))
 
     def make_source(self, st: CannBenchState) -> CaseSource:
         from pytest_cannbench.judge.case import OperatorCase
 
-        return OperatorCase(task=self.task, case=self.case, settings=st.settings, service=st.golden_service)
+        return OperatorCase(task=self.task, case=self.case, settings=st.settings, service=st.golden_service,
+                            candidate=self.candidate or "", memo=st.shared_reference if self.candidate else None)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         # A line number is required: Node.warn() asserts one, and a CannTaskWarning on a case
@@ -246,15 +259,23 @@ class OperatorFile(pytest.File):
                 self.warn(CannTaskWarning(f"cases.csv disagrees with cases.yaml: {problems[0]}{more}"))
         ids = [c.case_id for c in task.cases if c.case_id is not None]
         width = max(2, len(str(max(ids)))) if ids else 2
-        level = task.level
         used: set[str] = set()
+        # a multi-candidate run: each case once per candidate, candidates innermost (one golden serves them all)
+        candidates: list[str | None] = [*state.of(self.config).candidate_names()] or [None]
         for case in task.cases:
             label = f"{case.case_id:0{width}d}" if case.case_id is not None else f"#{case.index}"
-            name = f"{op_dir.name}[{label}]"
-            if name in used:
-                name = f"{op_dir.name}[{label}#{case.index}]"
-            used.add(name)
-            item = CaseItem.from_parent(self, name=name, task=task, case=case)
+            base = f"{op_dir.name}[{label}]"
+            if base in used:
+                base = f"{op_dir.name}[{label}#{case.index}]"
+            used.add(base)
+            yield from self._items(task, case, base, candidates, warn)
+
+    def _items(self, task: OperatorTask, case: CaseSpec, base: str, candidates: list[str | None],
+               warn: bool) -> Iterator[pytest.Item]:
+        level = task.level
+        for candidate in candidates:
+            name = base if candidate is None else f"{base}[cand={candidate}]"
+            item = CaseItem.from_parent(self, name=name, task=task, case=case, candidate=candidate)
             if level is not None:
                 marker = f"level{level}"
                 if marker not in _registered_markers(self.config):

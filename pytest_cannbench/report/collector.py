@@ -110,6 +110,9 @@ class ResultCollector:
 
             lines += score_lines(self.board, limit)
             lines += kernelbench_lines(self.board.get("kernelbench"), limit)
+            from pytest_cannbench.report.passk import summary_lines as candidate_lines
+
+            lines += candidate_lines({"summary": self.board["summary"]} if "summary" in self.board else None)
         if self.written:
             lines.append("written: " + ", ".join(self.written))
         if self.journal is not None and self.journal.tampered:

@@ -91,6 +91,11 @@ def build(outcomes: Iterable[dict[str, Any]], *, submission: dict[str, Any] | No
     kernelbench = kernelbench_section(outcomes)
     if kernelbench is not None:
         scored["kernelbench"] = kernelbench
+    from pytest_cannbench.report.passk import candidate_boards
+
+    multi = candidate_boards(outcomes, lambda group: score_cases(group, cap=cap))  # issue 17: one per candidate
+    if multi is not None:
+        scored.update(multi)  # the top-level scores then aggregate every candidate's cases
     counts: dict[str, int] = defaultdict(int)
     failure_types: dict[str, int] = defaultdict(int)
     for o in outcomes:

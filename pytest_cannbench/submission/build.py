@@ -14,6 +14,7 @@ a message that names the log; nothing here raises for a broken submission.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -56,6 +57,8 @@ class SubmissionState:
     scan: dict[str, Any] = field(default_factory=dict)  # static-scan telemetry of the sources (never a verdict)
     guard_problems: list[list[str]] = field(default_factory=list)  # [kind, detail]: forbidden symbol imports
     build_log: str | None = None
+    jit_failures: dict[str, str] = field(default_factory=dict)  # module -> why compiling at import failed
+    sample: int | None = None  # a KernelBench generation directory's sample (submission.generations)
     session_dir: str | None = None
     sandbox: dict[str, Any] = field(default_factory=dict)  # guard.sandbox.SandboxChoice.to_dict()
     protect: list[str] = field(default_factory=list)  # what submission code may not see (the judge's paths)
@@ -342,9 +345,29 @@ def prepare(source: str | None, *, no_install: bool, report_dir: Path, build_tim
                 return state
         if not install_wheel(wheel, state, work, install_log):
             return state
+        if not jit_build_package(state, work, log_dir, build_timeout):
+            return state
         check_symbols(state)
     discover(state, log_dir, work, guard)
     return state
+
+
+def jit_build_package(state: SubmissionState, work: Path, log_dir: Path, timeout: float) -> bool:
+    """A ``cann_bench`` that compiles at import (``load_inline``) is compiled here, in the build stage
+    (:mod:`jit_build`); False (``compile_failed``) when its import fails there."""
+    from pytest_cannbench.submission.jit_build import needs_jit, package_sources, run_jit_build
+
+    site = Path(state.site_dir or "")
+    if not state.site_dir or not needs_jit(package_sources(site)):
+        return True
+    jit = run_jit_build(site, work, log_dir, timeout, runner=functools.partial(_run, box=state.box),
+                        env=_build_env(work), packages=("cann_bench",))
+    state.seconds["jit_build"] = jit.seconds
+    if jit.failures:
+        state.status, state.message = COMPILE_FAILED, jit.failures["cann_bench"]
+        return False
+    state.env.update(jit.env())
+    return True
 
 
 def scan_summary(source: Path) -> dict[str, Any]:

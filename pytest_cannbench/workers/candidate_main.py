@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--site", default="")
     parser.add_argument("--workdir", default="")
     parser.add_argument("--judge-pid", type=int, default=0)
-    parser.add_argument("--guard", choices=("off", "warn", "block"), default=None,
+    parser.add_argument("--guard", choices=("off", "warn", "block", "kernel"), default=None,
                         help="submission mode: the anti-cheat guard's mode (absent for trusted goldens)")
     parser.add_argument("--protect", action="append", default=[], help="a directory the submission may not touch")
     parser.add_argument("--contain", action="store_true", help="install the containment filter (seccomp)")
@@ -282,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     _warm_thread_pools(args.device)
     if args.site:
         sys.path.insert(0, args.site)
+    if args.guard:  # before the guard and the submission: load_inline/load load only what the build stage built
+        from pytest_cannbench.submission.jit_load import route_from_environment
+
+        route_from_environment()
     worker = Worker(args.region_fd, args.device)
     if args.guard:
         from pytest_cannbench.guard import containment

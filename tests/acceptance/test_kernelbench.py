@@ -109,7 +109,7 @@ def test_right_only_when_checked_fails_the_timed_case(pytester, capsys, problems
 
 def test_the_guard_applies_to_modelnew(pytester, capsys, problems):
     run = grade(pytester, capsys, problems, f"--cann-source={FIXTURES / 'honest'}", "--cann-no-perf",
-                "--cann-guard=block", "--cann-kb-trials=1", "-k", "relu")
+                "--cann-guard=block", "--cann-kb-guard=cann", "--cann-kb-trials=1", "-k", "relu")
     assert {s[1:] for s in statuses(run, "1_ReLU")} == {("failed", "builtin_compute")}
 
 

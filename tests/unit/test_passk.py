@@ -1,0 +1,32 @@
+"""The multi-candidate summary: pass@k per problem and over problems, best speed-up, fast_p over the batch."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_cannbench.report.kernelbench import ProblemResult
+from pytest_cannbench.report.passk import candidate_of_key, summary
+
+
+def result(rel: str, correct: bool, speedup: float | None = None, status: str = "") -> ProblemResult:
+    return ProblemResult(rel_path=rel, name=rel, correct=correct, status=status or ("passed" if correct else "failed"),
+                         items_passed=1, items_total=1, speedup=speedup)
+
+
+def test_summary_counts_samples_per_problem_and_skips_the_ungraded():
+    s = summary({"a": [result("p1", True, 2.0), result("p2", False)],
+                 "b": [result("p1", True, 1.2), result("p2", True, 0.5)],
+                 "c": [result("p1", False), result("p2", False, status="skipped")]})
+    rows = {r["rel_path"]: r for r in s["problems"]}
+    assert (rows["p1"]["samples"], rows["p1"]["correct"], rows["p2"]["samples"]) == (3, 2, 2)
+    assert rows["p1"]["best_speedup"] == 2.0 and rows["p1"]["best_candidate"] == "a"
+    assert rows["p1"]["pass_at_k"]["1"] == pytest.approx(2 / 3) and rows["p2"]["pass_at_k"]["2"] == 1.0
+    assert s["pass_at_k"]["1"] == pytest.approx((2 / 3 + 1 / 2) / 2)
+    assert set(s["pass_at_k"]) == {"1", "2"}  # pass@5 would need five samples of some problem
+    assert s["graded_pairs"] == 5
+    assert s["fast_p"]["0"] == pytest.approx(3 / 5) and s["fast_p"]["1"] == pytest.approx(2 / 5)
+
+
+def test_candidate_keys():
+    assert candidate_of_key("cand=run1_s0/level1/19_ReLU.py_1") == "run1_s0"
+    assert candidate_of_key("level1/exp_1") == ""
