@@ -93,11 +93,12 @@ def builtin_ops_inside(events: list[tuple[str, int, int, bool]]) -> tuple[int, l
     return trace.marks, trace.ops
 
 
-def calls_without_kernel(events: list[tuple[str, int, int, bool, int]]) -> int:
+def calls_without_kernel(events: list[tuple[Any, ...]]) -> int:
     """How many of our markers hold no call of the submission's own kernels: a label of a prebuilt JIT
     extension's function (:data:`builtin_ops.CUSTOM_PREFIX`) or one of its own ops (``builtin_ops.own_op``)."""
-    windows = [(start, end) for name, start, end, _, _ in events if name == MARK]
-    own = [(start, end) for name, start, end, annotation, _ in events
+    spans = [(str(e[0]), int(e[1]), int(e[2]), bool(e[3])) for e in events]  # (name, start, end, annotation, ...)
+    windows = [(start, end) for name, start, end, _ in spans if name == MARK]
+    own = [(start, end) for name, start, end, annotation in spans
            if (name.startswith(builtin_ops.CUSTOM_PREFIX) if annotation else builtin_ops.own_op(name))]
     return sum(1 for lo, hi in windows if not any(lo <= s and e <= hi for s, e in own))
 
