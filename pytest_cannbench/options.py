@@ -177,9 +177,22 @@ class Settings:
     kb_accuracy: str = "kernelbench"
     kb_compile: bool = False
     kb_max_input_gib: float | None = None
+    active: bool = True  # asked(): False leaves the run alone (no collection, files, header or report section)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def asked(config: pytest.Config) -> bool:
+    """Whether this run is a cannbench run (issue 19): a ``--cann-*`` option or ``cann_*`` ini key was given, or a
+    path pytest was pointed at holds a task tree. Otherwise the plugin collects, writes and prints nothing."""
+    names = [name for name in vars(config.option) if name.startswith("cann_")]  # each option has its ini twin
+    if any(getattr(config.option, name) not in (None, False) or config.getini(name) not in (None, False, "")
+           for name in names):
+        return True
+    from pytest_cannbench.taskformat.dirs import holds_task_tree
+
+    return any(holds_task_tree(Path(str(arg).split("::", 1)[0])) for arg in config.args)
 
 
 def _value(config: pytest.Config, name: str) -> Any:
@@ -319,6 +332,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         kb_max_input_gib=kb_max_input,
         guard=_choice(config, "guard", GUARD_MODES),
         secret=_session_secret(config, graded=bool(source or no_install), seeded=_value(config, "seed") is not None),
+        active=asked(config),
     )
 
 

@@ -25,11 +25,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    settings = options.settings_from_config(config)
+    state.create(config, settings)
+    if not settings.active:  # not a cannbench run: collect, write and print nothing (issue 19)
+        return
     config.addinivalue_line("markers", "cannbench: a CANN Bench case collected by pytest-cannbench")
     for level in range(1, 6):
         config.addinivalue_line("markers", f"level{level}: CANN Bench level {level} operators")
-    settings = options.settings_from_config(config)
-    state.create(config, settings)
     if settings.tasks and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [settings.tasks]
     if not hasattr(config, "workerinput"):
@@ -88,6 +90,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> pytest.Collector | None:
+    if not state.of(parent.config).settings.active:
+        return None
     if file_path.suffix == ".py":  # a KernelBench problem file (kernelbench_collect decides)
         from pytest_cannbench.kernelbench.collect import collect_file as collect_problem
 
@@ -116,6 +120,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def pytest_report_header(config: pytest.Config) -> list[str]:
     st = state.of(config)
     settings = st.settings
+    if not settings.active:
+        return []
     if settings.self_check:
         mode = "self-check (goldens graded as the candidate, in the candidate worker)"
     elif settings.source or settings.no_install:
