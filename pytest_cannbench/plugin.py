@@ -132,7 +132,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     cache = "off (secret seeds never repeat)" if settings.secret else settings.golden_cache or "off"
     lines = [f"cannbench: {mode}; {seed}, inputs {settings.input_dist}/{settings.input_compat}, "
              f"golden {settings.golden_precision}, checker {settings.checker}",
-             f"cannbench: golden cache {cache}; logs {st.log_dir}"]
+             f"cannbench: golden cache {cache}; logs {st.log_dir}", st.budget_line()]
     if settings.source or settings.no_install:
         lines.append(f"cannbench: guard {settings.guard} (builtin compute, host libraries, tampering); "
                      "containment on (seccomp where available)")

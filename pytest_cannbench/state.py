@@ -45,7 +45,12 @@ def processes() -> int:
 
 
 def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """The CPUs this process may run on, at most a cgroup CPU quota (a container's ``--cpus``)."""
+    from pytest_cannbench.workers.limits import cgroup_cpus
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = cgroup_cpus()
+    return min(cores, quota) if quota else cores
 
 
 def cpu_threads() -> int:
@@ -167,12 +172,12 @@ class CannBenchState:
 
     def _new_worker(self, name: str, mode: str, submission: SubmissionState | None) -> CandidateWorker:
         from pytest_cannbench.workers.candidate_client import CandidateWorker
-        from pytest_cannbench.workers.client import candidate_memory_bytes
+        from pytest_cannbench.workers.limits import candidate_memory_bytes
 
         s = self.settings
         plan = self.device()
         base = Path(tempfile.mkdtemp(prefix="cannbench-worker-"))  # the worker's empty, private cwd
-        memory = int(s.worker_memory_gib * (1 << 30)) if s.worker_memory_gib else candidate_memory_bytes()
+        memory = candidate_memory_bytes(asked=int(s.worker_memory_gib * (1 << 30)) if s.worker_memory_gib else None)
         return CandidateWorker(
             log_path=self.log_dir / f"{name}-worker-{self.worker_id}.log",
             workdir=base / f"work-{self.worker_id}", mode=mode,
@@ -239,6 +244,17 @@ class CannBenchState:
         limits = roofline_limits(cache_dir(), plan, self._threads_of_workers())
         lines.append(f"cannbench: T_HW from the {limits.describe()}")
         return lines
+
+    def budget_line(self) -> str:
+        """The effective memory and thread budgets of this run's workers, and the inherited limits behind them."""
+        from pytest_cannbench.workers import limits
+
+        s, inherited = self.settings, limits.inherited()
+        golden = limits.golden_memory_bytes(inherited, int(s.golden_memory_gib * (1 << 30))
+                                            if s.golden_memory_gib else None)
+        candidate = limits.candidate_memory_bytes(inherited, int(s.worker_memory_gib * (1 << 30))
+                                                  if s.worker_memory_gib else None)
+        return limits.header_line(inherited, golden, candidate, self._threads_of_workers())
 
     def _threads_of_workers(self) -> int:
         """The intra-op threads each pytest worker will use, seen from the xdist controller (or the only process)."""

@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from pytest_cannbench.workers import procs, wire
+from pytest_cannbench.workers import limits, procs, wire
 
 
 def _clone(values: list) -> list:
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     if args.memory_bytes > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (args.memory_bytes, args.memory_bytes))
+        limits.clamp_rlimit(resource.RLIMIT_AS, args.memory_bytes)  # never above what we inherited
     procs.become_expendable()
     out = procs.take_stdout_for_frames()  # whatever goldens print lands on stderr, the judge's log
     in_fd = 0
