@@ -29,6 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
     state.create(config, settings)
     if not settings.active:  # not a cannbench run: collect, write and print nothing (issue 19)
         return
+    state.trap_sigterm(config)
     config.addinivalue_line("markers", "cannbench: a CANN Bench case collected by pytest-cannbench")
     for level in range(1, 6):
         config.addinivalue_line("markers", f"level{level}: CANN Bench level {level} operators")
@@ -71,11 +72,26 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         reporting.start(config, collector)
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # normal priority: before pytest-html writes its page (trylast) and before the terminal summary
     collector = session.config.stash.get(COLLECTOR_KEY, None)
     if collector is not None:
+        interrupted = collector.account_for_unrun(results.interruption_reason(session, exitstatus))
+        collector.selection = results.selection(session.config, collector, interrupted)
         reporting.finish(session.config, collector)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None and state.of(session.config).settings.active:  # for the controller's account
+        workeroutput[results.WORKEROUTPUT_KEYS] = results.expected_cases(session.items)
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    workeroutput = getattr(items[0].config, "workeroutput", None) if items else None
+    if workeroutput is not None:
+        key = results.WORKEROUTPUT_DESELECTED
+        workeroutput[key] = workeroutput.get(key, 0) + len(items)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -113,7 +129,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             # pytest renders setup errors without Item.repr_failure: a golden_error would print
             # pytest's own runner frames instead of its one-line verdict.
             report.longrepr = item.repr_failure(call.excinfo)
-        results.attach(item, report, item.stash.get(items.OUTCOME_KEY, None))
+        outcome = item.stash.get(items.OUTCOME_KEY, None)
+        if outcome is None and report.failed and call.excinfo is not None:
+            outcome = items.fallback_outcome(item, call.excinfo)
+        results.attach(item, report, outcome)
     return report
 
 

@@ -284,6 +284,21 @@ class CannBenchState:
 
 
 STATE_KEY = pytest.StashKey[CannBenchState]()
+SIGTERM_KEY = pytest.StashKey[object]()
+
+
+def _sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def trap_sigterm(config: pytest.Config) -> None:
+    """``kill PID`` ends a cannbench session as Ctrl-C does: pytest unwinds, the board records the cases left as
+    interrupted, and :func:`close` kills every worker group (otherwise they are orphaned mid-golden)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        config.stash[SIGTERM_KEY] = signal.signal(signal.SIGTERM, _sigterm)
 
 
 def create(config: pytest.Config, settings: Settings) -> CannBenchState:
@@ -300,6 +315,12 @@ def close(config: pytest.Config) -> None:
     st = config.stash.get(STATE_KEY, None)
     if st is not None:
         st.close()
+    previous = config.stash.get(SIGTERM_KEY, None)
+    if previous is not None:
+        import signal
+
+        signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
+        del config.stash[SIGTERM_KEY]
 
 
 def _npu_timer(s: Settings) -> dict:

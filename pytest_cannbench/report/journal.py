@@ -155,7 +155,8 @@ def finish(config: Any, collector: Any) -> None:
                                   hardware_key(s, plan) if plan.kind == "npu" else None)),
                               config={**s.as_dict(), "run_identity": collector.journal.identity,
                                       "resumed_cases": len(collector.resumed),
-                                      "journal_rewritten": collector.journal.tampered},
+                                      "journal_rewritten": collector.journal.tampered,
+                                      "selection": collector.selection},
                               cap=s.hap_cap)
     collector.board = board
     leaderboard.write(Path(s.leaderboard), board)

@@ -64,13 +64,18 @@ class WorkerClient:
         except (BrokenPipeError, OSError):
             raise self._died(proc) from None
         fd = proc.stdout.fileno()
-        if not procs.wait_readable(fd, timeout, poll_s, tick):
-            self.kill()
-            raise timed_out
         try:
+            if not procs.wait_readable(fd, timeout, poll_s, tick):
+                self.kill()
+                raise timed_out
             return receive(fd)
         except wire.PeerClosed:
             raise self._died(proc) from None
+        except BaseException:
+            # interrupted mid-request (pytest-timeout, Ctrl-C): its late reply would answer the next request
+            if self.proc is proc:
+                self.kill()
+            raise
 
     def _died(self, proc: subprocess.Popen) -> BaseException:
         """The exception for a child whose pipe closed mid-request (it has to be reaped)."""
