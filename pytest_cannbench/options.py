@@ -70,7 +70,8 @@ def add_options(parser: pytest.Parser) -> None:
     option("device", choices=("auto", "cpu", "cuda", "npu"),
            help="device the candidate runs and is timed on (default auto: an NPU, else a CUDA GPU, else the CPU).")
     option("device-ids", metavar="IDS",
-           help="comma-separated device ids; xdist worker gwK uses ids[K %% len(ids)] (default 0).")
+           help="comma-separated device ids, or 'all'; xdist worker gwK uses ids[K %% len(ids)] (default all: "
+                "every card CUDA_VISIBLE_DEVICES/ASCEND_RT_VISIBLE_DEVICES names, else every card of the host).")
     option("warmup", type=int, metavar="N", help=f"untimed calls before timing (default {DEFAULT_WARMUP}).")
     option("repeat", type=int, metavar="N",
            help=f"timed calls per case, each on fresh inputs and verified (default {DEFAULT_REPEAT}).")
@@ -134,6 +135,12 @@ def add_options(parser: pytest.Parser) -> None:
     option("kb-max-input-gib", type=float, metavar="GIB",
            help="KernelBench: skip (not grade) problems whose get_inputs() makes more than this many GiB "
                 "of tensors, sized on the meta device (default: no limit).")
+    # issue 19: at home in the user's world
+    option("rebuild", ini_type="bool", action="store_true",
+           help="build from --cann-source's build.sh even when dist/ holds a prebuilt wheel (which is otherwise "
+                "graded, with a warning when the sources are newer than it).")
+    option("fail-under", type=float, metavar="SCORE",
+           help="exit non-zero when the run's total score is below SCORE (a CI gate in one option).")
 
 
 @dataclass(frozen=True)
@@ -177,6 +184,8 @@ class Settings:
     kb_accuracy: str = "kernelbench"
     kb_compile: bool = False
     kb_max_input_gib: float | None = None
+    rebuild: bool = False
+    fail_under: float | None = None
     active: bool = True  # asked(): False leaves the run alone (no collection, files, header or report section)
 
     def as_dict(self) -> dict[str, Any]:
@@ -294,6 +303,10 @@ def settings_from_config(config: pytest.Config) -> Settings:
     kb_max_input = _number(config, "kb_max_input_gib", float, None)
     if kb_trials < 1 or (kb_max_input is not None and kb_max_input <= 0):
         raise pytest.UsageError("--cann-kb-trials must be >= 1 and --cann-kb-max-input-gib positive")
+    if tasks and not Path(str(tasks)).exists():
+        raise pytest.UsageError(f"--cann-tasks {os.path.abspath(str(tasks))}: no such directory; pass a bench root "
+                                "(such as tasks/), a level directory or one operator directory")
+    fail_under = _number(config, "fail_under", float, None)
     return Settings(
         tasks=str(tasks) if tasks else None,
         self_check=self_check,
@@ -332,6 +345,8 @@ def settings_from_config(config: pytest.Config) -> Settings:
         kb_max_input_gib=kb_max_input,
         guard=_choice(config, "guard", GUARD_MODES),
         secret=_session_secret(config, graded=bool(source or no_install), seeded=_value(config, "seed") is not None),
+        rebuild=_flag(config, "rebuild"),
+        fail_under=fail_under,
         active=asked(config),
     )
 

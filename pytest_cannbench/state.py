@@ -69,7 +69,15 @@ def cache_dir() -> Path:
     explicit = os.environ.get("CANNBENCH_CACHE_DIR")
     if explicit:
         return Path(explicit)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pytest-cannbench"
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "pytest-cannbench"
+    try:
+        home = Path.home()
+    except (RuntimeError, KeyError):  # $HOME unset and no passwd entry (a bare container user)
+        home = Path("~")
+    if not home.is_absolute():
+        return Path(tempfile.gettempdir()) / f"pytest-cannbench-{os.getuid()}"
+    return home / ".cache" / "pytest-cannbench"
 
 
 @dataclass
@@ -124,7 +132,8 @@ class CannBenchState:
             self.submission = kernelbench_submission.prepare(s.source)
         else:
             self.submission = prepare(s.source, no_install=s.no_install, report_dir=self.report_dir,
-                                      build_timeout=s.build_timeout_s, guard=s.guard)
+                                      build_timeout=s.build_timeout_s, guard=s.guard, rebuild=s.rebuild,
+                                      announce=announce)
         self.owns_submission = True
 
     def submission_for_workers(self) -> dict | None:
@@ -241,7 +250,9 @@ class CannBenchState:
             lines.append(f"cannbench: anchors from metadata/<{key}>.json where it has the case; else live")
         if config.option.collectonly or not (s.source or s.no_install or s.self_check):
             return lines
-        limits = roofline_limits(cache_dir(), plan, self._threads_of_workers())
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        announce = reporter.write_line if reporter is not None else None
+        limits = roofline_limits(cache_dir(), plan, self._threads_of_workers(), announce)
         lines.append(f"cannbench: T_HW from the {limits.describe()}")
         return lines
 

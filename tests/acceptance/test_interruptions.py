@@ -128,3 +128,13 @@ def test_a_lost_xdist_worker_leaves_no_case_unaccounted(pytester, capsys, task_t
                           "level1/judge_killer_2"}, result.stdout.str()[-3000:]
     assert cases["level1/judge_killer_1"] == ("crashed", "worker_crashed")
     assert all(status in ("passed", "interrupted") for status, _ in cases.values() if status != "crashed")
+
+
+def test_the_board_records_the_selection(pytester, capsys, task_tree) -> None:
+    tasks = task_tree("basic")
+    run_inner(pytester, capsys, tasks, *BASE, "--cann-self-check", "-k", "axpy and 01")
+    board = json.loads((pytester.path / "reports" / "leaderboard.json").read_text())
+    selection = board["config"]["selection"]
+    assert {k: selection[k] for k in ("keyword", "markexpr", "selected", "deselected", "interrupted", "partial")} == {
+        "keyword": "axpy and 01", "markexpr": "", "selected": 1, "deselected": 2, "interrupted": 0, "partial": True}
+    assert [c["key"] for op in board["operators"] for c in op["cases"]] == ["level1/axpy_1"]

@@ -48,3 +48,15 @@ def test_budgets_are_clamped_to_the_inherited_limits() -> None:
     assert limits.candidate_memory_bytes(boxed, asked=40 << 30) == 10 << 30
     line = limits.header_line(boxed, 8 << 30, 5 << 30, 1)
     assert "golden worker address space 8.0 GiB" in line and "cgroup 10.0 GiB" in line and "ulimit -n 256" in line
+
+
+def test_device_ids_all_is_the_default_and_spreads_over_every_card() -> None:
+    """Like the official harness: with no --cann-device-ids (or 'all'), xdist workers use every visible card."""
+    from pytest_cannbench.timing.devices import all_ids, parse_ids, plan
+
+    assert parse_ids(None) == parse_ids("all") == parse_ids(" ALL ") == []
+    assert all_ids("cuda", {}, 8) == list(range(8))
+    assert all_ids("npu", {"ASCEND_RT_VISIBLE_DEVICES": "4,6"}, 2) == [4, 6]  # physical ids, as the env names them
+    assert all_ids("cuda", {}, 0) == [0]
+    assert [plan("npu", all_ids("npu", {}, 8), f"gw{k}").physical_id for k in range(10)] == [*range(8), 0, 1]
+    assert plan("cpu", [], "gw3").physical_id is None
