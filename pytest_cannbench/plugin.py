@@ -15,6 +15,7 @@ from pytest_cannbench.kernelbench.collect import ProblemItem
 from pytest_cannbench.nodes import items
 from pytest_cannbench.report import collector as results
 from pytest_cannbench.report import journal as reporting
+from pytest_cannbench.report import progress
 from pytest_cannbench.submission import build as submission
 
 COLLECTOR_KEY = pytest.StashKey[results.ResultCollector]()
@@ -79,6 +80,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         interrupted = collector.account_for_unrun(results.interruption_reason(session, exitstatus))
         collector.selection = results.selection(session.config, collector, interrupted)
         reporting.finish(session.config, collector)
+        collector.gate = progress.below_gate(collector.board, state.of(session.config).settings.fail_under) or ""
+        if collector.gate and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -163,6 +167,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if settings.self_check or submitted is not None:
         lines += st.timing_header()
     return lines
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
+    return progress.teststatus(report)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

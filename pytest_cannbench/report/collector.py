@@ -89,6 +89,7 @@ class ResultCollector:
     settled: set[str] = field(default_factory=set)  # nodeids whose verdict (or skip, or crash) arrived
     deselected: int = 0
     crashed: dict[str, str] = field(default_factory=dict)  # nodeid -> the key its crash was recorded under
+    gate: str = ""  # why --cann-fail-under fails the session, if it does
     selection: dict[str, Any] = field(default_factory=dict)  # what -k/-m/paths chose: the board's config.selection
 
     def record(self, result: CaseOutcome) -> None:
@@ -207,6 +208,8 @@ class ResultCollector:
             lines += kernelbench_lines(self.board.get("kernelbench"), limit)
         if self.written:
             lines.append("written: " + ", ".join(self.written))
+        if self.gate:
+            lines.append(f"FAILED: {self.gate}")
         if self.journal is not None and self.journal.tampered:
             lines.append(f"WARNING: {self.journal.path} was changed by another process during the run; it was "
                          "rewritten from the judge's own record (leaderboard config.journal_rewritten)")

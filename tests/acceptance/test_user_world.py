@@ -86,3 +86,64 @@ def test_inherited_limits_grade_exactly_as_an_unlimited_run(pytester: pytest.Pyt
         assert graded == free, (name, text[-3000:])
         if name == "as16g":
             assert "budgets: golden worker address space 16.0 GiB" in text, text[:3000]
+
+
+def test_progress_people_can_read_and_the_fail_under_gate(pytester, capsys, task_tree, monkeypatch) -> None:
+    """-v words with the speed-up and HAP, M for a missing operator, the first calibration announced, and
+    --cann-fail-under failing a session whose cases all passed or were skipped."""
+    from inner import make_wheel, run_inner
+
+    task_tree("basic")
+    tasks = task_tree("submission")  # softplus and rms_scale: not in the wheel, so missing
+    make_wheel(pytester.path / "sub" / "dist", {"cann_bench/__init__.py": AXPY})
+    monkeypatch.setenv("CANNBENCH_CACHE_DIR", str(pytester.path / "machine-cache"))  # a first run on this machine
+    run = run_inner(pytester, capsys, tasks, "-p", "no:cacheprovider", "--cann-tasks=tasks", "--cann-golden-cache=off",
+                    f"--cann-source={pytester.path / 'sub'}", "--cann-warmup=0", "--cann-repeat=2", "-v",
+                    "--cann-fail-under=101")
+    assert "cannbench: calibrating the roofline (T_HW) of this machine" in run.text
+    passed = [line for line in run.text.splitlines() if "axpy[01]" in line and "PASSED" in line]
+    assert passed and re.search(r"PASSED ×\d+\.\d\d( HAP \d+\.\d\d)?", passed[0]), run.text[-3000:]
+    assert any("softplus[01]" in line and "MISSING" in line for line in run.text.splitlines())
+    assert run.ret == pytest.ExitCode.TESTS_FAILED
+    assert re.search(r"FAILED: total score \d+\.\d\d is below --cann-fail-under 101", run.text)
+    quiet = pytester.runpytest("-p", "no:cacheprovider", "--cann-tasks=tasks", "--cann-golden-cache=off",
+                               f"--cann-source={pytester.path / 'sub'}", "--cann-no-perf", "--cann-guard=off", "-q",
+                               "--cann-fail-under=0")
+    assert quiet.ret == 0
+    assert re.search(r"^\.\.\.M+", quiet.stdout.str(), re.M), quiet.stdout.str()
+
+
+def test_a_stale_prebuilt_wheel_is_reported_and_rebuild_builds(pytester, capsys, task_tree) -> None:
+    import os
+    import time
+
+    from inner import make_wheel, run_inner
+
+    tasks = task_tree("basic")
+    good = make_wheel(pytester.path / "good" / "dist", {"cann_bench/__init__.py": AXPY})
+    source = pytester.path / "sub"
+    stale = make_wheel(source / "dist", {"cann_bench/__init__.py": AXPY.replace("alpha * x", "-alpha * x")})
+    (source / "build.sh").write_text(f"set -e\nsleep 1\nmkdir -p dist\ncp {good} dist/\n")
+    (source / "cann_bench").mkdir()
+    (source / "cann_bench" / "__init__.py").write_text(AXPY)
+    old = time.time() - 3600
+    os.utime(stale, (old, old))
+    args = ("-p", "no:cacheprovider", "--cann-tasks=tasks", "--cann-golden-cache=off", "--cann-no-perf",
+            f"--cann-source={source}")
+    run = run_inner(pytester, capsys, tasks, *args)
+    assert "cannbench: WARNING: build.sh, cann_bench/__init__.py changed after" in run.text
+    assert "pass --cann-rebuild to build from build.sh" in run.text
+    assert run.ret == pytest.ExitCode.TESTS_FAILED  # the stale wheel is wrong
+    run = run_inner(pytester, capsys, tasks, *args, "--cann-rebuild")
+    assert run.ret == pytest.ExitCode.OK, run.text[-3000:]
+    assert re.search(r"cannbench: build.sh finished in \d+\.\d s", run.text)
+    assert "WARNING" not in run.text
+
+
+def test_a_wrong_tasks_path_is_reported_before_any_build(pytester: pytest.Pytester) -> None:
+    (pytester.path / "sub").mkdir()
+    (pytester.path / "sub" / "build.sh").write_text(f"touch {pytester.path / 'built'}\n")
+    result = pytester.runpytest("--cann-tasks=nowhere", f"--cann-source={pytester.path / 'sub'}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--cann-tasks */nowhere: no such directory; pass a bench root*"])
+    assert not (pytester.path / "built").exists()
