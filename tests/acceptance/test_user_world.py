@@ -147,3 +147,20 @@ def test_a_wrong_tasks_path_is_reported_before_any_build(pytester: pytest.Pytest
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--cann-tasks */nowhere: no such directory; pass a bench root*"])
     assert not (pytester.path / "built").exists()
+
+
+def test_no_home_and_the_c_locale_grade_as_usual(pytester: pytest.Pytester, task_tree) -> None:
+    """$HOME unset and LC_ALL=C: the cache dir comes from the passwd entry (else $TMPDIR), and cases pass."""
+    import os
+    import subprocess
+    import sys
+
+    task_tree("basic")
+    env = {k: v for k, v in os.environ.items() if k not in ("HOME", "XDG_CACHE_HOME", "CANNBENCH_CACHE_DIR")}
+    env.update(LC_ALL="C", LANG="C", TMPDIR=str(pytester.path / "tmp"))
+    (pytester.path / "tmp").mkdir()
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--cann-tasks=tasks",
+                           "--cann-self-check", "--cann-golden-cache=off", "--cann-warmup=0", "--cann-repeat=2"],
+                          cwd=pytester.path, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "3 passed" in done.stdout
