@@ -76,7 +76,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # normal priority: before pytest-html writes its page (trylast) and before the terminal summary
     collector = session.config.stash.get(COLLECTOR_KEY, None)
-    if collector is not None:
+    if collector is not None and not session.config.option.collectonly:
         interrupted = collector.account_for_unrun(results.interruption_reason(session, exitstatus))
         collector.selection = results.selection(session.config, collector, interrupted)
         reporting.finish(session.config, collector)

@@ -60,3 +60,19 @@ def test_device_ids_all_is_the_default_and_spreads_over_every_card() -> None:
     assert all_ids("cuda", {}, 0) == [0]
     assert [plan("npu", all_ids("npu", {}, 8), f"gw{k}").physical_id for k in range(10)] == [*range(8), 0, 1]
     assert plan("cpu", [], "gw3").physical_id is None
+
+
+def test_cache_dir_without_a_home(monkeypatch) -> None:
+    """No $HOME and no passwd entry (Path.home raises): the per-machine cache goes to the temp directory."""
+    import tempfile
+
+    from pytest_cannbench import state
+
+    for name in ("CANNBENCH_CACHE_DIR", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(name, raising=False)
+
+    def no_home() -> Path:
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert state.cache_dir() == Path(tempfile.gettempdir()) / f"pytest-cannbench-{__import__('os').getuid()}"
