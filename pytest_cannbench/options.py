@@ -73,7 +73,8 @@ def add_options(parser: pytest.Parser) -> None:
     option("device", choices=("auto", "cpu", "cuda", "npu"),
            help="device the candidate runs and is timed on (default auto: an NPU, else a CUDA GPU, else the CPU).")
     option("device-ids", metavar="IDS",
-           help="comma-separated device ids; xdist worker gwK uses ids[K %% len(ids)] (default 0).")
+           help="comma-separated device ids, or 'all'; xdist worker gwK uses ids[K %% len(ids)] (default all: "
+                "every card CUDA_VISIBLE_DEVICES/ASCEND_RT_VISIBLE_DEVICES names, else every card of the host).")
     option("warmup", type=int, metavar="N", help=f"untimed calls before timing (default {DEFAULT_WARMUP}).")
     option("repeat", type=int, metavar="N",
            help=f"timed calls per case, each on fresh inputs and verified (default {DEFAULT_REPEAT}).")
@@ -146,6 +147,12 @@ def add_options(parser: pytest.Parser) -> None:
            help="KernelBench: kernelbench (default) applies KernelBench's rule under --cann-guard block: a "
                 "custom kernel must run in forward, builtin torch ops alongside are flags; cann applies "
                 "--cann-guard as for CANN tasks (block fails any builtin compute).")
+    # issue 19: at home in the user's world
+    option("rebuild", ini_type="bool", action="store_true",
+           help="build from --cann-source's build.sh even when dist/ holds a prebuilt wheel (which is otherwise "
+                "graded, with a warning when the sources are newer than it).")
+    option("fail-under", type=float, metavar="SCORE",
+           help="exit non-zero when the run's total score is below SCORE (a CI gate in one option).")
 
 
 @dataclass(frozen=True)
@@ -192,9 +199,24 @@ class Settings:
     kb_max_input_gib: float | None = None
     kb_guard: str = "kernelbench"  # issue 17: KernelBench's own builtin-op rule for ModelNews
     sources: tuple[str, ...] = ()  # issue 17: every --cann-source (source is the first)
+    rebuild: bool = False
+    fail_under: float | None = None
+    active: bool = True  # asked(): False leaves the run alone (no collection, files, header or report section)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def asked(config: pytest.Config) -> bool:
+    """Whether this run is a cannbench run (issue 19): a ``--cann-*`` option or ``cann_*`` ini key was given, or a
+    path pytest was pointed at holds a task tree. Otherwise the plugin collects, writes and prints nothing."""
+    names = [name for name in vars(config.option) if name.startswith("cann_")]  # each option has its ini twin
+    if any(getattr(config.option, name) not in (None, False) or config.getini(name) not in (None, False, "")
+           for name in names):
+        return True
+    from pytest_cannbench.taskformat.dirs import holds_task_tree
+
+    return any(holds_task_tree(Path(str(arg).split("::", 1)[0])) for arg in config.args)
 
 
 def _value(config: pytest.Config, name: str) -> Any:
@@ -299,6 +321,10 @@ def settings_from_config(config: pytest.Config) -> Settings:
     kb_max_input = _number(config, "kb_max_input_gib", float, None)
     if kb_trials < 1 or (kb_max_input is not None and kb_max_input <= 0):
         raise pytest.UsageError("--cann-kb-trials must be >= 1 and --cann-kb-max-input-gib positive")
+    if tasks and not Path(str(tasks)).exists():
+        raise pytest.UsageError(f"--cann-tasks {os.path.abspath(str(tasks))}: no such directory; pass a bench root "
+                                "(such as tasks/), a level directory or one operator directory")
+    fail_under = _number(config, "fail_under", float, None)
     return Settings(
         tasks=str(tasks) if tasks else None,
         self_check=self_check,
@@ -340,6 +366,9 @@ def settings_from_config(config: pytest.Config) -> Settings:
         secret=_session_secret(config, graded=bool(source or no_install), seeded=_value(config, "seed") is not None),
         kb_guard=_choice(config, "kb_guard", KB_GUARDS),
         sources=sources,
+        rebuild=_flag(config, "rebuild"),
+        fail_under=fail_under,
+        active=asked(config),
     )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 # status: the case's fate in one word.
 PASSED, FAILED, ERROR, SKIPPED, CRASHED = "passed", "failed", "error", "skipped", "crashed"
 TIMEOUT, OOM_KILLED, MISSING = "timeout", "oom_killed", "missing"
+INTERRUPTED = "interrupted"  # the session ended before the case had a verdict (Ctrl-C, SIGTERM, -x, a lost worker)
 # The submission's build status (submission.build): BUILD_OK, or one of BUILD_FAILURES. A build failure is also
 # the status and the failure type of every case it leaves ungraded, and scores the whole operator 0.
 BUILD_OK = "ok"
@@ -28,7 +29,9 @@ NO_CANDIDATE = "no_candidate"
 WORKER_CRASH = "worker_crashed"  # the pytest-xdist worker itself died: the harness's problem
 CANDIDATE_CRASH = "candidate_crashed"  # the submission killed its candidate worker (signal or exit)
 CANDIDATE_TIMEOUT = "candidate_timeout"  # --cann-case-timeout
-PYTEST_TIMEOUT = "pytest_timeout"  # pytest-timeout interrupted the call
+PYTEST_TIMEOUT = "pytest_timeout"  # pytest-timeout interrupted the setup (golden) or the call
+SESSION_INTERRUPTED = "session_interrupted"  # status INTERRUPTED: the harness's, never the candidate's
+HARNESS_ERROR = "harness_error"  # the plugin itself raised: a bug of ours, reported, not the candidate's
 OUT_OF_MEMORY = "out_of_memory"  # the candidate worker went over --cann-worker-memory or was OOM-killed
 NOT_PROVIDED = "not_provided"  # the submission has no interface for the operator
 TIMED_OUTPUT_WRONG = "timed_output_wrong"  # right when checked, wrong when timed
@@ -46,7 +49,7 @@ NO_CUSTOM_KERNEL = "no_custom_kernel"  # --cann-guard kernel (KernelBench): forw
 # Most serious first: when a call has several findings, the first of these decides (guard.policy).
 GUARD_FAILURES = (FORBIDDEN_ACCESS, API_TAMPERED, GUARD_BLINDED, BUILTIN_COMPUTE, NO_CUSTOM_KERNEL, HOST_LIBRARY)
 
-HARNESS_FAILURES = frozenset({TASK_ERROR, GOLDEN_ERROR, WORKER_CRASH})
+HARNESS_FAILURES = frozenset({TASK_ERROR, GOLDEN_ERROR, WORKER_CRASH, SESSION_INTERRUPTED, HARNESS_ERROR})
 
 
 @dataclass

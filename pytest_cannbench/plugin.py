@@ -15,6 +15,7 @@ from pytest_cannbench.kernelbench.collect import ProblemItem
 from pytest_cannbench.nodes import items
 from pytest_cannbench.report import collector as results
 from pytest_cannbench.report import journal as reporting
+from pytest_cannbench.report import progress
 from pytest_cannbench.submission import build as submission
 
 COLLECTOR_KEY = pytest.StashKey[results.ResultCollector]()
@@ -25,11 +26,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    settings = options.settings_from_config(config)
+    state.create(config, settings)
+    if not settings.active:  # not a cannbench run: collect, write and print nothing (issue 19)
+        return
+    state.trap_sigterm(config)
     config.addinivalue_line("markers", "cannbench: a CANN Bench case collected by pytest-cannbench")
     for level in range(1, 6):
         config.addinivalue_line("markers", f"level{level}: CANN Bench level {level} operators")
-    settings = options.settings_from_config(config)
-    state.create(config, settings)
     if settings.tasks and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [settings.tasks]
     if not hasattr(config, "workerinput"):
@@ -70,11 +74,29 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         reporting.start(config, collector)
 
 
-def pytest_sessionfinish(session: pytest.Session) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # normal priority: before pytest-html writes its page (trylast) and before the terminal summary
     collector = session.config.stash.get(COLLECTOR_KEY, None)
-    if collector is not None:
+    if collector is not None and not session.config.option.collectonly:
+        interrupted = collector.account_for_unrun(results.interruption_reason(session, exitstatus))
+        collector.selection = results.selection(session.config, collector, interrupted)
         reporting.finish(session.config, collector)
+        collector.gate = progress.below_gate(collector.board, state.of(session.config).settings.fail_under) or ""
+        if collector.gate and session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None and state.of(session.config).settings.active:  # for the controller's account
+        workeroutput[results.WORKEROUTPUT_KEYS] = results.expected_cases(session.items)
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    workeroutput = getattr(items[0].config, "workeroutput", None) if items else None
+    if workeroutput is not None:
+        key = results.WORKEROUTPUT_DESELECTED
+        workeroutput[key] = workeroutput.get(key, 0) + len(items)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -89,6 +111,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> pytest.Collector | None:
+    if not state.of(parent.config).settings.active:
+        return None
     if file_path.suffix == ".py":  # a KernelBench problem file (kernelbench_collect decides)
         from pytest_cannbench.kernelbench.collect import collect_file as collect_problem
 
@@ -110,13 +134,18 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             # pytest renders setup errors without Item.repr_failure: a golden_error would print
             # pytest's own runner frames instead of its one-line verdict.
             report.longrepr = item.repr_failure(call.excinfo)
-        results.attach(item, report, item.stash.get(items.OUTCOME_KEY, None))
+        outcome = item.stash.get(items.OUTCOME_KEY, None)
+        if outcome is None and report.failed and call.excinfo is not None:
+            outcome = items.fallback_outcome(item, call.excinfo)
+        results.attach(item, report, outcome)
     return report
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     st = state.of(config)
     settings = st.settings
+    if not settings.active:
+        return []
     if settings.self_check:
         mode = "self-check (goldens graded as the candidate, in the candidate worker)"
     elif settings.source or settings.no_install:
@@ -127,7 +156,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     cache = "off (secret seeds never repeat)" if settings.secret else settings.golden_cache or "off"
     lines = [f"cannbench: {mode}; {seed}, inputs {settings.input_dist}/{settings.input_compat}, "
              f"golden {settings.golden_precision}, checker {settings.checker}",
-             f"cannbench: golden cache {cache}; logs {st.log_dir}"]
+             f"cannbench: golden cache {cache}; logs {st.log_dir}", st.budget_line()]
     if settings.source or settings.no_install:
         lines.append(f"cannbench: guard {settings.guard} (builtin compute, host libraries, tampering); "
                      "containment on (seccomp where available)")
@@ -143,6 +172,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if settings.self_check or submitted is not None:
         lines += st.timing_header()
     return lines
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
+    return progress.teststatus(report)
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

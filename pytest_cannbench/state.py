@@ -51,7 +51,12 @@ def processes() -> int:
 
 
 def usable_cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    """The CPUs this process may run on, at most a cgroup CPU quota (a container's ``--cpus``)."""
+    from pytest_cannbench.workers.limits import cgroup_cpus
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = cgroup_cpus()
+    return min(cores, quota) if quota else cores
 
 
 def cpu_threads() -> int:
@@ -70,7 +75,15 @@ def cache_dir() -> Path:
     explicit = os.environ.get("CANNBENCH_CACHE_DIR")
     if explicit:
         return Path(explicit)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pytest-cannbench"
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "pytest-cannbench"
+    try:
+        home = Path.home()
+    except (RuntimeError, KeyError):  # $HOME unset and no passwd entry (a bare container user)
+        home = Path("~")
+    if not home.is_absolute():
+        return Path(tempfile.gettempdir()) / f"pytest-cannbench-{os.getuid()}"
+    return home / ".cache" / "pytest-cannbench"
 
 
 @dataclass
@@ -140,7 +153,8 @@ class CannBenchState:
             self.submission = kernelbench_submission.prepare(s.source, self.log_dir, s.build_timeout_s, box=box)
         else:
             self.submission = prepare(s.source, no_install=s.no_install, report_dir=self.report_dir,
-                                      build_timeout=s.build_timeout_s, guard=s.guard, box=box)
+                                      build_timeout=s.build_timeout_s, guard=s.guard, box=box, rebuild=s.rebuild,
+                                      announce=announce)
         self.owns_submission = True
 
     def golden_pins(self) -> dict[str, str]:
@@ -284,12 +298,12 @@ class CannBenchState:
                     guard_role: str | None = None) -> CandidateWorker:
         from pytest_cannbench.guard.policy import mode_for
         from pytest_cannbench.workers.candidate_client import CandidateWorker
-        from pytest_cannbench.workers.client import candidate_memory_bytes
+        from pytest_cannbench.workers.limits import candidate_memory_bytes
 
         s = self.settings
         plan = self.device()
         base = Path(tempfile.mkdtemp(prefix="cannbench-worker-"))  # the worker's empty, private cwd
-        memory = int(s.worker_memory_gib * (1 << 30)) if s.worker_memory_gib else candidate_memory_bytes()
+        memory = candidate_memory_bytes(asked=int(s.worker_memory_gib * (1 << 30)) if s.worker_memory_gib else None)
         return CandidateWorker(
             log_path=self.log_dir / f"{name}-worker-{self.worker_id}.log",
             workdir=base / f"work-{self.worker_id}", mode=mode,
@@ -369,9 +383,22 @@ class CannBenchState:
             lines.append(f"cannbench: anchors from metadata/<{key}>.json where it has the case; else live")
         if config.option.collectonly or not (s.source or s.no_install or s.self_check):
             return lines
-        limits = roofline_limits(cache_dir(), plan, self._threads_of_workers())
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        announce = reporter.write_line if reporter is not None else None
+        limits = roofline_limits(cache_dir(), plan, self._threads_of_workers(), announce)
         lines.append(f"cannbench: T_HW from the {limits.describe()}")
         return lines
+
+    def budget_line(self) -> str:
+        """The effective memory and thread budgets of this run's workers, and the inherited limits behind them."""
+        from pytest_cannbench.workers import limits
+
+        s, inherited = self.settings, limits.inherited()
+        golden = limits.golden_memory_bytes(inherited, int(s.golden_memory_gib * (1 << 30))
+                                            if s.golden_memory_gib else None)
+        candidate = limits.candidate_memory_bytes(inherited, int(s.worker_memory_gib * (1 << 30))
+                                                  if s.worker_memory_gib else None)
+        return limits.header_line(inherited, golden, candidate, self._threads_of_workers())
 
     def _threads_of_workers(self) -> int:
         """The intra-op threads each pytest worker will use, seen from the xdist controller (or the only process)."""
@@ -403,6 +430,21 @@ class CannBenchState:
 
 
 STATE_KEY = pytest.StashKey[CannBenchState]()
+SIGTERM_KEY = pytest.StashKey[object]()
+
+
+def _sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def trap_sigterm(config: pytest.Config) -> None:
+    """``kill PID`` ends a cannbench session as Ctrl-C does: pytest unwinds, the board records the cases left as
+    interrupted, and :func:`close` kills every worker group (otherwise they are orphaned mid-golden)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        config.stash[SIGTERM_KEY] = signal.signal(signal.SIGTERM, _sigterm)
 
 
 def create(config: pytest.Config, settings: Settings) -> CannBenchState:
@@ -419,6 +461,12 @@ def close(config: pytest.Config) -> None:
     st = config.stash.get(STATE_KEY, None)
     if st is not None:
         st.close()
+    previous = config.stash.get(SIGTERM_KEY, None)
+    if previous is not None:
+        import signal
+
+        signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
+        del config.stash[SIGTERM_KEY]
 
 
 def pin_goldens(roots: list[Path], limit: int = 20000) -> dict[str, str]:

@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
 # Create .venv with pytest-cannbench installed (editable) and its stack.
-# torch is pinned to 2.13.0 only when torch is missing: that CPU build is on the
-# machines' disk, while an unpinned torch would pull a multi-GB CUDA build.
+#
+# torch is installed only when the venv has none, from two variables (README, "The two commands"):
+#   TORCH_SPEC       what to install (default torch==2.13.0+cpu: the CPU build, a few hundred MB)
+#   TORCH_INDEX_URL  where from (default: pip's own configuration, then the CPU index
+#                    https://download.pytorch.org/whl/cpu); e.g. TORCH_SPEC=torch
+#                    TORCH_INDEX_URL=https://download.pytorch.org/whl/cu124 for a CUDA build.
+# An unpinned `pip install torch` on Linux pulls a multi-GB CUDA build, so that is never the default.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0+cpu}
+TORCH_INDEX_URL=${TORCH_INDEX_URL:-}
+CPU_INDEX=https://download.pytorch.org/whl/cpu
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+PIP=(.venv/bin/python -m pip --disable-pip-version-check)
+"${PIP[@]}" install -q --upgrade pip >/dev/null 2>&1 || true
 if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
-  .venv/bin/python -m pip install -q "torch==2.13.0"
+  if [ -n "$TORCH_INDEX_URL" ]; then
+    "${PIP[@]}" install -q --index-url "$TORCH_INDEX_URL" "$TORCH_SPEC"
+  elif ! "${PIP[@]}" install -q "$TORCH_SPEC" 2>/dev/null; then
+    echo "setup.sh: $TORCH_SPEC is not on pip's configured indexes; trying $CPU_INDEX" \
+         "(set TORCH_SPEC / TORCH_INDEX_URL to choose another build)" >&2
+    "${PIP[@]}" install -q --index-url "$CPU_INDEX" "$TORCH_SPEC"
+  fi
 fi
-.venv/bin/python -m pip install -q -e ".[test,jit]"  # jit: ninja, for submissions using load_inline
+"${PIP[@]}" install -q -e ".[test,jit]"  # jit: ninja, for submissions using load_inline
 .venv/bin/python -c "import torch, pytest_cannbench; print('torch', torch.__version__, '| pytest-cannbench', pytest_cannbench.__version__)"

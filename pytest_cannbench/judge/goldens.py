@@ -169,10 +169,10 @@ class GoldenService:
 
 
 def make_service(settings: Settings, log_dir: Path, threads: int) -> GoldenService:
-    from pytest_cannbench.workers.client import golden_memory_bytes
+    from pytest_cannbench.workers.limits import golden_memory_bytes
 
-    memory = (int(settings.golden_memory_gib * (1 << 30)) if settings.golden_memory_gib
-              else golden_memory_bytes())
+    memory = golden_memory_bytes(asked=int(settings.golden_memory_gib * (1 << 30)) if settings.golden_memory_gib
+                                 else None)
     worker = GoldenWorker(log_path=log_dir / "golden-worker.log", memory_bytes=memory, threads=threads)
     # secret seeds never repeat, so their goldens would only fill the cache
     cache = GoldenCache(Path(settings.golden_cache)) if settings.golden_cache and not settings.secret else None

@@ -121,6 +121,9 @@ class SourceItem(_CannItem):
                 return  # runtest fails the case as compile_failed; no golden is needed
         try:
             self.reference = source.prepare()
+        except pytest.fail.Exception as exc:  # pytest-timeout during the golden: the case still counts
+            self._record(source.outcome(oc.TIMEOUT, oc.PYTEST_TIMEOUT, f"in setup (golden): {exc}"))
+            raise
         except SkipCase as exc:
             self._record(source.outcome(oc.SKIPPED, exc.failure_type, str(exc)))
             pytest.skip(str(exc))
@@ -288,6 +291,27 @@ class OperatorFile(pytest.File):
             for message in case.warnings if warn else ():
                 item.warn(CannTaskWarning(message))
             yield item
+
+
+def case_key(item: pytest.Item) -> str | None:
+    """The case key an item carries from collection (``cann_case``), None for items not ours."""
+    return next((str(value) for name, value in item.user_properties if name == "cann_case"), None)
+
+
+def fallback_outcome(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseException]) -> CaseOutcome | None:
+    """An outcome for an item of ours that failed before it recorded one, so the case is never lost: pytest-timeout
+    (``Failed``) is a timeout, anything else a harness error naming the exception."""
+    key = case_key(item)
+    if key is None:
+        return None
+    rel_path, _, tail = key.rpartition("_")
+    rel_path, case_id = (rel_path, int(tail)) if rel_path and tail.isdigit() else (key, None)
+    if isinstance(excinfo.value, pytest.fail.Exception):
+        status, failure_type = oc.TIMEOUT, oc.PYTEST_TIMEOUT
+    else:
+        status, failure_type = oc.ERROR, oc.HARNESS_ERROR
+    return CaseOutcome(key=key, rel_path=rel_path, operator="", case_id=case_id, status=status,
+                       failure_type=failure_type, message=f"{excinfo.typename}: {excinfo.value}"[:2000])
 
 
 def _warns(config: pytest.Config) -> bool:

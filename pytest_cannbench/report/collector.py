@@ -36,6 +36,45 @@ def _split_key(key: str) -> tuple[str, int | None]:
     return (rel_path, int(tail)) if rel_path and tail.isdigit() else (key, None)
 
 
+WORKEROUTPUT_KEYS = "cannbench_case_keys"
+WORKEROUTPUT_DESELECTED = "cannbench_deselected"
+
+
+def expected_cases(items: list[pytest.Item]) -> dict[str, str | None]:
+    """nodeid -> case key of the items of ours among ``items``."""
+    found: dict[str, str | None] = {}
+    for item in items:
+        key = next((str(v) for name, v in item.user_properties if name == "cann_case"), None)
+        if key is not None:
+            found[item.nodeid] = key
+    return found
+
+
+def _ours(nodeid: str) -> bool:
+    """Whether a bare nodeid (no worker named its key) is a case of ours: an operator's cases.yaml."""
+    return nodeid.split("::", 1)[0].endswith("cases.yaml")
+
+
+def selection(config: pytest.Config, collector: ResultCollector, interrupted: int) -> dict[str, Any]:
+    """What this session graded out of what it could have: paths, -k, -m, --cann-shard, the deselected and
+    interrupted counts. ``partial`` says a board is not the whole tree's (merge and compare warn)."""
+    keyword, markexpr = config.getoption("keyword", "") or "", config.getoption("markexpr", "") or ""
+    shard = config.getoption("cann_shard", None)
+    return {"args": [str(a) for a in config.args], "keyword": keyword, "markexpr": markexpr, "shard": shard,
+            "selected": len(collector.expected), "deselected": collector.deselected, "interrupted": interrupted,
+            "partial": bool(keyword or markexpr or shard or collector.deselected or interrupted)}
+
+
+def interruption_reason(session: pytest.Session, exitstatus: int) -> str:
+    """Why cases are left without a verdict at the end of the session, in the user's words."""
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        return "the session was interrupted (Ctrl-C or SIGTERM) before this case ran"
+    stop = session.shouldfail or session.shouldstop
+    if stop:
+        return f"the session stopped before this case ran ({stop})"
+    return "never ran: its pytest-xdist worker was lost (see the crashed case before it)"
+
+
 @dataclass(eq=False)  # registered as a plugin: pluggy needs identity hashing
 class ResultCollector:
     """Registered as a plugin on the controller (or the only process without xdist)."""
@@ -47,6 +86,13 @@ class ResultCollector:
     written: list[str] = field(default_factory=list)  # files this session wrote, for the summary
     run_flags: list[str] = field(default_factory=list)  # weaker modes of the whole run, put on every case
 
+    expected: dict[str, str | None] = field(default_factory=dict)  # nodeid -> case key, of every selected case
+    settled: set[str] = field(default_factory=set)  # nodeids whose verdict (or skip, or crash) arrived
+    deselected: int = 0
+    crashed: dict[str, str] = field(default_factory=dict)  # nodeid -> the key its crash was recorded under
+    gate: str = ""  # why --cann-fail-under fails the session, if it does
+    selection: dict[str, Any] = field(default_factory=dict)  # what -k/-m/paths chose: the board's config.selection
+
     def record(self, result: CaseOutcome) -> None:
         result.flags = sorted(set(result.flags) | set(self.run_flags))
         self.outcomes[result.key] = result
@@ -54,8 +100,59 @@ class ResultCollector:
             self.journal.append(result.to_dict())
 
     @pytest.hookimpl
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """Every selected case of ours (without xdist: the controller collects nothing under xdist)."""
+        self.expected.update(expected_cases(session.items))
+
+    @pytest.hookimpl
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        self.deselected += len(items)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        for nodeid in ids:
+            self.expected.setdefault(nodeid, None)  # whose key a worker's output names (pytest_testnodedown)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        """A finished xdist worker's account of what it collected: every worker collects the same cases, so one
+        that finished names the keys of a lost one's too."""
+        output = getattr(node, "workeroutput", None) or {}
+        for nodeid, key in (output.get(WORKEROUTPUT_KEYS) or {}).items():
+            if self.expected.get(nodeid) is None:
+                self.expected[nodeid] = key
+        self.deselected = max(self.deselected, int(output.get(WORKEROUTPUT_DESELECTED) or 0))
+
+    def account_for_unrun(self, reason: str) -> int:
+        """Record every selected case that never got a verdict as ``interrupted`` (the board lists it, scored 0,
+        the harness's fault): a case must not vanish because the session ended early. Returns how many."""
+        for nodeid, old in self.crashed.items():  # recorded before any worker had named the case's key
+            key = self.expected.get(nodeid)
+            if key and key != old and old in self.outcomes and key not in self.outcomes:
+                crash = self.outcomes.pop(old)
+                crash.key, (crash.rel_path, crash.case_id) = key, _split_key(key)
+                self.record(crash)
+        count = 0
+        for nodeid, key in sorted(self.expected.items()):
+            if nodeid in self.settled:
+                continue
+            if key is None:
+                if not _ours(nodeid):
+                    continue
+                key = nodeid
+            if key in self.outcomes:
+                continue
+            rel_path, case_id = _split_key(key)
+            self.record(CaseOutcome(key=key, rel_path=rel_path, operator="", case_id=case_id,
+                                    status=oc.INTERRUPTED, failure_type=oc.SESSION_INTERRUPTED, message=reason))
+            count += 1
+        return count
+
+    @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         data = getattr(report, "cann", None)
+        if isinstance(data, dict) or _crashed_worker(report) or report.skipped:
+            self.settled.add(report.nodeid)
         if isinstance(data, dict):
             result = CaseOutcome.from_dict(data)
             previous = self.outcomes.get(result.key)
@@ -63,7 +160,8 @@ class ResultCollector:
             if previous is None or report.when == "call" or previous.status == oc.SKIPPED:
                 self.record(result)
         elif _crashed_worker(report):
-            key = _case_key(report)
+            key = self.expected.get(report.nodeid) or _case_key(report)
+            self.crashed[report.nodeid] = key
             rel_path, case_id = _split_key(key)
             self.record(CaseOutcome(key=key, rel_path=rel_path, operator="", case_id=case_id, status=oc.CRASHED,
                                     failure_type=oc.WORKER_CRASH, message=str(report.longrepr)[:500]))
@@ -115,6 +213,8 @@ class ResultCollector:
             lines += candidate_lines({"summary": self.board["summary"]} if "summary" in self.board else None)
         if self.written:
             lines.append("written: " + ", ".join(self.written))
+        if self.gate:
+            lines.append(f"FAILED: {self.gate}")
         if self.journal is not None and self.journal.tampered:
             lines.append(f"WARNING: {self.journal.path} was changed by another process during the run; it was "
                          "rewritten from the judge's own record (leaderboard config.journal_rewritten)")

@@ -164,7 +164,8 @@ def finish(config: Any, collector: Any) -> None:
                                       "sandbox": (sandbox_of(st.submission).to_dict() if st.submission is not None
                                                   else {"mode": "none", "reason": "no submission code runs"}),
                                       "resumed_cases": len(collector.resumed),
-                                      "journal_rewritten": collector.journal.tampered},
+                                      "journal_rewritten": collector.journal.tampered,
+                                      "selection": collector.selection},
                               cap=s.hap_cap)
     collector.board = board
     leaderboard.write(Path(s.leaderboard), board)

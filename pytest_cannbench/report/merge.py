@@ -25,7 +25,7 @@ SCHEMA_PREFIX = "pytest-cannbench/leaderboard/"
 # Config entries that legitimately differ between the jobs of one sharded run (paths, shard, resume bookkeeping).
 PER_JOB_CONFIG = frozenset({"shard", "resume", "resumed_cases", "leaderboard", "markdown", "eval_report",
                             "report_dir", "golden_cache", "source", "tasks", "device_ids", "run_identity",
-                            "secret", "journal_rewritten"})  # each job has its own session secret
+                            "secret", "journal_rewritten", "selection"})  # each job has its own session secret
 # Timing fields that are numbers; a board written by leaderboard.dumps spells NaN and infinities as strings.
 TIMING_NUMBERS = ("t_cand_us", "t_baseline_us", "t_hw_us", "bytes", "flops")
 NON_FINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
@@ -202,6 +202,27 @@ def _check_agreement(sources: list[Source]) -> None:
               + ", ".join(f"{run} ({n} cases)" for run, n in sorted(runs.items())))
 
 
+def partial_reasons(board: dict[str, Any], *, shard: bool = True) -> list[str]:
+    """Why a board is not the whole tree's grade, from its ``config.selection`` (issue 19): ``-k``/``-m``,
+    deselected or interrupted cases, and (unless ``shard`` is false, as when merging shards) ``--cann-shard``.
+    Empty for a complete board and for boards written before selections were recorded. For merge and compare."""
+    selection = (board.get("config") or {}).get("selection")
+    if not isinstance(selection, dict):
+        return []
+    reasons = []
+    if selection.get("keyword"):
+        reasons.append(f"-k {selection['keyword']!r}")
+    if selection.get("markexpr"):
+        reasons.append(f"-m {selection['markexpr']!r}")
+    if selection.get("deselected"):
+        reasons.append(f"{selection['deselected']} cases deselected")
+    if selection.get("interrupted"):
+        reasons.append(f"{selection['interrupted']} cases interrupted before a verdict")
+    if shard and selection.get("shard"):
+        reasons.append(f"shard {selection['shard']}")
+    return reasons
+
+
 def merge(paths: Sequence[str], *, cap: bool | None = None) -> dict[str, Any]:
     """Read every input and build one board from their outcomes (later inputs win on a shared case key)."""
     sources = [read_input(p) for p in paths]
@@ -209,6 +230,13 @@ def merge(paths: Sequence[str], *, cap: bool | None = None) -> dict[str, Any]:
         if s.repeated:
             warn(f"{s.path}: {s.repeated} cases recorded more than once; the last line of each wins")
     _check_agreement(sources)
+    partial = False
+    for s in sources:
+        reasons = partial_reasons(s.board or {}, shard=False)  # shards are what merge completes
+        if reasons:
+            partial = True
+            warn(f"warning: {s.path} is a partial board ({', '.join(reasons)}): the merged board grades only "
+                 "what it selected")
     merged: dict[str, dict[str, Any]] = {}
     origin: dict[str, str] = {}
     replaced = []
@@ -230,6 +258,8 @@ def merge(paths: Sequence[str], *, cap: bool | None = None) -> dict[str, Any]:
     config = dict(first.get("config") or {})
     if "shard" in config:
         config["shard"] = None  # the merged board covers every shard it was given
+    if any("selection" in ((src.board or {}).get("config") or {}) for src in sources):
+        config["selection"] = {"merged": len(sources), "partial": partial}
     if cap is None:
         cap = bool((first.get("weights") or {}).get("hap_cap", config.get("hap_cap", False)))
     board = leaderboard.build(merged.values(), submission=first.get("submission"),

@@ -14,6 +14,7 @@ a message that names the log; nothing here raises for a broken submission.
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import hashlib
 import os
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +65,7 @@ class SubmissionState:
     sandbox: dict[str, Any] = field(default_factory=dict)  # guard.sandbox.SandboxChoice.to_dict()
     protect: list[str] = field(default_factory=list)  # what submission code may not see (the judge's paths)
     seconds: dict[str, float] = field(default_factory=dict)
+    stale: str = ""  # the prebuilt wheel is older than these sources (issue 19: --cann-rebuild)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,18 +137,32 @@ def _build_env(work: Path | None = None) -> dict[str, str]:
     return env
 
 
+PROGRESS_S = 15.0  # a build prints how long it has been running this often
+
+
 def _run(cmd: list[str], cwd: Path, log: Path, timeout: float, env: dict[str, str], box: Box = NO_BOX,
-         writable: tuple[Path, ...] = (), readable: tuple[Path, ...] = ()) -> tuple[int | None, float]:
+         writable: tuple[Path, ...] = (), readable: tuple[Path, ...] = (),
+         progress: Callable[[float], None] | None = None) -> tuple[int | None, float]:
     """Run ``cmd`` in its own process group (inside ``box``'s sandbox), output appended to ``log``; rc None on
-    timeout (group killed)."""
+    timeout (group killed). ``progress(elapsed)`` is called every :data:`PROGRESS_S` seconds while it runs."""
     t0 = time.perf_counter()
     with open(log, "ab") as out:
         out.write(f"$ {' '.join(cmd)}   (in {cwd}{', sandboxed' if box.choice.on else ''})\n".encode())
         out.flush()
         proc = subprocess.Popen(box.wrap(cmd, cwd, writable, readable), cwd=str(cwd), stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env)
+        rc: int | None = None
         try:
-            rc: int | None = proc.wait(timeout=timeout)
+            while True:
+                left = timeout - (time.perf_counter() - t0)
+                try:
+                    rc = proc.wait(timeout=max(0.0, min(left, PROGRESS_S)))
+                    break
+                except subprocess.TimeoutExpired:
+                    if left <= PROGRESS_S:
+                        raise
+                    if progress is not None:
+                        progress(time.perf_counter() - t0)
         except subprocess.TimeoutExpired:
             try:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -162,15 +179,39 @@ def _run(cmd: list[str], cwd: Path, log: Path, timeout: float, env: dict[str, st
     return rc, time.perf_counter() - t0
 
 
+def stale_sources(source: Path, wheel: Path) -> list[str]:
+    """Files of the source tree modified after the prebuilt ``wheel`` (build outputs and VCS data left out):
+    in an edit-and-grade loop a stale wheel would silently win over the changed sources."""
+    try:
+        built = wheel.stat().st_mtime
+    except OSError:
+        return []
+    newer = []
+    for root, dirs, files in os.walk(source):
+        dirs[:] = [d for d in dirs if not any(fnmatch.fnmatch(d, pattern) for pattern in COPY_IGNORE)]
+        for name in files:
+            path = Path(root) / name
+            try:
+                if path.stat().st_mtime > built:
+                    newer.append(path.relative_to(source).as_posix())
+            except OSError:
+                continue
+    return sorted(newer)
+
+
 def _packages(dist: Path) -> tuple[list[Path], list[Path]]:
     if not dist.is_dir():
         return [], []
     return sorted(dist.glob("cann_bench*.whl")), sorted(dist.glob("cann_bench*.run"))
 
 
-def build(source: Path, state: SubmissionState, work: Path, log: Path, timeout: float) -> tuple[Path, ...] | None:
-    """The wheel (and .run) to install, building when there is no prebuilt one; None on failure (state says why)."""
+def build(source: Path, state: SubmissionState, work: Path, log: Path, timeout: float, *, rebuild: bool = False,
+          announce: Callable[[str], None] | None = None) -> tuple[Path, ...] | None:
+    """The wheel (and .run) to install, building when there is no prebuilt one (or ``rebuild``, which ignores
+    it); None on failure (state says why)."""
     wheels, runs = _packages(source / "dist")
+    if rebuild and (source / "build.sh").is_file():
+        wheels, runs = [], []
     if len(wheels) > 1 or len(runs) > 1:
         names = ", ".join(p.name for p in wheels + runs)
         state.status, state.message = COMPILE_FAILED, (f"{source / 'dist'} holds several packages ({names}); "
@@ -178,6 +219,11 @@ def build(source: Path, state: SubmissionState, work: Path, log: Path, timeout: 
         return None
     if wheels:
         state.prebuilt = True
+        newer = stale_sources(source, wheels[0]) if (source / "build.sh").is_file() else []
+        if newer:
+            more = f" and {len(newer) - 3} more" if len(newer) > 3 else ""
+            state.stale = (f"{', '.join(newer[:3])}{more} changed after {wheels[0].name} was built; grading the "
+                           "prebuilt wheel anyway: pass --cann-rebuild to build from build.sh")
         return (wheels[0], *runs)
     if not (source / "build.sh").is_file():
         state.status, state.message = COMPILE_FAILED, (
@@ -190,8 +236,12 @@ def build(source: Path, state: SubmissionState, work: Path, log: Path, timeout: 
     log.write_bytes(b"")
     state.build_log = str(log)
     env = _build_env(work)
-    rc, seconds = _run(["bash", "build.sh"], copy, log, timeout, env, state.box, writable=(Path(env["HOME"]),))
+    say = announce or (lambda line: None)
+    say(f"cannbench: building {source} (build.sh{', sandboxed' if state.box.choice.on else ''}; log {log}) ...")
+    rc, seconds = _run(["bash", "build.sh"], copy, log, timeout, env, state.box, writable=(Path(env["HOME"]),),
+                       progress=lambda elapsed: say(f"cannbench: still building, {elapsed:.0f} s"))
     state.seconds["build"] = round(seconds, 3)
+    say(f"cannbench: build.sh {'finished' if rc == 0 else 'failed'} in {seconds:.1f} s")
     if rc != 0:
         why = (f"build.sh did not finish within {timeout:g} s (--cann-build-timeout) and was killed" if rc is None
                else f"build.sh exited with code {rc} after {seconds:.1f} s")
@@ -320,7 +370,8 @@ def discover(state: SubmissionState, log_dir: Path, work: Path, guard: str = "bl
 
 
 def prepare(source: str | None, *, no_install: bool, report_dir: Path, build_timeout: float,
-            guard: str = "block", box: Box = NO_BOX) -> SubmissionState:
+            guard: str = "block", box: Box = NO_BOX, rebuild: bool = False,
+            announce: Callable[[str], None] | None = None) -> SubmissionState:
     """Build, install and discover the submission, each inside ``box``; the returned state holds a private
     session directory that :func:`cleanup` removes."""
     work = Path(tempfile.mkdtemp(prefix="cannbench-session-"))
@@ -331,7 +382,8 @@ def prepare(source: str | None, *, no_install: bool, report_dir: Path, build_tim
         state.scan = scan_summary(Path(source))
     if not no_install:
         assert source is not None
-        packages = build(Path(source), state, work, log_dir / "build.log", build_timeout)
+        packages = build(Path(source), state, work, log_dir / "build.log", build_timeout, rebuild=rebuild,
+                         announce=announce)
         if packages is None:
             return state
         wheel, *runs = packages
@@ -396,6 +448,8 @@ def header_lines(state: SubmissionState) -> list[str]:
     if state.run_package:
         what += f"; OPP package {state.run_package}"
     lines = [f"cannbench: submission {what}"]
+    if state.stale:
+        lines.append(f"cannbench: WARNING: {state.stale}")
     if state.scan.get("counts"):
         found = ", ".join(f"{rule} x{n}" for rule, n in sorted(state.scan["counts"].items()))
         lines.append(f"cannbench: static scan (telemetry, not a verdict): {found}")

@@ -24,6 +24,28 @@ def looks_like_operator_dir(path: Path) -> bool:
     return (path / "proto.yaml").is_file() and (path / "cases.yaml").is_file()
 
 
+def holds_task_tree(path: Path) -> bool:
+    """An operator directory, a level directory or a bench root holding operators, or a path inside an operator
+    directory: what makes a plain ``pytest PATH`` a cannbench run (the plugin is inert otherwise).
+
+    Looks two levels down only (operator, level, bench root), so an unrelated project is never walked."""
+    try:
+        path = path.resolve()
+        if not path.exists():
+            return False
+        if any(is_operator_dir(p) for p in [path, *path.parents][:4] if p.is_dir()):
+            return True
+        if not path.is_dir():
+            return False
+        for child in path.iterdir():
+            if child.is_dir() and (is_operator_dir(child) or any(
+                    is_operator_dir(grandchild) for grandchild in child.iterdir() if grandchild.is_dir())):
+                return True
+    except OSError:
+        return False
+    return False
+
+
 def find_bench_root(op_dir: Path) -> Path:
     """The bench root of an operator directory: the nearest ancestor that is one of
 

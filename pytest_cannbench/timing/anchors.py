@@ -36,10 +36,11 @@ def hardware_key(settings: Settings, device: DevicePlan) -> str | None:
     return None
 
 
-def roofline_limits(cache_dir: Path, device: DevicePlan, threads: int) -> Any:
+def roofline_limits(cache_dir: Path, device: DevicePlan, threads: int, announce: Any = None) -> Any:
     from pytest_cannbench.timing.roofline import cached_limits
 
-    return cached_limits(cache_dir / "roofline", "cpu" if device.kind == "cpu" else device.kind, threads)
+    return cached_limits(cache_dir / "roofline", "cpu" if device.kind == "cpu" else device.kind, threads,
+                         announce=announce)
 
 
 def tensor_facts(task: Any, data: Any) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Which device a pytest process grades on, and the lock that keeps timed regions from overlapping.
 
-``--cann-device auto|cpu|cuda|npu`` and ``--cann-device-ids 0,1,...``: xdist
-worker ``gwK`` uses id ``ids[K % len(ids)]``. The candidate and baseline
+``--cann-device auto|cpu|cuda|npu`` and ``--cann-device-ids 0,1,...|all``
+(default all: every visible card): xdist worker ``gwK`` uses id ``ids[K % len(ids)]``. The candidate and baseline
 workers see only that device (``CUDA_VISIBLE_DEVICES`` /
 ``ASCEND_RT_VISIBLE_DEVICES``) and address it as device 0, as the official
 harness does. Accuracy checks of several workers on one device run in
@@ -60,15 +60,34 @@ def detect_kind() -> str:
 
 
 def parse_ids(text: str | None) -> list[int]:
-    if not text:
-        return [0]
+    """``0,3`` -> [0, 3]; ``all`` or nothing -> [] (every device of the host, see :func:`all_ids`), as the official
+    harness spreads its workers over every card."""
+    if not text or str(text).strip().lower() == "all":
+        return []
     try:
         ids = [int(part) for part in str(text).split(",") if part.strip()]
     except ValueError:
-        raise ValueError(f"--cann-device-ids {text!r}: expected comma-separated integers such as 0,1") from None
+        raise ValueError(f"--cann-device-ids {text!r}: expected 'all' or comma-separated integers such as 0,1") \
+            from None
     if not ids or any(i < 0 for i in ids):
         raise ValueError(f"--cann-device-ids {text!r}: expected non-negative integers")
     return ids
+
+
+def all_ids(kind: str, env: dict[str, str], count: int) -> list[int]:
+    """Every device a run may use: those ``CUDA_VISIBLE_DEVICES``/``ASCEND_RT_VISIBLE_DEVICES`` names (physical
+    ids, which the workers are then given), else ``0..count-1``; [0] when none is seen."""
+    visible = env.get(VISIBILITY_ENV.get(kind, ""), "")
+    named = [int(part) for part in visible.split(",") if part.strip().isdigit()]
+    return named or list(range(count)) or [0]
+
+
+def device_count(kind: str) -> int:
+    import torch
+
+    if kind == "npu":
+        return int(torch.npu.device_count())  # type: ignore[attr-defined]
+    return int(torch.cuda.device_count()) if kind == "cuda" else 0
 
 
 def worker_index(worker_id: str) -> int:
@@ -81,6 +100,7 @@ def plan(kind: str, ids: list[int], worker_id: str) -> DevicePlan:
         kind = detect_kind()
     if kind == "cpu":
         return DevicePlan("cpu", None)
+    ids = ids or all_ids(kind, dict(os.environ), device_count(kind))
     physical = ids[worker_index(worker_id) % len(ids)]
     return DevicePlan(kind, physical, {VISIBILITY_ENV[kind]: str(physical)})
 

@@ -26,7 +26,7 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -153,6 +153,7 @@ def calibrate(device: str = "cpu", threads: int = 1, timeout_s: float = CALIBRAT
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[name] = str(threads)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
+    env["CANNBENCH_JUDGE_PID"] = str(os.getpid())  # the child dies with this process (workers.procs)
     command = [sys.executable, "-m", "pytest_cannbench.timing.calibrate", "--device", device, "--threads", str(threads)]
     try:
         proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
@@ -215,18 +216,26 @@ def _write_atomic(path: Path, data: dict[str, Any]) -> None:
 
 
 def cached_limits(cache_dir: Path, device: str = "cpu", threads: int = 1, *,
-                  recalibrate: bool = False) -> MachineLimits:
-    """The limits of this machine from ``cache_dir``, calibrating when no entry matches its key.
+                  recalibrate: bool = False, announce: Callable[[str], None] | None = None) -> MachineLimits:
+    """The limits of this machine from ``cache_dir``, calibrating when no entry matches its key
+    (``announce`` says so first: a first run's pause is explained).
 
     A cache that cannot be written is not an error: the fresh measurement is returned anyway.
     """
     check_device(device, threads)
     key = machine_key(device, threads)
     cache_dir = Path(cache_dir)
+
+    def measure() -> MachineLimits:
+        if announce is not None:
+            announce(f"cannbench: calibrating the roofline (T_HW) of this machine on {device} with {threads} "
+                     f"thread(s): once per machine, a few seconds; cached in {cache_dir}")
+        return calibrate(device, threads)
+
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)
     except OSError:
-        return calibrate(device, threads)
+        return measure()
     path = _cache_path(cache_dir, key)
     with _locked(cache_dir / "roofline.lock"):
         if not recalibrate:
@@ -234,7 +243,7 @@ def cached_limits(cache_dir: Path, device: str = "cpu", threads: int = 1, *,
             if found is not None:
                 return MachineLimits(found.bandwidth_gbs, found.peak_gflops, found.key, found.measured_at,
                                      found.details, cached=True)
-        limits = calibrate(device, threads)
+        limits = measure()
         try:
             _write_atomic(path, limits.to_json())
         except OSError:

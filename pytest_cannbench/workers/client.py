@@ -15,34 +15,20 @@ from dataclasses import KW_ONLY, dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_cannbench.workers import procs, wire
+from pytest_cannbench.workers import limits, procs, wire
 
 LOG_ROTATE_BYTES = 8 << 20  # a chatty worker must not grow its log without bound
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding pytest_cannbench
 
 
-def _physical_memory_bytes() -> int:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 0
-
-
 def candidate_memory_bytes() -> int:
-    """Half of physical memory for the candidate worker: room for any honest kernel, and the judge keeps the
-    other half."""
-    return int(_physical_memory_bytes() * 0.5)
+    """Half of the memory ceiling (RAM or the cgroup limit) for the candidate worker (workers.limits)."""
+    return limits.candidate_memory_bytes()
 
 
 def golden_memory_bytes() -> int:
-    """80% of physical memory for each golden worker.
-
-    Not divided by the number of pytest processes: heavy goldens rarely peak together, and the
-    official tree has goldens needing well over half of a 24 GiB machine. If they do collide,
-    the kernel's OOM killer takes a golden worker (``oom_score_adj`` 1000), never the judge,
-    and that case reports a golden_error.
-    """
-    return int(_physical_memory_bytes() * 0.8)
+    """80% of the memory ceiling for each golden worker, at most the inherited ``RLIMIT_AS`` (workers.limits)."""
+    return limits.golden_memory_bytes()
 
 
 @dataclass
@@ -81,13 +67,18 @@ class WorkerClient:
         except (BrokenPipeError, OSError):
             raise self._died(proc) from None
         fd = proc.stdout.fileno()
-        if not procs.wait_readable(fd, timeout, poll_s, tick):
-            self.kill()
-            raise timed_out
         try:
+            if not procs.wait_readable(fd, timeout, poll_s, tick):
+                self.kill()
+                raise timed_out
             return receive(fd)
         except wire.PeerClosed:
             raise self._died(proc) from None
+        except BaseException:
+            # interrupted mid-request (pytest-timeout, Ctrl-C): its late reply would answer the next request
+            if self.proc is proc:
+                self.kill()
+            raise
 
     def _died(self, proc: subprocess.Popen) -> BaseException:
         """The exception for a child whose pipe closed mid-request (it has to be reaped)."""

@@ -30,7 +30,8 @@ class GoldenWorker(WorkerClient):
 
     def _start(self) -> subprocess.Popen:
         proc = self._spawn("pytest_cannbench.workers.golden_main",
-                           ["--memory-bytes", str(self.memory_bytes), "--threads", str(self.threads)],
+                           ["--memory-bytes", str(self.memory_bytes), "--threads", str(self.threads),
+                            "--judge-pid", str(os.getpid())],
                            dict(os.environ, OMP_NUM_THREADS=str(self.threads)))
         # The worker imports torch before it reads a request. That start-up is not the golden's time:
         # wait for it here, under its own limit, so --cann-golden-timeout counts the golden alone

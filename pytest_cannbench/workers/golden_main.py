@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from pytest_cannbench.workers import procs, wire
+from pytest_cannbench.workers import limits, procs, wire
 
 
 def _clone(values: list) -> list:
@@ -153,13 +153,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--memory-bytes", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0)
+    parser.add_argument("--judge-pid", type=int, default=0)
     args = parser.parse_args(argv)
+    procs.die_with_parent(args.judge_pid)  # before torch's import: a SIGKILLed judge leaves no golden computing
     if args.threads > 0:
         import torch
 
         torch.set_num_threads(args.threads)
     if args.memory_bytes > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (args.memory_bytes, args.memory_bytes))
+        limits.clamp_rlimit(resource.RLIMIT_AS, args.memory_bytes)  # never above what we inherited
     procs.become_expendable()
     out = procs.take_stdout_for_frames()  # whatever goldens print lands on stderr, the judge's log
     in_fd = 0

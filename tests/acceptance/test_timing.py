@@ -77,7 +77,7 @@ def test_device_plans():
     assert (cuda.label, cuda.worker_device, cuda.env) == ("cuda:5", "cuda:0", {"CUDA_VISIBLE_DEVICES": "5"})
     assert plan("cuda", [2, 5], "gw2").physical_id == 2 and plan("npu", [7], "main").env == {
         "ASCEND_RT_VISIBLE_DEVICES": "7"}
-    assert parse_ids("0, 3") == [0, 3] and parse_ids(None) == [0]
+    assert parse_ids("0, 3") == [0, 3] and parse_ids(None) == [] and parse_ids("all") == []
     for bad in ("a", "-1", ","):
         with pytest.raises(ValueError):
             parse_ids(bad)

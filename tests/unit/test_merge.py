@@ -277,3 +277,22 @@ def test_merging_needs_neither_torch_nor_pytest(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "m.md").is_file() and (tmp_path / "e.json").is_file()
+
+
+def test_partial_boards_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A board graded under -k (or with deselected or interrupted cases) is not the tree's grade: merge says so,
+    and a shard alone is not partial to merge (completing shards is its job)."""
+    from pytest_cannbench.report.merge import partial_reasons
+
+    outcomes = all_outcomes()
+    picked = {"keyword": "relu", "markexpr": "", "shard": None, "deselected": 7, "interrupted": 1, "partial": True}
+    a = _write_board(tmp_path / "a.json", outcomes, config={"seed": 0, "run_identity": "abc123", "selection": picked})
+    rc, merged = _merge(tmp_path, a)
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert f"{a} is a partial board (-k 'relu', 7 cases deselected, 1 cases interrupted before a verdict)" in err
+    assert merged["config"]["selection"] == {"merged": 1, "partial": True}
+    sharded = {"keyword": "", "markexpr": "", "shard": [1, 2], "deselected": 0, "interrupted": 0, "partial": True}
+    assert partial_reasons({"config": {"selection": sharded}}) == ["shard [1, 2]"]
+    assert partial_reasons({"config": {"selection": sharded}}, shard=False) == []
+    assert partial_reasons({"config": {}}) == []

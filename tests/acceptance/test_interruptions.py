@@ -1,0 +1,140 @@
+"""Issue 19: every selected case is on the board however the session ends, and no child of ours outlives it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from inner import run_inner
+
+BASE = ("-p", "no:cacheprovider", "--cann-golden-cache=off", "--cann-no-perf")
+
+
+def _board(root: Path) -> dict[str, tuple[str, str | None]]:
+    board = json.loads((root / "reports" / "leaderboard.json").read_text())
+    return {c["key"]: (c["status"], c["failure_type"]) for op in board["operators"] for c in op["cases"]}
+
+
+def test_pytest_timeout_in_setup_keeps_the_case_on_the_board(pytester, capsys, task_tree) -> None:
+    """A golden slower than --timeout: pytest-timeout fires in setup; the case is a timeout, the next one runs on a
+    fresh golden worker (the interrupted one's late reply must not answer it)."""
+    tasks = task_tree("golden_timeout")
+    run = run_inner(pytester, capsys, tasks, *BASE, "--cann-self-check", "--timeout=30")
+    assert _board(pytester.path) == {"slow_golden_1": ("timeout", "pytest_timeout"),
+                                     "slow_golden_2": ("passed", None)}, run.text[-3000:]
+    assert run.cases["slow_golden[02]"].outcome == "passed"
+
+
+def _descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (workers start sessions of their own, so walk parent links)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["SIGINT", "SIGTERM", "SIGKILL"])
+def test_a_killed_session_leaves_no_child_and_accounts_for_its_cases(pytester, task_tree, sig) -> None:
+    task_tree("golden_timeout")
+    cmd = [sys.executable, "-m", "pytest", *BASE, "--cann-tasks=tasks", "--cann-self-check"]
+    proc = subprocess.Popen(cmd, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    log = pytester.path / "reports" / "logs" / "golden-worker-main.log"
+    deadline = time.monotonic() + 240
+    children: set[int] = set()
+    while time.monotonic() < deadline and proc.poll() is None:
+        children |= _descendants(proc.pid)
+        if log.exists() and any(b"golden_main" in Path(f"/proc/{c}/cmdline").read_bytes()
+                                for c in children if _alive(c)):
+            break
+        time.sleep(0.2)
+    time.sleep(3)  # the worker has started and is sleeping in case 1's golden
+    children |= _descendants(proc.pid)
+    assert children, "no golden worker started"
+    proc.send_signal(sig)
+    out = proc.communicate(timeout=120)[0].decode(errors="replace")
+    end = time.monotonic() + 15
+    while time.monotonic() < end and any(_alive(c) for c in children):
+        time.sleep(0.2)
+    assert not [c for c in children if _alive(c)], out[-3000:]
+    if sig != signal.SIGKILL:
+        assert proc.returncode == pytest.ExitCode.INTERRUPTED, out[-3000:]
+        reason = "the session was interrupted (Ctrl-C or SIGTERM) before this case ran"
+        board = json.loads((pytester.path / "reports" / "leaderboard.json").read_text())
+        cases = {c["key"]: (c["status"], c["failure_type"], c["message"])
+                 for op in board["operators"] for c in op["cases"]}
+        assert cases == {f"slow_golden_{i}": ("interrupted", "session_interrupted", reason) for i in (1, 2)}
+
+
+KILLER = '''import os
+import signal
+
+import torch
+
+
+def judge_killer(x: torch.Tensor, deadly: int = 0) -> torch.Tensor:
+    if deadly:
+        os.kill(os.getppid(), signal.SIGKILL)  # the golden worker's parent: the pytest-xdist worker
+    return x + 1
+'''
+
+
+def test_a_lost_xdist_worker_leaves_no_case_unaccounted(pytester, capsys, task_tree) -> None:
+    tasks = task_tree("basic")
+    op = tasks / "level1" / "judge_killer"
+    op.mkdir()
+    (op / "golden.py").write_text(KILLER)
+    (op / "proto.yaml").write_text(
+        "operator:\n  name: JudgeKiller\n  category: Elementwise\n  difficulty: L1\n  formula: y = x + 1\n"
+        "  description: kills its judge\n  shape_support: any\n  attrs:\n"
+        "  - {name: deadly, type: int, default: 0, description: kill}\n"
+        "  inputs:\n  - {name: x, dtype: [float32], description: x}\n"
+        "  outputs:\n  - {name: y, dtype: [float32], description: y}\n"
+        "  schema: judge_killer(Tensor x, int deadly=0) -> Tensor y\n")
+    (op / "cases.yaml").write_text(
+        "cases:\n"
+        "- {operator: JudgeKiller, case_id: 1, input_shape: [[4]], dtype: [float32], attrs: {deadly: 1}, "
+        "value_range: [-1, 1], note: a}\n"
+        "- {operator: JudgeKiller, case_id: 2, input_shape: [[4]], dtype: [float32], attrs: {}, "
+        "value_range: [-1, 1], note: b}\n")
+    result = pytester.runpytest_subprocess(*BASE, "--cann-tasks=tasks", "--cann-self-check", "-n", "2",
+                                           "--max-worker-restart=0")
+    cases = _board(pytester.path)
+    assert set(cases) == {"level1/axpy_1", "level1/axpy_2", "level1/axpy_3", "level1/judge_killer_1",
+                          "level1/judge_killer_2"}, result.stdout.str()[-3000:]
+    assert cases["level1/judge_killer_1"] == ("crashed", "worker_crashed")
+    assert all(status in ("passed", "interrupted") for status, _ in cases.values() if status != "crashed")
+
+
+def test_the_board_records_the_selection(pytester, capsys, task_tree) -> None:
+    tasks = task_tree("basic")
+    run_inner(pytester, capsys, tasks, *BASE, "--cann-self-check", "-k", "axpy and 01")
+    board = json.loads((pytester.path / "reports" / "leaderboard.json").read_text())
+    selection = board["config"]["selection"]
+    assert {k: selection[k] for k in ("keyword", "markexpr", "selected", "deselected", "interrupted", "partial")} == {
+        "keyword": "axpy and 01", "markexpr": "", "selected": 1, "deselected": 2, "interrupted": 0, "partial": True}
+    assert [c["key"] for op in board["operators"] for c in op["cases"]] == ["level1/axpy_1"]
