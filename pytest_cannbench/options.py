@@ -134,6 +134,17 @@ def add_options(parser: pytest.Parser) -> None:
     option("kb-max-input-gib", type=float, metavar="GIB",
            help="KernelBench: skip (not grade) problems whose get_inputs() makes more than this many GiB "
                 "of tensors, sized on the meta device (default: no limit).")
+    # issue 18: the sealed hidden split (docs/hidden-cases.md)
+    option("hidden-cases", metavar="DIR",
+           help="judge-only hidden cases: a tree mirroring the task tree with a cases.yaml per operator in the "
+                "official format (ids never clash with public ones). Graded and scored apart; nothing of them "
+                "reaches a report beyond an opaque id, a status and a failure type.")
+    option("hidden-generate", type=int, metavar="N",
+           help="per operator, N hidden cases generated from the public ones under the session secret (or "
+                "--cann-seed): new shapes within the constraints the public cases show (default 0).")
+    option("hidden-gate", choices=("on", "off"),
+           help="on (default when hidden cases exist): an operator that passes every public case but fails a "
+                "hidden one is not_ranked ('fails held-out cases') and scores 0 in the combined total.")
 
 
 @dataclass(frozen=True)
@@ -177,6 +188,14 @@ class Settings:
     kb_accuracy: str = "kernelbench"
     kb_compile: bool = False
     kb_max_input_gib: float | None = None
+    hidden_cases: str | None = None  # issue 18: the judge-only hidden tree (absolute), kept from the worker
+    hidden_generate: int = 0
+    hidden_gate: bool = True
+
+    @property
+    def hidden(self) -> bool:
+        """Whether this run has a hidden split at all."""
+        return bool(self.hidden_cases or self.hidden_generate)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -319,7 +338,23 @@ def settings_from_config(config: pytest.Config) -> Settings:
         kb_max_input_gib=kb_max_input,
         guard=_choice(config, "guard", GUARD_MODES),
         secret=_session_secret(config, graded=bool(source or no_install), seeded=_value(config, "seed") is not None),
+        **_hidden_options(config),
     )
+
+
+def _hidden_options(config: pytest.Config) -> dict[str, Any]:
+    """Issue 18: the hidden split's sources and gate."""
+    hidden = _value(config, "hidden_cases")
+    if hidden:
+        hidden = os.path.abspath(str(hidden))
+        if not os.path.isdir(hidden):
+            raise pytest.UsageError(f"--cann-hidden-cases {hidden}: not a directory")
+    generate = _number(config, "hidden_generate", int, 0)
+    if generate < 0:
+        raise pytest.UsageError("--cann-hidden-generate must be >= 0")
+    gate = _choice(config, "hidden_gate", ("on", "off"))
+    return {"hidden_cases": str(hidden) if hidden else None, "hidden_generate": generate,
+            "hidden_gate": gate == "on"}
 
 
 def _session_secret(config: pytest.Config, *, graded: bool, seeded: bool) -> str:
