@@ -68,8 +68,8 @@ def level_scores(levels: dict[str, dict[str, Any]], operators: list[dict[str, An
     """Public, hidden and combined sums per level (into ``levels``) and over the run (returned)."""
     total: dict[str, Any] = {"public_score": 0.0, "hidden_score": 0.0, "combined_score": 0.0}
     counts = {s: [0, 0] for s in SPLITS}  # passed, total
-    for entry in levels.values():
-        entry.update(public_score=0.0, hidden_score=0.0, combined_score=0.0)
+    for level in levels.values():
+        level.update(public_score=0.0, hidden_score=0.0, combined_score=0.0)
     for op in operators:
         splits = op.get("splits") or {}
         entry = levels.get(level_of(op["rel_path"]) or "other")
