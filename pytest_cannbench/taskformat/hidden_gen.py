@@ -7,9 +7,10 @@ rules (docs/hidden-cases.md, "Generator rules") only use what the public cases s
 - a case keeps a public *template*'s structure: input count, ranks, TensorList lengths, null inputs, its dtype
   entry, its attrs and its value ranges (templates cycle through every public dtype entry);
 - dimensions that are equal in every public case of the same structure stay equal (one *class*); a class with
-  one value stays constant, a class that is 1 in the template stays 1 (broadcast), any other draws log-uniformly
-  within the public min..max, as a multiple of the public values' gcd (alignment), a power of two when every
-  public value is one;
+  one value in several cases stays constant, a class that is 1 in the template stays 1 (broadcast), any other draws
+  log-uniformly within the public min..max, as a multiple of the public values' gcd (alignment), a power of two when
+  every public value is one; the only case of its structure draws within the operator's dimension range, keeping
+  its value's power-of-two factor up to 16;
 - a class that is a fixed multiple of another in every public case (3 x hidden) stays that multiple;
 - an integer attr (or list-attr element) that equals a class in every public case follows it; one that divides a
   class in every public case (groups) keeps dividing it, one a class never falls below (top-k's k) stays a floor;
@@ -152,15 +153,21 @@ def _tied_class(group: _Group, values: list[Any], offset: int) -> int | None:
     return None
 
 
-def _draw(values: list[int], template_value: int, rng: random.Random, *, step: int = 1, floor: int = 0) -> int:
-    """One class's new value; ``step`` and ``floor`` come from the template's attrs (divisors, bounds)."""
+def _draw(values: list[int], template_value: int, rng: random.Random, *, step: int = 1, floor: int = 0,
+          alone: tuple[int, int] | None = None) -> int:
+    """One class's new value; ``step`` and ``floor`` come from the template's attrs (divisors, bounds); ``alone``
+    is the operator's dimension range, used when the template is the only public case of its structure."""
     distinct = sorted(set(values))
-    if len(distinct) == 1 or template_value == 1:
+    if template_value == 1 or (len(distinct) == 1 and alone is None):
         return template_value
+    if alone is not None:  # one case shows no range: the operator's dims do, keeping the value's alignment
+        distinct = [alone[0], alone[1]]
+        align = math.lcm(min(16, template_value & -template_value), step)
+    else:
+        align = math.lcm(math.gcd(*distinct) or 1, step)
     lo, hi = max(distinct[0], floor), distinct[-1]
-    if all(v > 0 and v & (v - 1) == 0 for v in distinct) and step & (step - 1) == 0:
+    if alone is None and all(v > 0 and v & (v - 1) == 0 for v in distinct) and step & (step - 1) == 0:
         return 1 << rng.randint(min((lo - 1).bit_length(), hi.bit_length() - 1), hi.bit_length() - 1)
-    align = math.lcm(math.gcd(*distinct) or 1, step)
     lo = min(lo, hi)
     value = round(math.exp(rng.uniform(math.log(max(lo, 1)), math.log(max(hi, 1)))) / align) * align
     return max(int(value), -(-lo // align) * align)
@@ -230,6 +237,8 @@ def generate(public: Sequence[dict[str, Any]], count: int, *, key: str, rel_path
         _classes(group)
     sizes = [_numel(_entries(c.get("input_shape"))) for c in cases]
     low, high = min(sizes), max(sizes)
+    dims = [d for g in groups.values() for row in g.dims for d in row if d > 1]
+    dim_range = (min(dims, default=2), max(dims, default=2))
     public_shapes = {json.dumps(_entries(c.get("input_shape"))) for c in cases}
     by_dtype: dict[str, list[dict[str, Any]]] = {}
     for case in cases:
@@ -242,7 +251,7 @@ def generate(public: Sequence[dict[str, Any]], count: int, *, key: str, rel_path
         template = rng.choice(by_dtype[dtypes[i % len(dtypes)]])
         entries = _entries(template.get("input_shape"))
         group = groups[_structure(entries)]
-        raw = _one(template, entries, group, rng, low, high, public_shapes, made)
+        raw = _one(template, entries, group, rng, low, high, public_shapes, made, dim_range)
         if raw is None:
             out.append(Generated(None, "no new shape within the constraints the public cases show"))
             continue
@@ -252,7 +261,7 @@ def generate(public: Sequence[dict[str, Any]], count: int, *, key: str, rel_path
 
 
 def _one(template: dict[str, Any], entries: list[Any], group: _Group, rng: random.Random, low: int, high: int,
-         public_shapes: set[str], made: set[str]) -> dict[str, Any] | None:
+         public_shapes: set[str], made: set[str], dim_range: tuple[int, int]) -> dict[str, Any] | None:
     row = group.cases.index(template)
     template_dims = group.dims[row]
     attr_ties = [(name, index, _tied_class(group, [_attr_value(c.get("attrs"), name, index) for c in group.cases], 0))
@@ -262,7 +271,8 @@ def _one(template: dict[str, Any], entries: list[Any], group: _Group, rng: rando
     step, floor = _attr_constraints(group, template)
     fallback: tuple[list[Any], list[int]] | None = None
     for attempt in range(MAX_TRIES):
-        values = [_draw(column, column[row], rng, step=step.get(k, 1), floor=floor.get(k, 0))
+        values = [_draw(column, column[row], rng, step=step.get(k, 1), floor=floor.get(k, 0),
+                        alone=dim_range if len(group.cases) == 1 else None)
                   for k, column in enumerate(group.class_values)]
         for k, (base, factor) in group.multiple_of.items():
             values[k] = values[base] * factor
