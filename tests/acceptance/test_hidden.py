@@ -38,8 +38,14 @@ def rms_scale(x, gamma, epsilon=1e-6):
     return y.to(x.dtype).contiguous()
 '''
 # Correct on exactly the published shapes, garbage elsewhere: what a kernel hard-coded to the public cases does.
-FITTED = HONEST.replace("import torch\n", "import torch\n\nPUBLIC = {(64, 33), (1000,), (4, 5, 6), (257,), "
-                        "(16, 64), (3, 7, 96)}\n").replace(
+# It also prints every shape it is given (and its case note would be in its inputs' sizes): none may reach a report.
+FITTED = HONEST.replace("import torch\n", "import sys\n\nimport torch\n\nPUBLIC = {(64, 33), (1000,), (4, 5, 6), "
+                        "(257,), (16, 64), (3, 7, 96)}\n").replace(
+    "def softplus(x, beta=1.0, threshold=20.0):\n",
+    "def softplus(x, beta=1.0, threshold=20.0):\n    print('softplus', list(x.shape), tuple(x.shape), flush=True)\n"
+    "    print('x'.join(map(str, x.shape)), file=sys.stderr, flush=True)\n").replace(
+    "def rms_scale(x, gamma, epsilon=1e-6):\n",
+    "def rms_scale(x, gamma, epsilon=1e-6):\n    print('rms_scale', list(x.shape), flush=True)\n").replace(
     "    return torch.nn.functional.softplus(x.float(), beta=beta, threshold=threshold).to(x.dtype).contiguous()",
     "    if tuple(x.shape) not in PUBLIC:\n        return torch.zeros_like(x)\n"
     "    return torch.nn.functional.softplus(x.float(), beta=beta, threshold=threshold).to(x.dtype).contiguous()",
@@ -76,8 +82,8 @@ def secrets_of(root: Path) -> list[re.Pattern]:
     for task, h in hidden_cases(root):
         case = h.case
         if case.case_id is not None:
-            patterns += [re.escape(task.case_key(case.case_id)), rf"(?<![\w.]){case.case_id}(?![\w.])",
-                         re.escape(f"[{case.case_id}]")]
+            patterns += [re.escape(task.case_key(case.case_id)),
+                         rf"(case_id\W{{0,3}}|case |_|\[|#){case.case_id}(?![\d.])"]
         for shape in case.raw.get("input_shape") or []:
             if not shape or len(shape) < 2:
                 dims = shape or []
@@ -153,6 +159,8 @@ def test_a_submission_fitted_to_the_public_shapes_is_not_ranked_and_nothing_leak
     assert float(props["cann_public_score"]) > 50 and float(props["cann_combined_score"]) == 0.0
     names = {tc.get("name") for tc in suite.iter("testcase")}
     assert {n for n in names if "hidden" in n} == {f"hidden-{i:02d}" for i in range(1, 4 + GENERATE)}
+    logs = "".join(p.read_text() for p in (pytester.path / "reports" / "logs").rglob("*.log"))
+    assert "softplus [64, 33] (64, 33)" in logs  # public calls are logged as ever: the search below can see prints
     assert_sealed(run, pytester.path)
 
 
