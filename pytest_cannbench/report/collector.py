@@ -160,7 +160,7 @@ def attach(item: pytest.Item, report: pytest.TestReport, outcome: CaseOutcome | 
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
         report.cann = outcome.to_dict()  # type: ignore[attr-defined]
-        extra = [("cann_status", outcome.status)] + junit_properties(outcome)
+        extra = [("cann_status", outcome.status), ("cann_split", outcome.split)] + junit_properties(outcome)
         if outcome.failure_type:
             extra.append(("cann_failure_type", outcome.failure_type))
         # on the item, so the teardown report (what junit-xml writes) carries them too
