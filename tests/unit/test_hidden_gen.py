@@ -106,3 +106,14 @@ def test_a_bad_hidden_file_is_refused_naming_the_file_not_the_case(tmp_path, tex
     with pytest.raises(HiddenCaseError) as info:
         load_hidden(t, hidden_root=str(tmp_path), count=0, key="seed=0")
     assert fragment in str(info.value) and str(path) in str(info.value) and "-5" not in str(info.value)
+
+
+def test_the_bundled_hidden_tree_is_valid_and_stays_out_of_the_task_tree():
+    hidden_root = ROOT / "tests" / "fixtures" / "hidden" / "tasks"
+    files = sorted(hidden_root.rglob("cases.yaml"))
+    assert len(files) >= 5
+    for path in files:
+        rel = path.parent.relative_to(hidden_root).as_posix()
+        assert not (path.parent / "proto.yaml").exists()  # never an operator of its own
+        hidden = load_hidden(task(rel), hidden_root=str(hidden_root), count=0, key="seed=0")
+        assert len(hidden) == 5 and all(h.origin == WRITTEN and h.case.error is None for h in hidden)
