@@ -187,3 +187,13 @@ def test_hidden_node_ids_are_opaque(pytester, capsys, task_tree):
     assert len(hidden) == 4 + 2 * GENERATE
     assert all(re.fullmatch(r"tasks/level\d/\w+/cases\.yaml::hidden-\d\d", line) for line in hidden), hidden
     assert "1001" not in run.text and "48, 71" not in run.text
+
+
+def test_a_submission_reading_the_hidden_tree_is_refused(pytester, capsys, task_tree):
+    """The hidden tree is a protected path of every candidate worker (the sandbox will hide it as well)."""
+    target = pytester.path / "hidden" / "level1" / "softplus" / "cases.yaml"
+    reader = HONEST.replace("def softplus(x, beta=1.0, threshold=20.0):\n",
+                            f"def softplus(x, beta=1.0, threshold=20.0):\n    open({str(target)!r}).read()\n")
+    run = grade(pytester, capsys, task_tree, reader, "--cann-no-perf", "--cann-hidden-generate=0", "-k", "softplus")
+    statuses = {name: (c.cann or {}).get("failure_type") for name, c in run.cases.items()}
+    assert statuses and set(statuses.values()) == {"forbidden_access"}, statuses
