@@ -132,6 +132,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if settings.source or settings.no_install:
         lines.append(f"cannbench: guard {settings.guard} (builtin compute, host libraries, tampering); "
                      "containment on (seccomp where available)")
+    if settings.hidden:
+        lines.append(hidden.header_line(settings))
     if settings.tasks:
         lines.insert(0, f"cannbench: tasks {settings.tasks}")
     submitted = st.submission

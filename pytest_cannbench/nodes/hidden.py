@@ -29,6 +29,7 @@ from pytest_cannbench.outcome import CaseOutcome
 if TYPE_CHECKING:
     from pytest_cannbench.judge.goldens import GoldenService
     from pytest_cannbench.judge.source import CaseSource
+    from pytest_cannbench.options import Settings
     from pytest_cannbench.state import CannBenchState
     from pytest_cannbench.taskformat.hidden import HiddenCase
     from pytest_cannbench.timing.perf import PerfContext
@@ -39,6 +40,14 @@ TIMES = ("t_cand_us", "t_baseline_us", "t_hw_us")  # what scoring needs of a hid
 DROP_GOLDEN = "dropped: the golden rejects it"
 DROP_WEAK = "dropped: the quality gate finds it weak (a null candidate passes)"
 DROP_BROKEN = "dropped: the quality gate finds it broken (a correct answer fails)"
+
+
+def header_line(settings: Settings) -> str:
+    """What the run header says of the hidden split (never a case)."""
+    written = f"written cases from {settings.hidden_cases}" if settings.hidden_cases else "no written cases"
+    generated = f"{settings.hidden_generate} generated per operator" if settings.hidden_generate else "none generated"
+    return (f"cannbench: hidden split (sealed): {written}, {generated}; gate "
+            f"{'on' if settings.hidden_gate else 'off'} (docs/hidden-cases.md)")
 
 
 def seal(result: CaseOutcome, key: str, message: str = "") -> CaseOutcome:
