@@ -126,8 +126,9 @@ class HiddenCaseItem(CaseItem):
         self.user_properties += [("cann_case", self.key), ("cann_split", oc.SPLIT_HIDDEN)]
 
     def make_source(self, st: CannBenchState) -> CaseSource:
-        source: CaseSource = hidden_source()(task=self.task, case=self.case, settings=st.settings,
-                            service=services(self.config).golden_service, hidden_key=self.key)
+        make = hidden_source()
+        source: CaseSource = make(task=self.task, case=self.case, settings=st.settings,
+                                  service=services(self.config).golden_service, hidden_key=self.key)
         return source
 
     def worker_for(self, st: CannBenchState) -> CandidateWorker:
