@@ -153,6 +153,17 @@ def add_options(parser: pytest.Parser) -> None:
                 "graded, with a warning when the sources are newer than it).")
     option("fail-under", type=float, metavar="SCORE",
            help="exit non-zero when the run's total score is below SCORE (a CI gate in one option).")
+    # issue 18: the sealed hidden split (docs/hidden-cases.md)
+    option("hidden-cases", metavar="DIR",
+           help="judge-only hidden cases: a tree mirroring the task tree with a cases.yaml per operator in the "
+                "official format (ids never clash with public ones). Graded and scored apart; nothing of them "
+                "reaches a report beyond an opaque id, a status and a failure type.")
+    option("hidden-generate", type=int, metavar="N",
+           help="per operator, N hidden cases generated from the public ones under the session secret (or "
+                "--cann-seed): new shapes within the constraints the public cases show (default 0).")
+    option("hidden-gate", choices=("on", "off"),
+           help="on (default when hidden cases exist): an operator that passes every public case but fails a "
+                "hidden one is not_ranked ('fails held-out cases') and scores 0 in the combined total.")
 
 
 @dataclass(frozen=True)
@@ -202,6 +213,14 @@ class Settings:
     rebuild: bool = False
     fail_under: float | None = None
     active: bool = True  # asked(): False leaves the run alone (no collection, files, header or report section)
+    hidden_cases: str | None = None  # issue 18: the judge-only hidden tree (absolute), kept from the worker
+    hidden_generate: int = 0
+    hidden_gate: bool = True
+
+    @property
+    def hidden(self) -> bool:
+        """Whether this run has a hidden split at all."""
+        return bool(self.hidden_cases or self.hidden_generate)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -369,7 +388,23 @@ def settings_from_config(config: pytest.Config) -> Settings:
         rebuild=_flag(config, "rebuild"),
         fail_under=fail_under,
         active=asked(config),
+        **_hidden_options(config),
     )
+
+
+def _hidden_options(config: pytest.Config) -> dict[str, Any]:
+    """Issue 18: the hidden split's sources and gate."""
+    hidden = _value(config, "hidden_cases")
+    if hidden:
+        hidden = os.path.abspath(str(hidden))
+        if not os.path.isdir(hidden):
+            raise pytest.UsageError(f"--cann-hidden-cases {hidden}: not a directory")
+    generate = _number(config, "hidden_generate", int, 0)
+    if generate < 0:
+        raise pytest.UsageError("--cann-hidden-generate must be >= 0")
+    gate = _choice(config, "hidden_gate", ("on", "off"))
+    return {"hidden_cases": str(hidden) if hidden else None, "hidden_generate": generate,
+            "hidden_gate": gate == "on"}
 
 
 def _session_secret(config: pytest.Config, *, graded: bool, seeded: bool) -> str:

@@ -51,6 +51,13 @@ GUARD_FAILURES = (FORBIDDEN_ACCESS, API_TAMPERED, GUARD_BLINDED, BUILTIN_COMPUTE
 
 HARNESS_FAILURES = frozenset({TASK_ERROR, GOLDEN_ERROR, WORKER_CRASH, SESSION_INTERRUPTED, HARNESS_ERROR})
 
+# The hidden split (docs/hidden-cases.md): which split a case belongs to; a generated hidden case that cannot be
+# graded (no new shape, invalid, the golden rejects it, the quality gate finds it weak) is dropped: never scored.
+SPLIT_PUBLIC, SPLIT_HIDDEN = "public", "hidden"
+HIDDEN_DROPPED = "hidden_dropped"
+NOT_RANKED = "not_ranked"  # an operator's status when --cann-hidden-gate withholds its combined score
+GATE_REASON = "fails held-out cases"
+
 
 @dataclass
 class CaseOutcome:
@@ -68,6 +75,7 @@ class CaseOutcome:
     timing: dict[str, Any] = field(default_factory=dict)  # timing.CaseTiming as a dict; empty: not considered
     flags: list[str] = field(default_factory=list)  # the run's weaker modes (e.g. sandbox_off), on every case
     candidate: str = ""  # issue 17: the candidate of a multi-candidate run ("" in a single-candidate run)
+    split: str = SPLIT_PUBLIC  # SPLIT_PUBLIC or SPLIT_HIDDEN
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -12,7 +12,7 @@ import pytest
 
 from pytest_cannbench import options, state
 from pytest_cannbench.kernelbench.collect import ProblemItem
-from pytest_cannbench.nodes import items
+from pytest_cannbench.nodes import hidden, items
 from pytest_cannbench.report import collector as results
 from pytest_cannbench.report import journal as reporting
 from pytest_cannbench.report import progress
@@ -74,8 +74,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         reporting.start(config, collector)
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    # normal priority: before pytest-html writes its page (trylast) and before the terminal summary
+    # tryfirst: before junit-xml writes its file (its suite properties carry the scores), pytest-html its page
+    # (trylast) and the terminal summary
     collector = session.config.stash.get(COLLECTOR_KEY, None)
     if collector is not None and not session.config.option.collectonly:
         interrupted = collector.account_for_unrun(results.interruption_reason(session, exitstatus))
@@ -119,7 +121,7 @@ def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> pytest.Coll
         return collect_problem(file_path, parent)
     if state.of(parent.config).settings.bench == "stanford":
         return None
-    return items.collect_file(file_path, parent)
+    return items.collect_file(file_path, parent, hidden.OperatorWithHidden)
 
 
 def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool | None:
@@ -160,6 +162,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if settings.source or settings.no_install:
         lines.append(f"cannbench: guard {settings.guard} (builtin compute, host libraries, tampering); "
                      "containment on (seccomp where available)")
+    if settings.hidden:
+        lines.append(hidden.header_line(settings))
     if settings.tasks:
         lines.insert(0, f"cannbench: tasks {settings.tasks}")
     submitted = st.submission

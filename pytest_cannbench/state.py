@@ -294,6 +294,16 @@ class CannBenchState:
             worker = self._workers[key] = self._new_worker(log_name, mode, submission, guard_role=name)
         return worker
 
+    def worker_apart(self, role: str, log_dir: Path) -> CandidateWorker:
+        """A worker of ``role`` outside the session's pool, logging into ``log_dir`` (issue 18: the hidden split's
+        own workers, whose output never reaches the report directory); the caller closes it."""
+        name, mode, loads_submission = WORKER_ROLES[role]
+        worker = self._new_worker(name, "golden" if self.settings.self_check else mode,
+                                  self.submission if loads_submission else None)
+        worker.log_path = log_dir / f"{name}-worker.log"
+        worker.protect = sorted({*worker.protect, str(log_dir)})
+        return worker
+
     def _new_worker(self, name: str, mode: str, submission: SubmissionState | None,
                     guard_role: str | None = None) -> CandidateWorker:
         from pytest_cannbench.guard.policy import mode_for
@@ -341,8 +351,14 @@ class CannBenchState:
         paths = [s.report_dir, os.path.dirname(s.leaderboard), str(cache_dir())]
         if s.golden_cache:
             paths.append(s.golden_cache)
+        paths += self.hidden_paths()
         paths += [str(p) for p in self.task_roots()]
         return sorted(set(paths))
+
+    def hidden_paths(self) -> list[str]:
+        """Issue 18: what only the judge may see of the hidden split (the hidden case tree); a sandbox hides these
+        from every worker as it hides the task trees."""
+        return [self.settings.hidden_cases] if self.settings.hidden_cases else []
 
     def kb_state_dir(self) -> Path:
         """Judge-owned directory of KernelBench reference state dicts (one file per problem and init seed)."""

@@ -20,9 +20,12 @@ from pytest_cannbench import state
 from pytest_cannbench.outcome import CaseOutcome
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pytest_cannbench.judge.source import CaseSource, Reference
     from pytest_cannbench.state import CannBenchState
     from pytest_cannbench.taskformat.spec import CaseSpec, OperatorTask
+    from pytest_cannbench.timing.perf import PerfContext
     from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 OUTCOME_KEY = pytest.StashKey[CaseOutcome]()
@@ -145,7 +148,7 @@ class SourceItem(_CannItem):
             raise CaseFailed(f"{oc.COMPILE_FAILED}: {self.build_failed}")
         ref = self.reference
         assert ref is not None
-        worker = st.worker(source.worker_role, self.candidate)
+        worker = self.worker_for(st)
         try:
             result, candidate_s = self._correctness(st, ref, worker)
         except pytest.fail.Exception as exc:  # pytest-timeout: the worker was killed, the case is lost
@@ -154,7 +157,7 @@ class SourceItem(_CannItem):
         if result.status == oc.PASSED and settings.perf and self.timed:
             from pytest_cannbench.timing.perf import measure
 
-            timing, failure = measure(source, ref, worker, st.perf_context())
+            timing, failure = measure(source, ref, worker, self.perf_for(st))
             if failure is not None:
                 failure.accuracy = result.accuracy
                 result = failure
@@ -176,17 +179,27 @@ class SourceItem(_CannItem):
     def recorded(self, result: CaseOutcome) -> None:
         """Called with the case's final outcome, before a failure is raised (extra report properties)."""
 
+    # where the case runs and logs: the session's own workers and log directory, except for hidden cases
+    def worker_for(self, st: CannBenchState) -> CandidateWorker:
+        return st.worker(self.source.worker_role, self.candidate)
+
+    def perf_for(self, st: CannBenchState) -> PerfContext:
+        return st.perf_context()
+
+    def log_dir_for(self, st: CannBenchState) -> Path:
+        return st.log_dir
+
     def _correctness(self, st: CannBenchState, ref: Reference, worker: CandidateWorker) -> tuple[CaseOutcome, float]:
         """The candidate on the case's inputs, judged; once it passes, once more on new inputs (where the
         source has a second pass). Returns the verdict and the first call's seconds."""
         from pytest_cannbench.judge.source import run_candidate, second_pass
 
-        source, timeout_s = self.source, st.settings.case_timeout_s
-        answer = run_candidate(source, ref, worker, timeout_s, st.log_dir)
+        source, timeout_s, log_dir = self.source, st.settings.case_timeout_s, self.log_dir_for(st)
+        answer = run_candidate(source, ref, worker, timeout_s, log_dir)
         result = answer.failure or source.judge(answer.outputs or [], ref)
         result.warnings += [f"guard (warn mode): {flag}" for flag in answer.flags]
         if result.status == oc.PASSED:
-            again = second_pass(source, worker, timeout_s, st.log_dir)
+            again = second_pass(source, worker, timeout_s, log_dir)
             if again is not None:
                 again.accuracy = again.accuracy or result.accuracy
                 result = again
@@ -324,7 +337,8 @@ def _registered_markers(config: pytest.Config) -> set[str]:
     return {line.split(":")[0].strip() for line in config.getini("markers")}
 
 
-def collect_file(file_path: Any, parent: pytest.Collector) -> OperatorFile | None:
+def collect_file(file_path: Any, parent: pytest.Collector,
+                 cls: type[OperatorFile] = OperatorFile) -> OperatorFile | None:
     if file_path.name != "cases.yaml" or not (file_path.parent / "proto.yaml").is_file():
         return None
     shard = state.of(parent.config).settings.shard
@@ -335,7 +349,7 @@ def collect_file(file_path: Any, parent: pytest.Collector) -> OperatorFile | Non
         op_dir = file_path.parent.resolve()
         if not in_shard(op_dir.relative_to(find_bench_root(op_dir)).as_posix(), *shard):
             return None
-    return OperatorFile.from_parent(parent, path=file_path)
+    return cls.from_parent(parent, path=file_path)
 
 
 def ignore_golden(collection_path: Any) -> bool | None:

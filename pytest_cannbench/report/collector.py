@@ -31,7 +31,10 @@ def _case_key(report: pytest.TestReport) -> str:
 
 
 def _split_key(key: str) -> tuple[str, int | None]:
-    """``level1/exp_3`` -> (``level1/exp``, 3): what a crash report, which carries only the key, is about."""
+    """``level1/exp_3`` -> (``level1/exp``, 3): what a crash report, which carries only the key, is about.
+    A hidden case's ``level1/exp#hidden-04`` -> (``level1/exp``, None)."""
+    if "#hidden-" in key:
+        return key.partition("#")[0], None
     rel_path, _, tail = key.rpartition("_")
     return (rel_path, int(tail)) if rel_path and tail.isdigit() else (key, None)
 
@@ -163,8 +166,11 @@ class ResultCollector:
             key = self.expected.get(report.nodeid) or _case_key(report)
             self.crashed[report.nodeid] = key
             rel_path, case_id = _split_key(key)
+            hidden = "#hidden-" in key  # issue 18: a sealed case says nothing but its fate
             self.record(CaseOutcome(key=key, rel_path=rel_path, operator="", case_id=case_id, status=oc.CRASHED,
-                                    failure_type=oc.WORKER_CRASH, message=str(report.longrepr)[:500]))
+                                    failure_type=oc.WORKER_CRASH,
+                                    message="worker crashed" if hidden else str(report.longrepr)[:500],
+                                    split=oc.SPLIT_HIDDEN if hidden else oc.SPLIT_PUBLIC))
 
     def summary_lines(self, verbose: bool = False) -> list[str]:
         if not self.outcomes:
@@ -259,7 +265,7 @@ def attach(item: pytest.Item, report: pytest.TestReport, outcome: CaseOutcome | 
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
         report.cann = outcome.to_dict()  # type: ignore[attr-defined]
-        extra = [("cann_status", outcome.status)] + junit_properties(outcome)
+        extra = [("cann_status", outcome.status), ("cann_split", outcome.split)] + junit_properties(outcome)
         if outcome.failure_type:
             extra.append(("cann_failure_type", outcome.failure_type))
         # on the item, so the teardown report (what junit-xml writes) carries them too
@@ -276,6 +282,7 @@ def score_lines(board: dict, limit: int | None) -> list[str]:
     for op in ops[:limit]:
         speed = f"x{op['speedup_geomean']:.2f}" if op.get("speedup_geomean") else "-"
         note = f"  [{op['score_error']}]" if op.get("score_error") else ""
+        note += f"  [{oc.NOT_RANKED}: {op['not_ranked_reason']}]" if op.get("not_ranked_reason") else ""
         lines.append(f"  {op['rel_path']:<32} {op['cases_passed']:>3}/{op['cases_total']:<3} "
                      f"{op['compile_score']:>8.1f} {op['function_score']:>9.1f} {op['performance_score']:>7.1f} "
                      f"{op['score']:>7.1f} {speed:>9}{note}")
@@ -284,6 +291,9 @@ def score_lines(board: dict, limit: int | None) -> list[str]:
     levels = ", ".join(f"{name} {entry['score']:.1f} ({entry['operators']} ops)"
                        for name, entry in board["levels"].items())
     lines.append(f"total score {board['total_score']:.1f} over {len(ops)} operators; levels: {levels or '-'}")
+    from pytest_cannbench.report.splits import summary_lines as split_lines
+
+    lines += split_lines(board)
     examples: dict[str, tuple[int, str]] = {}
     for op in ops:
         for case in op["cases"]:

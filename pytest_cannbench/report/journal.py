@@ -173,6 +173,7 @@ def finish(config: Any, collector: Any) -> None:
     from pytest_cannbench.report.page import write_beside  # issue 19: the standalone HTML report, every run
 
     collector.written.append(write_beside(Path(s.leaderboard), board, getattr(config.option, "htmlpath", None)))
+    _junit_suite_properties(config, board)
     if s.markdown:
         from pytest_cannbench.report.markdown import render
 
@@ -183,3 +184,15 @@ def finish(config: Any, collector: Any) -> None:
 
         leaderboard.write_atomic(Path(s.eval_report), leaderboard.dumps(to_eval_report(board), indent=1) + "\n")
         collector.written.append(s.eval_report)
+
+
+def _junit_suite_properties(config: Any, board: dict[str, Any]) -> None:
+    """Issue 18: the scores (public, hidden, combined) as junit-xml suite properties, when junit-xml is on."""
+    from _pytest.junitxml import xml_key
+
+    from pytest_cannbench.report.splits import junit_properties
+
+    xml = config.stash.get(xml_key, None)
+    if xml is not None:
+        for name, value in junit_properties(board):
+            xml.add_global_property(name, value)

@@ -18,6 +18,7 @@ from typing import Any
 from pytest_cannbench import __version__
 from pytest_cannbench.atomic import write_atomic
 from pytest_cannbench.outcome import BUILD_FAILURES, GUARD_FAILURES, MISSING
+from pytest_cannbench.report import splits
 from pytest_cannbench.report.scoring import WEIGHTS, CaseScore, geometric_mean_speedup, level_of, operator_score, totals
 
 SCHEMA = "pytest-cannbench/leaderboard/1"
@@ -41,17 +42,27 @@ def _case_entry(outcome: dict[str, Any], hap: float | None, hap_flags: list[str]
         "flags": sorted(set(list(timing.get("flags") or []) + hap_flags + list(outcome.get("flags") or []))),
         "timing": {k: v for k, v in timing.items() if k != "windows"},
         "warnings": outcome.get("warnings") or [],
+        "split": outcome.get("split") or "public",
     }
 
 
-def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False) -> dict[str, Any]:
-    """Operators, levels and the total from case outcomes (dicts as in ``CaseOutcome.to_dict``)."""
+def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False, gate: bool = True) -> dict[str, Any]:
+    """Operators, levels and the total from case outcomes (dicts as in ``CaseOutcome.to_dict``); with hidden
+    cases, the split scores and the gate of :mod:`splits` (dropped hidden cases are never scored)."""
     by_op: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    drops: dict[str, int] = defaultdict(int)
+    hidden = False
     for o in outcomes:
-        by_op[o.get("rel_path") or o["key"].rsplit("_", 1)[0]].append(o)
+        rel = o.get("rel_path") or o["key"].rsplit("_", 1)[0]
+        hidden = hidden or splits.split_of(o) == "hidden"
+        if splits.dropped(o):
+            drops[rel] += 1
+        else:
+            by_op[rel].append(o)
     operators: list[dict[str, Any]] = []
     for rel_path in sorted(by_op):
-        cases = sorted(by_op[rel_path], key=lambda o: (o.get("case_id") is None, o.get("case_id") or 0, o["key"]))
+        cases = sorted(by_op[rel_path], key=lambda o: (splits.split_of(o) != "public", o.get("case_id") is None,
+                                                       o.get("case_id") or 0, o["key"]))
         inputs = [CaseScore(o["status"], o.get("failure_type"), (o.get("timing") or {}).get("t_cand_us"),
                             (o.get("timing") or {}).get("t_baseline_us"), (o.get("timing") or {}).get("t_hw_us"))
                   for o in cases]
@@ -78,8 +89,13 @@ def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False) -> dic
                 for o in cases if o["status"] == "passed"),
             "cases": [_case_entry(o, h, f) for o, h, f in zip(cases, score.haps, score.hap_flags)],
         })
+        if hidden:
+            splits.annotate(operators[-1], cases, cap=cap, gate=gate, dropped_count=drops[rel_path])
     total, levels = totals((op["rel_path"], op["score"]) for op in operators)
-    return {"total_score": total, "levels": levels, "operators": operators}
+    board: dict[str, Any] = {"total_score": total, "levels": levels, "operators": operators}
+    if hidden:
+        board["splits"] = {**splits.level_scores(levels, operators), "gate": gate}
+    return board
 
 
 def build(outcomes: Iterable[dict[str, Any]], *, submission: dict[str, Any] | None, environment: dict[str, Any],
@@ -87,7 +103,7 @@ def build(outcomes: Iterable[dict[str, Any]], *, submission: dict[str, Any] | No
     from pytest_cannbench.report.kernelbench import section as kernelbench_section
 
     outcomes = list(outcomes)
-    scored = score_cases(outcomes, cap=cap)
+    scored = score_cases(outcomes, cap=cap, gate=bool(config.get("hidden_gate", True)))
     kernelbench = kernelbench_section(outcomes)
     if kernelbench is not None:
         scored["kernelbench"] = kernelbench

@@ -108,6 +108,8 @@ def _operators(board: dict[str, Any]) -> list[str]:
         note = STATUS_NOTES.get(str(op.get("score_error") or ""), "")
         if note:
             name += f" — **{note}**"
+        if op.get("not_ranked_reason"):
+            name += f" — **not ranked: {cell(op['not_ranked_reason'])}**"
         level = f"level{op['level']}" if op.get("level") is not None else "–"
         rows.append([name, level, f"{op.get('cases_passed', 0)}/{op.get('cases_total', 0)}",
                      _fmt(op.get("compile_score")), _fmt(op.get("function_score")),
@@ -175,9 +177,28 @@ def _notes(board: dict[str, Any]) -> list[str]:
 
 def render(board: dict[str, Any]) -> str:
     """The board as Markdown: headline, levels, operators, failures by type, notes."""
-    lines = (_headline(board) + _levels(board) + _operators(board) + _kernelbench(board) + _failures(board)
-             + _notes(board))
+    lines = (_headline(board) + _levels(board) + _splits(board) + _operators(board) + _kernelbench(board)
+             + _failures(board) + _notes(board))
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _splits(board: dict[str, Any]) -> list[str]:
+    """Issue 18: public, hidden and combined scores per level and in total, the gap, who is not ranked."""
+    splits = board.get("splits")
+    if not splits:
+        return []
+    rows = [[cell(name), _fmt(entry.get("public_score")), _fmt(entry.get("hidden_score")),
+             _fmt(entry.get("combined_score"))] for name, entry in (board.get("levels") or {}).items()]
+    rows.append(["**total**", f"**{_fmt(splits.get('public_score'))}**", f"**{_fmt(splits.get('hidden_score'))}**",
+                 f"**{_fmt(splits.get('combined_score'))}**"])
+    gap = number(splits.get("function_rate_gap"))
+    notes = [f"Function-rate gap (public − hidden): {'–' if gap is None else f'{gap * 100:+.1f} points'} · "
+             f"hidden cases {splits.get('hidden_cases', 0)}, dropped {splits.get('dropped', 0)} · gate "
+             f"{'on' if splits.get('gate') else 'off'}"]
+    if splits.get("not_ranked"):
+        notes.append(f"**Not ranked (fails held-out cases):** {', '.join(cell(r) for r in splits['not_ranked'])}")
+    return ["### Public and hidden splits", "", *_table(["Level", "Public", "Hidden", "Combined"], rows, "lrrr"), "",
+            *(f"{n}  " for n in notes), ""]
 
 
 def _kernelbench(board: dict[str, Any]) -> list[str]:

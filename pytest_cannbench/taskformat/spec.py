@@ -357,8 +357,9 @@ def check_golden_source(path: Path, spec: OperatorSpec) -> str:
 # cases.yaml
 
 
-def parse_cases(path: Path, spec: OperatorSpec) -> list[CaseSpec]:
-    data = load_yaml(path)
+def parse_cases(path: Path, spec: OperatorSpec, data: Any = None) -> list[CaseSpec]:
+    """The cases of ``path`` (or of ``data``, already loaded, named by ``path``: generated hidden cases)."""
+    data = load_yaml(path) if data is None else data
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise TaskFormatError(path, "", "top level must be a mapping with a list under 'cases'")
     if not data["cases"]:

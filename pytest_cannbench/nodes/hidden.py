@@ -1,0 +1,251 @@
+"""Hidden cases as pytest items: opaque names, sealed outcomes, workers and logs of their own.
+
+A hidden case exists only in the judge. Its item is named ``hidden-<n>`` (the node id says nothing else), every
+outcome it records is sealed to its opaque key, status and failure type (plus the three times HAP needs), its
+failures raise one sealed line, warnings raised while it runs are dropped, and its golden and candidate workers
+log into a private temporary directory that is removed at the end (a submission printing its inputs leaves no
+trace in ``reports/``); the golden cache is never used for it. docs/hidden-cases.md lists every output path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import shutil
+import tempfile
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from pytest_cannbench import outcome as oc
+from pytest_cannbench import state
+from pytest_cannbench.nodes.items import OUTCOME_KEY, CaseFailed, CaseItem, OperatorFile
+from pytest_cannbench.outcome import CaseOutcome
+
+if TYPE_CHECKING:
+    from pytest_cannbench.judge.goldens import GoldenService
+    from pytest_cannbench.judge.source import CaseSource
+    from pytest_cannbench.options import Settings
+    from pytest_cannbench.state import CannBenchState
+    from pytest_cannbench.taskformat.hidden import HiddenCase
+    from pytest_cannbench.timing.perf import PerfContext
+    from pytest_cannbench.workers.candidate_client import CandidateWorker
+
+SERVICES_KEY = pytest.StashKey["HiddenServices"]()
+TIMES = ("t_cand_us", "t_baseline_us", "t_hw_us")  # what scoring needs of a hidden case's timing
+DROP_GOLDEN = "dropped: the golden rejects it"
+DROP_WEAK = "dropped: the quality gate finds it weak (a null candidate passes)"
+DROP_BROKEN = "dropped: the quality gate finds it broken (a correct answer fails)"
+
+
+def header_line(settings: Settings) -> str:
+    """What the run header says of the hidden split (never a case)."""
+    written = f"written cases from {settings.hidden_cases}" if settings.hidden_cases else "no written cases"
+    generated = f"{settings.hidden_generate} generated per operator" if settings.hidden_generate else "none generated"
+    return (f"cannbench: hidden split (sealed): {written}, {generated}; gate "
+            f"{'on' if settings.hidden_gate else 'off'} (docs/hidden-cases.md)")
+
+
+def seal(result: CaseOutcome, key: str, message: str = "") -> CaseOutcome:
+    """What of a hidden case may leave the judge: key, status, failure type and the times HAP needs."""
+    timing = result.timing or {}
+    sealed = {"measured": bool(timing.get("measured")), **{t: timing.get(t) for t in TIMES if t in timing}}
+    label = key.rpartition("#")[2]
+    text = message or f"{label}: {result.status}" + (f" ({result.failure_type})" if result.failure_type else "")
+    return CaseOutcome(key=key, rel_path=result.rel_path, operator=result.operator, case_id=None,
+                       status=result.status, failure_type=result.failure_type, message=text,
+                       timing=sealed if timing else {}, split=oc.SPLIT_HIDDEN)
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Warnings raised for a hidden case could carry its shapes: they are dropped, not summarised."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@dataclass
+class HiddenServices:
+    """One pytest process's golden service and candidate workers for hidden cases, logging privately."""
+
+    st: CannBenchState
+    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="cannbench-hidden-")))
+    _service: GoldenService | None = None
+    _workers: dict[str, CandidateWorker] = field(default_factory=dict)
+    _perf: PerfContext | None = None
+
+    def golden_service(self) -> GoldenService:
+        if self._service is None:
+            from pytest_cannbench.judge.goldens import make_service
+
+            self._service = make_service(replace(self.st.settings, golden_cache=None), self.root,
+                                         state.cpu_threads())
+            self._service.worker.log_path = self.root / "golden-worker.log"
+        return self._service
+
+    def worker(self, role: str) -> CandidateWorker:
+        if role not in self._workers:
+            self._workers[role] = self.st.worker_apart(role, self.root)
+        return self._workers[role]
+
+    def perf(self) -> PerfContext:
+        if self._perf is None:
+            self._perf = replace(self.st.perf_context(), baseline_worker=self.worker("baseline"), log_dir=self.root)
+        return self._perf
+
+    def close(self) -> None:
+        if self._service is not None:
+            self._service.close()
+        for worker in self._workers.values():
+            worker.close()
+            shutil.rmtree(worker.workdir.parent, ignore_errors=True)
+        self._workers.clear()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def services(config: pytest.Config) -> HiddenServices:
+    found = config.stash.get(SERVICES_KEY, None)
+    if found is None:
+        found = config.stash[SERVICES_KEY] = HiddenServices(state.of(config))
+        config.add_cleanup(found.close)
+    return found
+
+
+class HiddenCaseItem(CaseItem):
+    """One hidden case: graded like a public one, seen from outside only as ``hidden-<n>``."""
+
+    def __init__(self, *, task: Any, case: Any, hidden: HiddenCase, **kwargs: Any) -> None:
+        super(CaseItem, self).__init__(**kwargs)  # not CaseItem's: its property names the real case id
+        self.task, self.case, self.hidden = task, case, hidden
+        self.key = f"{task.rel_path}#{hidden.label}"
+        self.user_properties += [("cann_case", self.key), ("cann_split", oc.SPLIT_HIDDEN)]
+
+    def make_source(self, st: CannBenchState) -> CaseSource:
+        make = hidden_source()
+        source: CaseSource = make(task=self.task, case=self.case, settings=st.settings,
+                                  service=services(self.config).golden_service, hidden_key=self.key)
+        return source
+
+    def worker_for(self, st: CannBenchState) -> CandidateWorker:
+        return services(self.config).worker(self.source.worker_role)
+
+    def perf_for(self, st: CannBenchState) -> PerfContext:
+        return services(self.config).perf()
+
+    def log_dir_for(self, st: CannBenchState) -> Path:
+        return services(self.config).root
+
+    def _record(self, result: CaseOutcome, message: str = "") -> CaseOutcome:
+        return super()._record(seal(result, self.key, message))
+
+    def _drop(self, why: str) -> None:
+        self._record(CaseOutcome(key=self.key, rel_path=self.task.rel_path, operator=self.task.spec.name,
+                                 case_id=None, status=oc.SKIPPED, failure_type=oc.HIDDEN_DROPPED), why)
+        pytest.skip(f"{self.hidden.label}: {why}")
+
+    def _sealed_line(self) -> str:
+        result = self.stash.get(OUTCOME_KEY, None)
+        if result is None:
+            result = self._record(CaseOutcome(key=self.key, rel_path=self.task.rel_path,
+                                              operator=self.task.spec.name, case_id=None, status=oc.ERROR))
+        return result.message
+
+    def setup(self) -> None:
+        from pytest_cannbench.nodes.items import GoldenSideError
+        from pytest_cannbench.taskformat.hidden import GENERATED
+
+        generated = self.hidden.origin == GENERATED
+        with quiet():
+            if self.hidden.dropped:
+                self._drop(f"dropped: {self.hidden.dropped}")
+            try:
+                super().setup()
+            except pytest.skip.Exception:
+                if OUTCOME_KEY not in self.stash:
+                    raise  # resumed from results.jsonl: a fixed message, and the recorded outcome stands
+                pytest.skip(self._sealed_line())
+            except GoldenSideError:
+                if generated:
+                    self._drop(DROP_GOLDEN)
+                raise CaseFailed(self._sealed_line()) from None
+            except Exception:  # noqa: BLE001 - anything else would print a traceback with the case in it
+                raise CaseFailed(self._sealed_line()) from None
+            if generated and self.reference is not None:
+                self._gate()
+
+    def _gate(self) -> None:
+        """The task-quality gate on a generated case: a case no null candidate fails is not worth grading."""
+        import io
+
+        from pytest_cannbench.judge.task_quality import grade_case
+
+        s = state.of(self.config).settings
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            quality = grade_case(self.task, self.case, checker=s.checker, seed=s.seed, dist=s.input_dist,
+                                 compat=s.input_compat)
+        if quality.error:
+            self._drop(DROP_GOLDEN)
+        if quality.weak:
+            self._drop(DROP_WEAK)
+        if quality.broken:
+            self._drop(DROP_BROKEN)
+
+    def runtest(self) -> None:
+        with quiet():
+            try:
+                super().runtest()
+            except (Exception, pytest.fail.Exception):  # noqa: BLE001 - a failure says only its status and type
+                raise CaseFailed(self._sealed_line()) from None
+
+    def reportinfo(self) -> tuple[Any, int | None, str]:
+        return self.path, 0, f"{self.task.rel_path} {self.hidden.label}"
+
+
+@functools.cache
+def hidden_source() -> type:
+    """:class:`~pytest_cannbench.judge.case.OperatorCase` keyed by the opaque label, so case logs and resume never
+    see the real id (made on first use: the judge room brings torch)."""
+    from pytest_cannbench.judge.case import OperatorCase
+
+    @dataclass
+    class HiddenSource(OperatorCase):
+        hidden_key: str = ""
+
+        @property
+        def key(self) -> str:
+            return self.hidden_key
+
+    return HiddenSource
+
+
+class OperatorWithHidden(OperatorFile):
+    """An operator's ``cases.yaml``: its public cases, then (with a hidden split) its hidden ones."""
+
+    def collect(self) -> Iterator[pytest.Item]:
+        task = None
+        for item in super().collect():
+            if task is None and isinstance(item, CaseItem):
+                task = item.task
+            yield item
+        settings = state.of(self.config).settings
+        if task is None or not settings.hidden:
+            return
+        from pytest_cannbench.taskformat.hidden import HiddenCaseError, generation_key, load_hidden
+
+        try:
+            hidden = load_hidden(task, hidden_root=settings.hidden_cases, count=settings.hidden_generate,
+                                 key=generation_key(settings.secret, settings.seed))
+        except HiddenCaseError as exc:
+            raise self.CollectError(str(exc)) from None
+        for h in hidden:
+            item = HiddenCaseItem.from_parent(self, name=h.label, task=task, case=h.case, hidden=h)
+            if task.level is not None:
+                item.add_marker(getattr(pytest.mark, f"level{task.level}"))
+            item.add_marker(pytest.mark.cannbench)
+            item.extra_keyword_matches.add(oc.SPLIT_HIDDEN)
+            yield item
