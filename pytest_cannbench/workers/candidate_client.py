@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,14 @@ from pytest_cannbench.workers import procs, wire
 from pytest_cannbench.workers.client import WorkerClient
 from pytest_cannbench.workers.contract import Snapshot, cpu_used, escaped, mutated_inputs, process_snapshot, thread_cpu
 from pytest_cannbench.workers.env_scrub import scrubbed_environment
-from pytest_cannbench.workers.tensor_wire import Region, decode_outputs, plan_batch, plan_call, write_inputs
+from pytest_cannbench.workers.tensor_wire import (
+    BatchLayout,
+    Region,
+    decode_outputs,
+    plan_batch,
+    plan_call,
+    write_inputs,
+)
 
 CASE_LOG_BYTES = 1 << 20  # kept per case: the end of what the submission printed
 POLL_S = 0.05  # memory watchdog period while a call runs
@@ -63,6 +71,29 @@ class BatchResult:
     log_tail: str = ""
     case_log: str | None = None
     flags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StreamedBatch:
+    """A timing batch in progress (:meth:`CandidateWorker.open_batch`): the worker waits, frozen, for call
+    ``next``, whose set is not in the region yet; ``result`` once it ended."""
+
+    layout: BatchLayout
+    kwargs_sets: list[dict[str, Any]]
+    call_sets: list[int]
+    case_log: Path | None
+    deadline: float  # time.perf_counter() by which the whole batch must be over
+    timeout: float
+    before: Snapshot = (0, frozenset())
+    cpu0: dict[int, float] = field(default_factory=dict)
+    t0: float = 0.0
+    written: set[int] = field(default_factory=set)  # sets already in the region
+    next: int = 0
+    result: BatchResult | None = None
+
+    @property
+    def waiting(self) -> bool:
+        return self.result is None
 
 
 class WorkerGone(Exception):
@@ -237,36 +268,117 @@ class CandidateWorker(WorkerClient):
 
     def time_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
                    expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
-                   npu: dict | None = None, case_log: Path | None = None) -> BatchResult:
-        """``warmup`` calls on set 0, then one timed call per entry of ``call_sets``; never raises for the
-        candidate. The judge's wall clock brackets the exchange, for the plausibility check."""
-        layout, writes = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
+                   npu: dict | None = None, case_log: Path | None = None,
+                   judge_flush: Callable[[], None] | None = None) -> BatchResult:
+        """``warmup`` calls on set 0, then one timed call per entry of ``call_sets``, each set written into the
+        region only when its call is next; never raises for the candidate. ``judge_flush`` (CPU) evicts the
+        shared cache after each write. The judge's wall clock brackets the exchange, for the plausibility
+        check. :meth:`open_batch` and :meth:`run_call` interleave several workers' batches."""
+        batch = self.open_batch(target, kwargs_sets, call_sets, warmup=warmup, expected_out_bytes=expected_out_bytes,
+                                timeout=timeout, flush=flush, timer=timer, npu=npu, case_log=case_log,
+                                judge_flushes=judge_flush is not None)
+        while batch.waiting:
+            self.run_call(batch, judge_flush)
+        assert batch.result is not None
+        return batch.result
+
+    def open_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
+                   expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
+                   npu: dict | None = None, case_log: Path | None = None,
+                   judge_flushes: bool = False) -> StreamedBatch:
+        """Start a streamed batch: only the warm-up set is in the region; the worker warms up and waits, frozen,
+        for timed call 0 (``batch.waiting``), or has already ended (``batch.result``)."""
+        layout, _ = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
         self.log_mark = procs.log_size(self.log_path)
         self.wipe_tmp(str(target.get("rel_path") or target.get("name")))
+        batch = StreamedBatch(layout=layout, kwargs_sets=kwargs_sets, call_sets=call_sets, case_log=case_log,
+                              deadline=time.perf_counter() + timeout, timeout=timeout)
         try:
             self._ensure()
             assert self.proc is not None and self.region is not None  # _ensure started both
-            write_inputs(self.region, layout, writes)
+            self.region.ensure(layout.size)
+            write_inputs(self.region, layout, layout.set_writes[0])
+            batch.written.add(0)
             message = {"op": "time", "target": target, "region_size": self.region.size, "sets": layout.sets,
                        "calls": [{"set": i, "out_offset": c.out_offset, "out_capacity": c.out_capacity}
                                  for i, c in zip(call_sets, layout.calls)],
-                       "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer, "npu": npu}
-            before = process_snapshot(self.pid)
-            cpu0 = thread_cpu(self.pid)
-            t0 = time.perf_counter()
+                       "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer, "npu": npu,
+                       "stream": True, "judge_flushes": judge_flushes}
+            batch.before = process_snapshot(self.pid)
+            batch.cpu0 = thread_cpu(self.pid)
+            batch.t0 = time.perf_counter()
             reply = self._exchange(message, timeout)
-            wall = time.perf_counter() - t0
-            cpu_s, busiest_s = cpu_used(cpu0, thread_cpu(self.pid))
         except WorkerGone as exc:
-            return self._finish(BatchResult(exc.status, message=str(exc)), case_log)
+            batch.result = self._finish(BatchResult(exc.status, message=str(exc)), case_log)
+            return batch
         except BaseException:
             self.kill()
             raise
+        self._frame(batch, reply)
+        return batch
+
+    def run_call(self, batch: StreamedBatch, before_go: Callable[[], None] | None = None) -> None:
+        """Write the next timed call's set (the worker is frozen), run ``before_go`` (the judge's cache flush),
+        then let the worker run that one call; afterwards it waits again, frozen, or has ended."""
+        assert batch.waiting and self.region is not None
+        index = batch.call_sets[batch.next]
+        try:
+            if index not in batch.written:
+                write_inputs(self.region, batch.layout, batch.layout.set_writes[index])
+                batch.written.add(index)
+            if before_go is not None:
+                before_go()
+            remaining = batch.deadline - time.perf_counter()
+            if remaining <= 0:
+                self.kill()
+                raise WorkerGone(TIMEOUT, f"no answer within {batch.timeout:g} s; the worker's process group "
+                                          "was killed")
+            reply = self._exchange({"op": "go", "call": batch.next}, remaining)
+        except WorkerGone as exc:
+            batch.result = self._finish(BatchResult(exc.status, message=str(exc)), batch.case_log)
+            return
+        except BaseException:
+            self.kill()
+            raise
+        batch.next += 1
+        self._frame(batch, reply)
+
+    def stop_batch(self, batch: StreamedBatch) -> None:
+        """End a waiting batch early (another worker's batch failed); the worker answers and stays usable."""
+        if not batch.waiting:
+            return
+        try:
+            self._exchange({"op": "stop"}, max(1.0, batch.deadline - time.perf_counter()))
+            self._freeze()
+        except WorkerGone:
+            pass
+        batch.result = BatchResult(RAISED, message="stopped by the judge")
+
+    def _frame(self, batch: StreamedBatch, reply: dict) -> None:
+        """A frame of a streamed batch: ``{"ready": next}`` (the worker waits, now frozen) or its final reply."""
         self._freeze()
-        for args, kwargs in zip(layout.sets, kwargs_sets):
-            problem = self._contract(before, args, kwargs)
-            if problem is not None:
-                return self._finish(BatchResult(problem.status, message=problem.message, wall_s=wall), case_log)
+        ready = reply.get("ready")
+        if set(reply) == {"ready"} and type(ready) is int and ready == batch.next < len(batch.call_sets):
+            return
+        if "ready" in reply or "ok" not in reply:
+            self.kill()
+            batch.result = self._finish(BatchResult(CRASHED, message="the worker broke the timing handshake"),
+                                        batch.case_log)
+            return
+        wall = time.perf_counter() - batch.t0
+        cpu_s, busiest_s = cpu_used(batch.cpu0, thread_cpu(self.pid))
+        batch.result = self._conclude(batch, reply, wall, cpu_s, busiest_s)
+
+    def _conclude(self, batch: StreamedBatch, reply: dict, wall: float, cpu_s: float | None,
+                  busiest_s: float | None) -> BatchResult:
+        """The judge's checks of a finished batch (the worker is frozen): contract, guard, a well-formed reply."""
+        call_sets, case_log = batch.call_sets, batch.case_log
+        if reply.get("ok") and batch.next == len(call_sets):  # every set was written: all can be compared
+            for args, kwargs in zip(batch.layout.sets, batch.kwargs_sets):
+                problem = self._contract(batch.before, args, kwargs)
+                if problem is not None:
+                    return self._finish(BatchResult(problem.status, message=problem.message, wall_s=wall),
+                                        case_log)
         verdict, why, flags = guard_verdict(self.import_problems + guard_problems(reply), self.guard)
         if verdict is not None:
             return self._finish(BatchResult(verdict, message=why, wall_s=wall, flags=flags), case_log)
@@ -274,6 +386,10 @@ class CandidateWorker(WorkerClient):
             text = (f"candidate raised {reply.get('error')}" if reply.get("stage") == "call"
                     else f"{reply.get('stage')}: {reply.get('error')}")
             return self._finish(BatchResult(RAISED, message=text, wall_s=wall), case_log)
+        if batch.next != len(call_sets):
+            self.kill()
+            return self._finish(BatchResult(CRASHED, message=f"the worker ended the batch after {batch.next} of "
+                                            f"{len(call_sets)} timed calls", wall_s=wall), case_log)
         seconds, outputs, phases = reply.get("seconds"), reply.get("outputs"), reply.get("phases")
         if (not isinstance(seconds, list) or len(seconds) != len(call_sets) or not isinstance(outputs, list)
                 or len(outputs) != len(call_sets) or not isinstance(phases, dict)
@@ -281,7 +397,8 @@ class CandidateWorker(WorkerClient):
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in phases.values())):
             return self._finish(BatchResult(CRASHED, message="the worker sent a malformed timing reply",
                                             wall_s=wall), case_log)
-        decoded = [decode_outputs(d, self.region, c, self.device) for d, c in zip(outputs, layout.calls)]
+        assert self.region is not None
+        decoded = [decode_outputs(d, self.region, c, self.device) for d, c in zip(outputs, batch.layout.calls)]
         notes = [str(n)[:300] for n in reply.get("notes") or []][:10]
         return self._finish(BatchResult(OK, seconds=[float(v) for v in seconds], outputs=decoded,
                                         phases={str(k)[:20]: float(v) for k, v in phases.items()}, wall_s=wall,
