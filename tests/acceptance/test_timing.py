@@ -254,10 +254,13 @@ def test_perf_model_sets_t_hw_and_flags_impossible_speed(pytester, capsys, task_
     (tasks / "level1" / "softplus" / "proto.yaml").write_text(PROTO_WITH_MODEL % "1e10 + 0 * x.nbytes")
     source = wheel_dir(Path(pytester.path) / "sub", HONEST)
     run = run_inner(pytester, capsys, tasks, *TIMED, f"--cann-source={source}")
-    t = run.cases["softplus[01]"].cann["timing"]
+    case = run.cases["softplus[01]"].cann
+    t = case["timing"]
     assert t["bytes"] == 1e10 and t["flops"] == 4 * 64 * 33
     assert t["t_hw_source"] == "roofline (perf_model)" and t["t_hw_us"] > 1e5
     assert "implausible_time" in t["flags"]
+    assert (case["status"], case["failure_type"]) == ("failed", "implausible_time")  # a failure, not a flag
+    assert "below the hardware limit" in case["message"]
 
 
 def test_a_bad_perf_model_is_a_task_error(pytester, capsys, task_tree):
