@@ -18,14 +18,24 @@ from typing import Any
 from pytest_cannbench import __version__
 from pytest_cannbench.atomic import write_atomic
 from pytest_cannbench.outcome import BUILD_FAILURES, MISSING
-from pytest_cannbench.report.scoring import WEIGHTS, CaseScore, geometric_mean_speedup, level_of, operator_score, totals
+from pytest_cannbench.report.scoring import (
+    WEIGHTS,
+    CaseScore,
+    geometric_mean_speedup,
+    hap_interval,
+    level_of,
+    operator_score,
+    totals,
+)
 
 SCHEMA = "pytest-cannbench/leaderboard/1"
+DEGENERATE_FLAGS = frozenset({"baseline_below_t_hw", "degenerate_anchors"})  # the HAP of such a case says nothing
 MESSAGE_CHARS = 4000
 
 
-def _case_entry(outcome: dict[str, Any], hap: float | None, hap_flags: list[str]) -> dict[str, Any]:
+def _case_entry(outcome: dict[str, Any], hap: float | None, hap_flags: list[str], cap: bool) -> dict[str, Any]:
     timing = outcome.get("timing") or {}
+    repeat = timing.get("repeat") or {}
     return {
         "case_id": outcome.get("case_id"),
         "key": outcome["key"],
@@ -38,10 +48,20 @@ def _case_entry(outcome: dict[str, Any], hap: float | None, hap_flags: list[str]
         "t_hw_us": timing.get("t_hw_us"),
         "anchor_source": {"baseline": timing.get("baseline_source") or None, "t_hw": timing.get("t_hw_source") or None},
         "hap": hap,
+        # issue 20: the paired speed-up's interval, HAP at its ends, the calls used and the precision reached
+        "speedup": timing.get("speedup"),
+        "hap_interval": _listed(None if hap is None else hap_interval(
+            timing.get("t_baseline_us"), timing.get("t_hw_us"), timing.get("speedup"), cap=cap)),
+        "timed_calls": repeat.get("count"),
+        "precision": repeat.get("achieved"),
         "flags": sorted(set(list(timing.get("flags") or []) + hap_flags)),
         "timing": {k: v for k, v in timing.items() if k != "windows"},
         "warnings": outcome.get("warnings") or [],
     }
+
+
+def _listed(pair: tuple[float, float] | None) -> list[float] | None:
+    return None if pair is None else list(pair)
 
 
 def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False) -> dict[str, Any]:
@@ -76,10 +96,13 @@ def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False) -> dic
             "speedup_geomean": geometric_mean_speedup(
                 ((o.get("timing") or {}).get("t_baseline_us"), (o.get("timing") or {}).get("t_cand_us"))
                 for o in cases if o["status"] == "passed"),
-            "cases": [_case_entry(o, h, f) for o, h, f in zip(cases, score.haps, score.hap_flags)],
+            "cases": [_case_entry(o, h, f, cap) for o, h, f in zip(cases, score.haps, score.hap_flags)],
         })
     total, levels = totals((op["rel_path"], op["score"]) for op in operators)
-    return {"total_score": total, "levels": levels, "operators": operators}
+    degenerate = sorted(c["key"] for op in operators for c in op["cases"]
+                        if DEGENERATE_FLAGS & set(c["flags"]))
+    return {"total_score": total, "levels": levels, "operators": operators,
+            "degenerate_anchors": {"count": len(degenerate), "cases": degenerate}}
 
 
 def build(outcomes: Iterable[dict[str, Any]], *, submission: dict[str, Any] | None, environment: dict[str, Any],

@@ -91,3 +91,26 @@ def test_plan_batch_keeps_each_sets_writes_apart():
     assert [len(w) for w in layout.set_writes] == [1, 1, 1]
     assert [off for w in layout.set_writes for _, off in w] == [off for _, off in writes]
     assert layout.set_writes[1][0][1] == layout.sets[1]["x"][1]["offset"]
+
+
+def _outcome(case_id: int, t_base: float, t_cand: float, t_hw: float) -> dict:
+    return {"key": f"level1/exp_{case_id}", "rel_path": "level1/exp", "operator": "Exp", "case_id": case_id,
+            "status": "passed", "timing": {
+                "measured": True, "t_cand_us": t_cand, "t_baseline_us": t_base, "t_hw_us": t_hw,
+                "speedup": {"estimate": t_base / t_cand, "low": 0.9 * t_base / t_cand, "high": 1.1 * t_base / t_cand},
+                "repeat": {"mode": "auto", "count": 14, "achieved": 0.018}, "flags": []}}
+
+
+def test_the_board_carries_intervals_counts_and_degenerate_anchors():
+    from pytest_cannbench.report.leaderboard import score_cases
+    from pytest_cannbench.report.markdown import render
+
+    board = score_cases([_outcome(1, 100.0, 50.0, 10.0), _outcome(2, 5.0, 20.0, 10.0)])
+    one, two = board["operators"][0]["cases"]
+    assert one["timed_calls"] == 14 and one["precision"] == 0.018
+    low, high = one["hap_interval"]
+    assert low < one["hap"] < high
+    assert board["degenerate_anchors"] == {"count": 1, "cases": ["level1/exp_2"]}
+    text = render(board)
+    assert "Speed-up [95% CI]" in text and "2x [1.8, 2.2]" in text and "±1.8%" in text
+    assert "Degenerate anchors:** 1 case(s)" in text
