@@ -97,7 +97,8 @@ def _flushed_bandwidths(torch: Any, repeats: int = 5) -> list[list[float]]:
         a = torch.ones(size // 4, dtype=torch.float32)
         b = torch.empty_like(a)
         best = 0.0
-        for kernel, moved in ((lambda: b.copy_(a), 2 * size), (lambda: a.sum(), size)):
+        kernels = ((lambda a=a, b=b: b.copy_(a), 2 * size), (lambda a=a: a.sum(), size))
+        for kernel, moved in kernels:
             kernel()
             for _ in range(repeats):
                 flush.add_(1.0)

@@ -37,7 +37,8 @@ from pytest_cannbench.timing.calibrate import CalibrationError, check_device
 from pytest_cannbench.timing.calibrate import main as measure_main
 from pytest_cannbench.timing.machine import cpu_model
 
-METHOD_VERSION = 2  # 2: bandwidth by working-set size after the flush (issue 20). Bump when the measurement changes: old cache entries no longer match
+METHOD_VERSION = 2  # 2: bandwidth by working-set size after the flush (issue 20)
+# Bump when the measurement changes: old cache entries no longer match
 FLOOR_US = 1.0
 CALIBRATION_TIMEOUT_S = 300.0
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # put on the calibration child's PYTHONPATH

@@ -106,7 +106,7 @@ def test_the_board_carries_intervals_counts_and_degenerate_anchors():
     from pytest_cannbench.report.markdown import render
 
     board = score_cases([_outcome(1, 100.0, 50.0, 10.0), _outcome(2, 5.0, 20.0, 10.0)])
-    one, two = board["operators"][0]["cases"]
+    one, _two = board["operators"][0]["cases"]
     assert one["timed_calls"] == 14 and one["precision"] == 0.018
     low, high = one["hap_interval"]
     assert low < one["hap"] < high
