@@ -7,23 +7,3 @@ def axpby(x: torch.Tensor, y: torch.Tensor, alpha: float = 1.0, beta: float = 1.
     if y.dim() != x.dim() or any(b not in (1, a) for a, b in zip(x.shape, y.shape)):
         raise ValueError(f"y {tuple(y.shape)} must have x's rank and broadcast to x {tuple(x.shape)}")
     return (x * alpha + y * beta).contiguous()
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

@@ -10,23 +10,3 @@ def clamp(x: torch.Tensor, min_val: float = -1.0, max_val: float = 1.0) -> torch
             raise ValueError(f"integer clamp needs whole-number bounds, got {min_val!r}, {max_val!r}")
         min_val, max_val = int(min_val), int(max_val)
     return torch.clamp(x, min=min_val, max=max_val).contiguous()
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

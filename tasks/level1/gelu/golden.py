@@ -12,23 +12,3 @@ def gelu(x: torch.Tensor, approximate: str = "none") -> torch.Tensor:
     # (inf * 0); the operator's values there are its limits, +inf and 0.
     y = y.masked_fill_(x == float("inf"), float("inf"))
     return y.masked_fill_(x == float("-inf"), 0.0).contiguous()
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

@@ -8,23 +8,3 @@ def hardswish(x: torch.Tensor) -> torch.Tensor:
     y = F.hardswish(x)
     # torch gives NaN at -inf (-inf * 0); the formula's piecewise value there is 0
     return y.masked_fill_(x == float("-inf"), 0.0).contiguous()
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

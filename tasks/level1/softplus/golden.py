@@ -8,23 +8,3 @@ def softplus(x: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -> tor
     # log1p(exp(z)) = max(z, 0) + log1p(exp(-|z|)) never overflows
     smooth = (torch.clamp(z, min=0) + torch.log1p(torch.exp(-torch.abs(z)))) / beta
     return torch.where(z > threshold, x, smooth).contiguous()
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

@@ -12,23 +12,3 @@ def avg_pool2d(x: torch.Tensor, kernel_size: int, stride: int, padding: int = 0)
     work = torch.promote_types(x.dtype, torch.float32)
     y = F.avg_pool2d(x.to(work), kernel_size, stride, padding, ceil_mode=False, count_include_pad=True)
     return y.to(x.dtype).contiguous()
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

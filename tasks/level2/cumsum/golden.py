@@ -12,23 +12,3 @@ def cumsum(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
         return torch.cumsum(x, dim=dim, dtype=torch.int64).contiguous()
     work = torch.promote_types(x.dtype, torch.float32)
     return torch.cumsum(x.to(work), dim=dim).to(x.dtype).contiguous()
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

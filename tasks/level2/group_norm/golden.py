@@ -13,23 +13,3 @@ def group_norm(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, num_gro
     work = torch.promote_types(x.dtype, torch.float32)
     y = F.group_norm(x.to(work), num_groups, gamma.to(work), beta.to(work), epsilon)
     return y.to(x.dtype).contiguous()
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

@@ -10,23 +10,3 @@ import torch
 def log_softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     work = torch.promote_types(x.dtype, torch.float32)
     return torch.log_softmax(x.to(work), dim=dim).to(x.dtype).contiguous()
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

@@ -12,23 +12,3 @@ def reduce_sum(x: torch.Tensor, dim: int = -1, keepdim: bool = False) -> torch.T
         return torch.sum(x, dim=dim, keepdim=keepdim, dtype=torch.int64).contiguous()
     work = torch.promote_types(x.dtype, torch.float32)
     return torch.sum(x.to(work), dim=dim, keepdim=keepdim).to(x.dtype).contiguous()
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

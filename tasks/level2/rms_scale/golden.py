@@ -13,23 +13,3 @@ def rms_scale(x: torch.Tensor, gamma: torch.Tensor, epsilon: float = 1e-6) -> to
     xw = x.to(work)
     mean_square = xw.square().mean(dim=-1, keepdim=True)
     return (xw * torch.rsqrt(mean_square + epsilon) * gamma.to(work)).to(x.dtype).contiguous()
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

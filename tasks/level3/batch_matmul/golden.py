@@ -11,23 +11,3 @@ def batch_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.dtype in (torch.float16, torch.bfloat16):
         return torch.bmm(a.float(), b.float()).to(a.dtype).contiguous()
     return torch.bmm(a, b).contiguous()
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

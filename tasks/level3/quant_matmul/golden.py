@@ -20,23 +20,3 @@ def quant_matmul(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor, bias: to
         acc += torch.matmul(a[:, start:stop].to(torch.float32), b[start:stop].to(torch.float32)).to(torch.float64)
     y = acc.to(scale.dtype) * scale + bias.to(scale.dtype)
     return y.contiguous()
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

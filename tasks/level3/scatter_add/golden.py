@@ -11,23 +11,3 @@ def scatter_add(x: torch.Tensor, index: torch.Tensor, src: torch.Tensor) -> torc
     work = torch.float64 if x.dtype == torch.float64 else torch.float32
     y = x.to(work).index_add(0, index, src.to(work))
     return y.to(x.dtype).contiguous()
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

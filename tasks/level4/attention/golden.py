@@ -35,23 +35,3 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
             probs = probs.to(q.dtype).to(work)
         out[start:stop] = torch.matmul(probs, vf[start:stop].to(work)).to(q.dtype)
     return out.reshape(batch, heads, s, vf.shape[-1])
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)

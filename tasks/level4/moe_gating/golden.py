@@ -32,23 +32,3 @@ def moe_gating(logits: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor
     e = torch.exp(chosen - chosen[..., :1])
     weights = e / e.sum(dim=-1, keepdim=True)
     return weights.contiguous(), indices
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
-
-
-def softplus(x, beta=1.0, threshold=20.0):
-    return torch.zeros_like(x)
