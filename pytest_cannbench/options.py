@@ -30,6 +30,9 @@ DEFAULT_CASE_TIMEOUT_S = 300.0
 DEFAULT_REPORT_DIR = "reports"
 DEFAULT_WARMUP = 3
 DEFAULT_REPEAT = 10  # docs/timing.md: the median of 10 is within the 3% CV target from 200 us up
+DEFAULT_REPEAT_MAX = 100
+DEFAULT_TIMING_TARGET_PCT = 2.0
+DEFAULT_TIMING_BUDGET_S = 10.0
 PROFILER_LEVELS = ("Level1", "Level0", "Level2")
 DEFAULT_GOLDEN_CACHE = ".cannbench-cache/golden"
 MIN_GOLDEN_MEMORY_GIB = 1.0
@@ -76,8 +79,10 @@ def add_options(parser: pytest.Parser) -> None:
            help="comma-separated device ids, or 'all'; xdist worker gwK uses ids[K %% len(ids)] (default all: "
                 "every card CUDA_VISIBLE_DEVICES/ASCEND_RT_VISIBLE_DEVICES names, else every card of the host).")
     option("warmup", type=int, metavar="N", help=f"untimed calls before timing (default {DEFAULT_WARMUP}).")
-    option("repeat", type=int, metavar="N",
-           help=f"timed calls per case, each on fresh inputs and verified (default {DEFAULT_REPEAT}).")
+    option("repeat", metavar="N|auto",
+           help="timed calls per case, each on fresh inputs and verified: a count, or auto (default): at least "
+                "--cann-repeat-min, until the speed-up's interval is within --cann-timing-target or "
+                "--cann-timing-budget is spent.")
     option("no-perf", ini_type="bool", action="store_true",
            help="accuracy only: no timing (cases are 'not measured', never zero time).")
     option("no-freq-boost", ini_type="bool", action="store_true",
@@ -164,6 +169,17 @@ def add_options(parser: pytest.Parser) -> None:
     option("hidden-gate", choices=("on", "off"),
            help="on (default when hidden cases exist): an operator that passes every public case but fails a "
                 "hidden one is not_ranked ('fails held-out cases') and scores 0 in the combined total.")
+    # issue 20: adaptive, paired timing (docs/timing.md, "Paired, interleaved, adaptive")
+    option("timing-target", type=float, metavar="PCT",
+           help=f"--cann-repeat auto: stop once the 95%% interval of the paired speed-up is within +-PCT%% of it "
+                f"(default {DEFAULT_TIMING_TARGET_PCT:g}).")
+    option("timing-budget", type=float, metavar="SEC",
+           help=f"--cann-repeat auto: judge seconds one case's timing may take beyond its minimum count "
+                f"(default {DEFAULT_TIMING_BUDGET_S:g}).")
+    option("repeat-min", type=int, metavar="N",
+           help=f"--cann-repeat auto: timed calls every case gets (default {DEFAULT_REPEAT}).")
+    option("repeat-max", type=int, metavar="N",
+           help=f"--cann-repeat auto: timed calls no case goes beyond (default {DEFAULT_REPEAT_MAX}).")
 
 
 @dataclass(frozen=True)
@@ -221,6 +237,10 @@ class Settings:
     def hidden(self) -> bool:
         """Whether this run has a hidden split at all."""
         return bool(self.hidden_cases or self.hidden_generate)
+    repeat_auto: bool = True  # --cann-repeat auto: ``repeat`` is then the minimum count (issue 20)
+    repeat_max: int = DEFAULT_REPEAT_MAX
+    timing_target: float = DEFAULT_TIMING_TARGET_PCT / 100  # a fraction
+    timing_budget_s: float = DEFAULT_TIMING_BUDGET_S
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -316,7 +336,8 @@ def settings_from_config(config: pytest.Config) -> Settings:
         raise pytest.UsageError("--cann-worker-memory must be positive")
     report_dir = _value(config, "report_dir")
     report_dir = os.path.abspath(str(report_dir)) if report_dir else str(Path(config.rootpath) / DEFAULT_REPORT_DIR)
-    warmup, repeat = _number(config, "warmup", int, DEFAULT_WARMUP), _number(config, "repeat", int, DEFAULT_REPEAT)
+    warmup = _number(config, "warmup", int, DEFAULT_WARMUP)
+    repeat_auto, repeat, repeat_max, target, budget = _repeat(config)
     if warmup < 0 or repeat < 1:
         raise pytest.UsageError("--cann-warmup must be >= 0 and --cann-repeat >= 1")
     from pytest_cannbench.timing.devices import parse_ids
@@ -389,6 +410,10 @@ def settings_from_config(config: pytest.Config) -> Settings:
         fail_under=fail_under,
         active=asked(config),
         **_hidden_options(config),
+        repeat_auto=repeat_auto,
+        repeat_max=repeat_max,
+        timing_target=target,
+        timing_budget_s=budget,
     )
 
 
@@ -405,6 +430,20 @@ def _hidden_options(config: pytest.Config) -> dict[str, Any]:
     gate = _choice(config, "hidden_gate", ("on", "off"))
     return {"hidden_cases": str(hidden) if hidden else None, "hidden_generate": generate,
             "hidden_gate": gate == "on"}
+
+
+def _repeat(config: pytest.Config) -> tuple[bool, int, int, float, float]:
+    """``--cann-repeat`` and its auto mode (issue 20): (auto, count or minimum, maximum, target, budget)."""
+    raw = _value(config, "repeat")
+    auto = raw is None or str(raw).strip().lower() == "auto"
+    count = _number(config, "repeat_min", int, DEFAULT_REPEAT) if auto else _number(config, "repeat", int, 0)
+    maximum = _number(config, "repeat_max", int, DEFAULT_REPEAT_MAX)
+    target = _number(config, "timing_target", float, DEFAULT_TIMING_TARGET_PCT)
+    budget = _number(config, "timing_budget", float, DEFAULT_TIMING_BUDGET_S)
+    if auto and (maximum < count or target <= 0 or budget < 0):
+        raise pytest.UsageError("--cann-repeat auto needs --cann-repeat-max >= --cann-repeat-min, a positive "
+                                "--cann-timing-target and a --cann-timing-budget >= 0")
+    return auto, count, maximum, target / 100, budget
 
 
 def _session_secret(config: pytest.Config, *, graded: bool, seeded: bool) -> str:

@@ -36,6 +36,7 @@ OUT_OF_MEMORY = "out_of_memory"  # the candidate worker went over --cann-worker-
 NOT_PROVIDED = "not_provided"  # the submission has no interface for the operator
 TIMED_OUTPUT_WRONG = "timed_output_wrong"  # right when checked, wrong when timed
 TIMING_IMPLAUSIBLE = "timing_implausible"  # the worker's times do not fit what the judge observed
+IMPLAUSIBLE_TIME = "implausible_time"  # faster than T_HW, the hardware limit: no honest kernel is (issue 16)
 INPUT_MUTATED = "input_mutated"  # the call wrote into its inputs
 ASYNC_ESCAPE = "async_escape"  # the call returned with threads or processes of its own still running
 # The anti-cheat guard's findings (guard/): each kind is also the candidate worker's status and the failure

@@ -392,8 +392,11 @@ class CannBenchState:
         plan = self.device()
         flush = (f"cache flush {min(2 * last_level_cache_bytes(), MAX_FLUSH_BYTES) >> 20} MiB" if plan.kind == "cpu"
                  else "L2 flush" if plan.kind == "cuda" else "cache-clean kernel")
-        lines = [f"cannbench: timing on {plan.label}: warmup {s.warmup}, repeat {s.repeat} on fresh verified inputs, "
-                 f"{flush}; T_baseline = the golden in native precision on the device, unless metadata has one"]
+        repeat = (f"repeat auto ({s.repeat}-{s.repeat_max} calls, speed-up to +-{s.timing_target * 100:g}% or "
+                  f"{s.timing_budget_s:g} s a case)" if s.repeat_auto else f"repeat {s.repeat}")
+        lines = [f"cannbench: timing on {plan.label}: warmup {s.warmup}, {repeat} on fresh verified inputs streamed "
+                 f"one call at a time, candidate and baseline interleaved (ABBA), {flush}; T_baseline = the golden "
+                 "in native precision on the device, unless metadata has one"]
         key = hardware_key(s, plan)
         if key:
             lines.append(f"cannbench: anchors from metadata/<{key}>.json where it has the case; else live")

@@ -233,22 +233,34 @@ def _us(value: float | None) -> str:
     return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
 
 
+def _speedup(t: dict) -> str:
+    """The paired speed-up and its 95% interval, e.g. ``2.41x [2.37, 2.46]``."""
+    iv = t.get("speedup")
+    if not isinstance(iv, dict) or not all(isinstance(iv.get(k), (int, float)) for k in ("estimate", "low", "high")):
+        return "-"
+    return f"{iv['estimate']:.3g}x [{iv['low']:.3g}, {iv['high']:.3g}]"
+
+
 def timing_lines(results: list[CaseOutcome], limit: int | None) -> list[str]:
-    """One line per timed case: T_cand (median and spread), T_baseline and T_HW with their sources."""
+    """One line per timed case: T_cand (median and spread), T_baseline and T_HW with their sources, the paired
+    speed-up with its interval and the number of timed calls."""
     timed = sorted((r for r in results if r.timing.get("measured")), key=lambda r: (r.rel_path, r.case_id or 0))
     if not timed:
         return []
     first = timed[0].timing
-    lines = [f"timing on {first.get('device')} ({first.get('timer')}; median of {first.get('input_sets')} "
-             f"verified calls on fresh inputs), microseconds:",
-             f"  {'case':<28} {'T_cand':>9} {'spread':>7} {'T_base':>9} {'T_HW':>9}  anchors"]
+    counts = sorted({int(r.timing.get("input_sets") or 0) for r in timed})
+    count = str(counts[0]) if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
+    lines = [f"timing on {first.get('device')} ({first.get('timer')}; median of {count} verified calls on fresh "
+             "inputs, candidate and baseline paired), microseconds:",
+             f"  {'case':<28} {'T_cand':>9} {'spread':>7} {'T_base':>9} {'T_HW':>9} {'speed-up [95% CI]':>24} "
+             f"{'n':>4}  anchors"]
     for r in timed[:limit]:
         t = r.timing
         spread = f"{t['cand']['spread'] * 100:.1f}%" if t.get("cand") else "-"
         source = f"base {t.get('baseline_source') or '-'}, hw {t.get('t_hw_source') or '-'}"
         flags = f" [{', '.join(t['flags'])}]" if t.get("flags") else ""
         lines.append(f"  {r.key:<28} {_us(t.get('t_cand_us')):>9} {spread:>7} {_us(t.get('t_baseline_us')):>9} "
-                     f"{_us(t.get('t_hw_us')):>9}  {source}{flags}")
+                     f"{_us(t.get('t_hw_us')):>9} {_speedup(t):>24} {t.get('input_sets') or '-':>4}  {source}{flags}")
     if limit is not None and len(timed) > limit:
         lines.append(f"  ... {len(timed) - limit} more timed cases (-v lists all)")
     return lines

@@ -19,14 +19,24 @@ from pytest_cannbench import __version__
 from pytest_cannbench.atomic import write_atomic
 from pytest_cannbench.outcome import BUILD_FAILURES, GUARD_FAILURES, MISSING
 from pytest_cannbench.report import splits
-from pytest_cannbench.report.scoring import WEIGHTS, CaseScore, geometric_mean_speedup, level_of, operator_score, totals
+from pytest_cannbench.report.scoring import (
+    WEIGHTS,
+    CaseScore,
+    geometric_mean_speedup,
+    hap_interval,
+    level_of,
+    operator_score,
+    totals,
+)
 
 SCHEMA = "pytest-cannbench/leaderboard/1"
+DEGENERATE_FLAGS = frozenset({"baseline_below_t_hw", "degenerate_anchors"})  # the HAP of such a case says nothing
 MESSAGE_CHARS = 4000
 
 
-def _case_entry(outcome: dict[str, Any], hap: float | None, hap_flags: list[str]) -> dict[str, Any]:
+def _case_entry(outcome: dict[str, Any], hap: float | None, hap_flags: list[str], cap: bool) -> dict[str, Any]:
     timing = outcome.get("timing") or {}
+    repeat = timing.get("repeat") or {}
     return {
         "case_id": outcome.get("case_id"),
         "key": outcome["key"],
@@ -39,11 +49,21 @@ def _case_entry(outcome: dict[str, Any], hap: float | None, hap_flags: list[str]
         "t_hw_us": timing.get("t_hw_us"),
         "anchor_source": {"baseline": timing.get("baseline_source") or None, "t_hw": timing.get("t_hw_source") or None},
         "hap": hap,
+        # issue 20: the paired speed-up's interval, HAP at its ends, the calls used and the precision reached
+        "speedup": timing.get("speedup"),
+        "hap_interval": _listed(None if hap is None else hap_interval(
+            timing.get("t_baseline_us"), timing.get("t_hw_us"), timing.get("speedup"), cap=cap)),
+        "timed_calls": repeat.get("count"),
+        "precision": repeat.get("achieved"),
         "flags": sorted(set(list(timing.get("flags") or []) + hap_flags + list(outcome.get("flags") or []))),
         "timing": {k: v for k, v in timing.items() if k != "windows"},
         "warnings": outcome.get("warnings") or [],
         "split": outcome.get("split") or "public",
     }
+
+
+def _listed(pair: tuple[float, float] | None) -> list[float] | None:
+    return None if pair is None else list(pair)
 
 
 def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False, gate: bool = True) -> dict[str, Any]:
@@ -87,12 +107,15 @@ def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False, gate: 
             "speedup_geomean": geometric_mean_speedup(
                 ((o.get("timing") or {}).get("t_baseline_us"), (o.get("timing") or {}).get("t_cand_us"))
                 for o in cases if o["status"] == "passed"),
-            "cases": [_case_entry(o, h, f) for o, h, f in zip(cases, score.haps, score.hap_flags)],
+            "cases": [_case_entry(o, h, f, cap) for o, h, f in zip(cases, score.haps, score.hap_flags)],
         })
         if hidden:
             splits.annotate(operators[-1], cases, cap=cap, gate=gate, dropped_count=drops[rel_path])
     total, levels = totals((op["rel_path"], op["score"]) for op in operators)
-    board: dict[str, Any] = {"total_score": total, "levels": levels, "operators": operators}
+    degenerate = sorted(c["key"] for op in operators for c in op["cases"]
+                        if DEGENERATE_FLAGS & set(c["flags"]))
+    board: dict[str, Any] = {"total_score": total, "levels": levels, "operators": operators,
+                             "degenerate_anchors": {"count": len(degenerate), "cases": degenerate}}
     if hidden:
         board["splits"] = {**splits.level_scores(levels, operators), "gate": gate}
     return board

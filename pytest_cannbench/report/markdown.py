@@ -122,6 +122,30 @@ def _operators(board: dict[str, Any]) -> list[str]:
     return ["### Operators", "", *table, ""]
 
 
+def _timing(board: dict[str, Any]) -> list[str]:
+    """Every timed case with its paired speed-up and HAP intervals and the calls it took (issue 20)."""
+    rows = []
+    for op in board.get("operators") or []:
+        for case in op.get("cases") or []:
+            iv, hi = case.get("speedup"), case.get("hap_interval")
+            if not number(case.get("t_cand_us")):
+                continue
+            speed = (f"{iv['estimate']:.3g}x [{iv['low']:.3g}, {iv['high']:.3g}]"
+                     if isinstance(iv, dict) and all(number(iv.get(k)) for k in ("estimate", "low", "high")) else "–")
+            hap_text = _fmt(case.get("hap"), 3) + (f" [{hi[0]:.3f}, {hi[1]:.3f}]" if isinstance(hi, list)
+                                                   and len(hi) == 2 and all(number(v) for v in hi) else "")
+            precision = case.get("precision")
+            rows.append([cell(case.get("key")), _fmt(case.get("t_cand_us"), 1), _fmt(case.get("t_baseline_us"), 1),
+                         _fmt(case.get("t_hw_us"), 1), speed, hap_text, cell(case.get("timed_calls") or "–"),
+                         f"±{precision * 100:.1f}%" if number(precision) else "–"])
+    if not rows:
+        return []
+    table = _table(["Case", "T_cand (us)", "T_base (us)", "T_HW (us)", "Speed-up [95% CI]", "HAP [95% CI]",
+                    "Calls", "Precision"], rows, "lrrrrrrr")
+    return ["### Timing", "", f"<details><summary>{len(rows)} timed cases</summary>", "", *table, "",
+            "</details>", ""]
+
+
 def _failures(board: dict[str, Any]) -> list[str]:
     groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for op in board.get("operators") or []:
@@ -162,6 +186,10 @@ def _notes(board: dict[str, Any]) -> list[str]:
     if flags:
         notes.append("- **Timing flags:** " + ", ".join(f"`{cell(f)}` ({n})" for f, n in
                                                         sorted(flags.items(), key=lambda kv: (-kv[1], kv[0]))))
+    degenerate = board.get("degenerate_anchors") or {}
+    if degenerate.get("count"):
+        notes.append(f"- **Degenerate anchors:** {degenerate['count']} case(s) whose baseline is not above T_HW, so "
+                     f"their HAP says nothing: {', '.join(cell(k) for k in degenerate.get('cases', [])[:10])}")
     missing = [str(op.get("rel_path")) for op in board.get("operators") or [] if op.get("score_error") == "missing"]
     if missing:
         notes.append(f"- **Not provided by the submission** (score 0): {', '.join(cell(m) for m in missing)}")
@@ -178,6 +206,7 @@ def _notes(board: dict[str, Any]) -> list[str]:
 def render(board: dict[str, Any]) -> str:
     """The board as Markdown: headline, levels, operators, failures by type, notes."""
     lines = (_headline(board) + _levels(board) + _splits(board) + _operators(board) + _kernelbench(board)
+             + _timing(board)
              + _failures(board) + _notes(board))
     return "\n".join(lines).rstrip("\n") + "\n"
 

@@ -1,14 +1,17 @@
 """The CANN Bench score, exactly as the official formula (docs/leaderboard.md, "The formula"), in one place.
 
 Eq.3, per case: HAP = (T_base - T_hw) / ((T_cand - T_hw) + (T_base - T_hw)); 0.5 at the baseline, 1.0 at the
-hardware limit, above 1 when faster than T_hw (no clamp unless ``cap``). None when a time is NaN, T_cand or
+hardware limit. Faster than T_hw is impossible for an honest kernel: the grader fails such a case
+(``implausible_time``), and a time below T_hw that reaches scoring anyway (a merged board) scores at most 1;
+``cap`` clips every HAP at 1 (it only matters for such times). None when a time is NaN, T_cand or
 T_hw is not positive, or the denominator is not positive. A missing baseline (not positive) is replaced by
 the proxy max(10 * T_hw, 10).
 
 Eq.4, per operator over its N cases: compile = 100 w_c (N - compile/runtime failures) / N, function =
 100 w_f passed / N, performance = 100 w_p sum(HAP of passed cases, None as 0) / N; everything 0 when the
-submission did not build (or install, or import). A failed case deducts from the compile part unless it is a
-pure precision failure. Eq.5: level score = sum of its operators; total = sum of all operators.
+submission did not build (or install, or import). An operator never scores above 100 (issue 16). A failed
+case deducts from the compile part unless it is a pure precision failure. Eq.5: level score = sum of its
+operators; total = sum of all operators.
 
 Used by the terminal, every report file and ``cannbench merge``: no other code computes a score.
 """
@@ -60,6 +63,7 @@ def hap(t_base: float | None, t_cand: float | None, t_hw: float | None, *,
     score = (t_base - t_hw) / denom
     if t_cand < t_hw:
         flags.append("implausible_time")
+        cap = True  # no reward for beating the hardware limit
     if cap and score > 1.0:
         score = 1.0
         flags.append("hap_capped")
@@ -119,9 +123,25 @@ def operator_score(cases: list[CaseScore], *, cap: bool = False) -> OperatorScor
     runtime = sum(1 for c in cases if c.status != "passed" and c.failure_type not in PRECISION_FAILURES)
     compile_part = 100.0 * W_COMPILE * (n - runtime) / n
     function_part = 100.0 * W_FUNCTION * passed / n
-    perf_part = 100.0 * W_PERF * sum(h for h in haps if h is not None) / n
-    return OperatorScore(compile_part + function_part + perf_part, compile_part, function_part, perf_part,
-                         len(cases), passed, runtime, haps, flags)
+    perf_part = min(100.0 * W_PERF, 100.0 * W_PERF * sum(h for h in haps if h is not None) / n)
+    return OperatorScore(min(100.0, compile_part + function_part + perf_part), compile_part, function_part,
+                         perf_part, len(cases), passed, runtime, haps, flags)
+
+
+def hap_interval(t_base: float | None, t_hw: float | None, speedup: dict[str, Any] | None,
+                 *, cap: bool = False) -> tuple[float, float] | None:
+    """HAP at the two ends of the paired speed-up's interval (T_cand = T_base / speed-up): HAP rises with the
+    speed-up, so the interval maps end to end. None without a live pairing or usable anchors."""
+    if not speedup or _bad(t_base) or _bad(t_hw):
+        return None
+    low, high = speedup.get("low"), speedup.get("high")
+    if not isinstance(low, (int, float)) or not isinstance(high, (int, float)) or low <= 0 or high <= 0:
+        return None
+    assert t_base is not None
+    ends = [hap(t_base, t_base / s, t_hw, cap=cap)[0] for s in (low, high)]
+    if ends[0] is None or ends[1] is None:
+        return None
+    return ends[0], ends[1]
 
 
 def level_of(rel_path: str) -> str:

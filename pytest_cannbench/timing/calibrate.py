@@ -83,6 +83,33 @@ def _matmul(torch: Any, size: int, device: Any, inner: int, sync: Any) -> tuple[
     return 2 * size ** 3 / mm_s / 1e9, mm_s
 
 
+FLUSHED_SIZES = tuple(1 << k for k in range(14, 27, 2))  # 16 KiB .. 64 MiB working sets
+MAX_FLUSH_BYTES = 128 * MiB  # as the timed calls' flush (timing.in_worker)
+
+
+def _flushed_bandwidths(torch: Any, repeats: int = 5) -> list[list[float]]:
+    """``[bytes, GB/s]`` per working-set size: the best of a copy (bytes read + written) and a sum (bytes read)
+    of that size, each right after the same cache flush a timed call gets. A machine whose flush cannot evict
+    everything (a VM reporting the host's whole L3) serves small sets from cache; the roofline must know, or
+    eager PyTorch beats the "hardware limit" on every small case (issue 20)."""
+    flush = torch.zeros(min(2 * last_level_cache_bytes(), MAX_FLUSH_BYTES) // 4, dtype=torch.float32)
+    table = []
+    for size in FLUSHED_SIZES:
+        a = torch.ones(size // 4, dtype=torch.float32)
+        b = torch.empty_like(a)
+        best = 0.0
+        kernels = ((lambda a=a, b=b: b.copy_(a), 2 * size), (lambda a=a: a.sum(), size))
+        for kernel, moved in kernels:
+            kernel()
+            for _ in range(repeats):
+                flush.add_(1.0)
+                start = time.perf_counter()
+                kernel()
+                best = max(best, moved / (time.perf_counter() - start) / 1e9)
+        table.append([float(size), best])
+    return table
+
+
 def _measure_cpu(torch: Any, threads: int) -> dict[str, Any]:
     torch.set_num_threads(threads)
     # Two buffers of twice the reported LLC (virtual machines often overstate it), 64..256 MiB each.
@@ -90,9 +117,11 @@ def _measure_cpu(torch: Any, threads: int) -> dict[str, Any]:
     bandwidth, copy_s, triad_s = _stream(torch, buffer_bytes, "cpu", 1, None)
     size = 1024 if threads <= 4 else 2048
     peak, mm_s = _matmul(torch, size, "cpu", 1, None)
+    table = _flushed_bandwidths(torch)
     return {"bandwidth_gbs": bandwidth, "peak_gflops": peak,
             "details": {"buffer_mib": buffer_bytes // MiB, "copy_s": copy_s, "triad_s": triad_s,
-                        "matmul_n": size, "matmul_s": mm_s, "threads": torch.get_num_threads()}}
+                        "matmul_n": size, "matmul_s": mm_s, "threads": torch.get_num_threads(),
+                        "bandwidth_by_bytes": table}}
 
 
 def _measure_cuda(torch: Any, device: str) -> dict[str, Any]:

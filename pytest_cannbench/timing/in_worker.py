@@ -1,7 +1,9 @@
 """Timed calls inside the candidate worker: cache flush, device synchronisation, one timer per device.
 
 The judge plans a batch (warm-up calls on the correctness inputs, then timed calls,
-each on its own fresh input set) and this module runs it. Every timed call is
+each on its own fresh input set) and this module runs it. Each timed call's inputs
+are fetched just before it (``fetch(i)`` blocks until the judge has written set i:
+no call can see a later set, so nothing can be answered ahead). Every timed call is
 preceded by a cache flush and wrapped in device synchronisation; its time is
 taken by the device's timer:
 
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_cannbench.timing.machine import last_level_cache_bytes
+from pytest_cannbench.timing.machine import last_level_cache_bytes, private_cache_bytes
 
 MAX_FLUSH_BYTES = 128 << 20  # virtual machines report the host's whole L3 (480 MiB here: 94 ms a flush)
 
@@ -28,13 +30,16 @@ MAX_FLUSH_BYTES = 128 << 20  # virtual machines report the host's whole L3 (480 
 class Flusher:
     """Evicts the candidate's data from the caches before a timed call by writing a larger buffer."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, private_only: bool = False) -> None:
+        """``private_only`` (CPU): twice a core's own caches, when the judge evicts the shared last level."""
         import torch
 
         self.device = device
         if device.startswith("cuda"):
             l2 = getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0) or (64 << 20)
             size = 2 * l2
+        elif private_only:
+            size = 2 * private_cache_bytes()
         else:
             size = min(2 * last_level_cache_bytes(), MAX_FLUSH_BYTES)
         self.buffer = torch.empty(size // 4, dtype=torch.float32, device=device if device != "cpu" else "cpu")
@@ -63,10 +68,15 @@ class BatchTimes:
     started: float = 0.0  # the worker clock when the batch began (after inputs and flusher were ready)
 
 
-def run_batch(fn: Callable, warmup_kwargs: Any, timed_kwargs: list[Any], warmup: int, device: str,
+def run_batch(fn: Callable, warmup_kwargs: Any, fetch: Callable[[int], Any], count: int, warmup: int, device: str,
               clock: Callable[[], float], flusher: Flusher | None, sink: Callable[[int, Any], None],
-              timer: str = "auto", npu: dict | None = None) -> BatchTimes:
-    """Warm-up calls, then one flushed, synchronised, timed call per input set.
+              timer: str = "auto", npu: dict | None = None, waits: list[float] | None = None) -> BatchTimes:
+    """Warm-up calls, then ``count`` flushed, synchronised, timed calls, call i on ``fetch(i)``.
+
+    ``fetch`` may block while the judge writes the set, and appends to ``waits`` how long it was blocked (the
+    ``wait`` phase, spent frozen: no CPU time; the rest of the handshake counts as flush time). On the CPU
+    the worker flushes its own caches before it, the judge the shared last level after its write, so a
+    call's inputs come from memory as they would without the handshake.
 
     ``sink(i, result)`` takes call i's result right after it (outside the timed window) and
     copies it out, so the result can be freed: holding every result until the end would make
@@ -80,45 +90,53 @@ def run_batch(fn: Callable, warmup_kwargs: Any, timed_kwargs: list[Any], warmup:
     mark = clock()
     out.phases["warmup"] = mark - start
     if device.startswith("npu"):
-        return _npu_profiled(fn, timed_kwargs, device, clock, sink, out, start, npu or {})
+        return _npu_profiled(fn, fetch, count, device, clock, sink, out, start, npu or {})
     if device.startswith("cuda") and timer in ("auto", "cuda_profiler"):
         try:
-            return _cuda_profiled(fn, timed_kwargs, device, clock, flusher, sink, out, start)
+            import torch.profiler  # noqa: F401 - fails before any set is fetched when there is no profiler
         except Exception as exc:  # noqa: BLE001 - no CUPTI: fall back to events
             out.notes.append(f"profiler unavailable ({type(exc).__name__}: {exc}); timed with events")
-            out.seconds.clear()
-        return _cuda_events(fn, timed_kwargs, device, clock, flusher, sink, out, start)
+        else:
+            return _cuda_profiled(fn, fetch, count, device, clock, flusher, sink, out, start)
+        return _cuda_events(fn, fetch, count, device, clock, flusher, sink, out, start)
     # One clock reading ends a phase and starts the next, so the phases tile the batch exactly: a preemption
     # between two statements of the loop lands in a phase (flush), never in a gap the judge would have to
     # forgive. The judge's "not accounted for" check is then exact for an honest worker, however loaded.
-    flush_s = calls_s = sink_s = 0.0
-    for i, kwargs in enumerate(timed_kwargs):
+    flush_s = wait_s = calls_s = sink_s = 0.0
+    waits = waits if waits is not None else []
+    for i in range(count):
         t0 = mark
         if flusher is not None:
             flusher.flush()
+        tw = clock()
+        kwargs = fetch(i)
+        tf = clock()
         synchronize(device)
         t1 = clock()
+        blocked = min(waits.pop(), tf - tw) if waits else 0.0  # the part of fetch spent blocked on the judge
         result = fn(**kwargs)
         synchronize(device)
         t2 = clock()
         sink(i, result)
         del result
         mark = clock()
-        flush_s += t1 - t0
+        flush_s += (tw - t0) + (t1 - tf) + (tf - tw - blocked)  # the handshake's own work is the worker's
+        wait_s += blocked
         calls_s += t2 - t1
         sink_s += mark - t2
         out.seconds.append(t2 - t1)
-    out.phases.update(flush=flush_s, calls=calls_s, write=sink_s, total=mark - start)
+    out.phases.update(flush=flush_s, wait=wait_s, calls=calls_s, write=sink_s, total=mark - start)
     out.timer = "cpu_clock" if device == "cpu" else "host_clock"
     return out
 
 
-def _cuda_events(fn: Callable, timed_kwargs: list[Any], device: str, clock: Callable[[], float],
+def _cuda_events(fn: Callable, fetch: Callable[[int], Any], count: int, device: str, clock: Callable[[], float],
                  flusher: Flusher | None, sink: Callable[[int, Any], None], out: BatchTimes,
                  start: float) -> BatchTimes:
     import torch
 
-    for i, kwargs in enumerate(timed_kwargs):
+    for i in range(count):
+        kwargs = fetch(i)  # moved to the device before the flush
         if flusher is not None:
             flusher.flush()
         torch.cuda.synchronize()
@@ -135,7 +153,7 @@ def _cuda_events(fn: Callable, timed_kwargs: list[Any], device: str, clock: Call
     return out
 
 
-def _cuda_profiled(fn: Callable, timed_kwargs: list[Any], device: str, clock: Callable[[], float],
+def _cuda_profiled(fn: Callable, fetch: Callable[[int], Any], count: int, device: str, clock: Callable[[], float],
                    flusher: Flusher | None, sink: Callable[[int, Any], None], out: BatchTimes,
                    start: float) -> BatchTimes:
     """Kernel time per call from the profiler: the union of kernel intervals on all streams.
@@ -148,7 +166,8 @@ def _cuda_profiled(fn: Callable, timed_kwargs: list[Any], device: str, clock: Ca
 
     windows: list[tuple[int, int]] = []
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for i, kwargs in enumerate(timed_kwargs):
+        for i in range(count):
+            kwargs = fetch(i)
             if flusher is not None:
                 flusher.flush()
             torch.cuda.synchronize()
@@ -157,7 +176,7 @@ def _cuda_profiled(fn: Callable, timed_kwargs: list[Any], device: str, clock: Ca
                 torch.cuda.synchronize()
             sink(i, result)
     events = prof.events()
-    for i in range(len(timed_kwargs)):
+    for i in range(count):
         marks = [e for e in events if e.name == f"cannbench_call_{i}"]
         if len(marks) != 1:
             raise RuntimeError(f"call marker {i} seen {len(marks)} times")
@@ -184,7 +203,7 @@ def _union_us(spans: list[tuple[int, int]]) -> float:
     return total
 
 
-def _npu_profiled(fn: Callable, timed_kwargs: list[Any], device: str, clock: Callable[[], float],
+def _npu_profiled(fn: Callable, fetch: Callable[[int], Any], count: int, device: str, clock: Callable[[], float],
                   sink: Callable[[int, Any], None], out: BatchTimes, start: float, npu: dict) -> BatchTimes:
     """Kernel time per step from ``kernel_details.csv``; the harness's cache-clean kernel, a reduction over
     a tensor of a per-session secret shape, delimits the steps (never matched by name)."""
@@ -202,8 +221,7 @@ def _npu_profiled(fn: Callable, timed_kwargs: list[Any], device: str, clock: Cal
         for _ in range(20):
             a @ a
     results: list[Any] = []
-    calls = iter(timed_kwargs)
-    steps = profile_steps(lambda: results.append(fn(**next(calls))), len(timed_kwargs),
+    steps = profile_steps(lambda: results.append(fn(**fetch(len(results)))), count,
                           lambda: torch.amax(clean_buffer, dim=-1), lambda: synchronize(device),
                           tempfile.mkdtemp(prefix="prof-", dir="."), secret_shapes=[shape_key(shape)],
                           level=npu.get("level", "Level1"))

@@ -1,17 +1,20 @@
-"""Time one case that passed its accuracy check: candidate and live baselines, verified, anchored.
+"""Time one case that passed its accuracy check: candidate and live baselines, paired, verified, anchored.
 
 Runs in the judge, for every task format (a :class:`~pytest_cannbench.judge.source.CaseSource`). The
 candidate's timed batch runs in its candidate worker; each baseline (for a CANN operator the golden in native
 precision on the same device, for a KernelBench problem the eager ``Model`` and optionally its
 ``torch.compile``) runs with the same protocol and the same input sets in a separate baseline worker that
-never imported the submission. All batches of a chunk happen under the device's timing lock; every timed
-candidate output is then judged against the reference of its input set before the next batch reuses the region.
+never imported the submission. In one lock window the candidate and the main baseline alternate call by call
+(ABBA) on the same sets, each set written into a worker's region only just before its call; every timed
+candidate output is then judged against the reference of its input set. ``--cann-repeat auto`` adds windows
+until the paired speed-up's interval is tight enough (docs/timing.md).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,10 +24,21 @@ from pytest_cannbench.judge.source import Anchors, CaseSource, Reference, case_l
 from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.timing.devices import DevicePlan, timing_lock
-from pytest_cannbench.timing.stats import CaseTiming, implausible, not_measured, summarize
+from pytest_cannbench.timing.in_worker import Flusher
+from pytest_cannbench.timing.stats import (
+    CaseTiming,
+    Interval,
+    bootstrap_seed,
+    implausible,
+    median_interval,
+    not_measured,
+    paired_speedup,
+    sets_needed,
+    summarize,
+)
 
 if TYPE_CHECKING:
-    from pytest_cannbench.workers.candidate_client import CandidateWorker
+    from pytest_cannbench.workers.candidate_client import BatchResult, CandidateWorker, StreamedBatch
 
 BATCH_MEMORY_BYTES = 1 << 30  # input sets and output areas of one timed batch; larger cases are split
 
@@ -37,6 +51,16 @@ class PerfContext:
     anchors: Anchors  # (task, case, data) -> t_hw_us, sources, bytes, flops
     log_dir: Path
     npu: dict | None = None  # NPU timer settings: the session's secret cache-clean shape, boost, level
+    _flusher: Flusher | None = None
+
+    def judge_flush(self) -> Callable[[], None] | None:
+        """On the CPU the judge evicts the shared cache after writing a call's set, while the workers are frozen
+        (they flush their own caches): a set enters the cache only when its call reads it."""
+        if self.device.kind != "cpu":
+            return None
+        if self._flusher is None:
+            self._flusher = Flusher("cpu")
+        return self._flusher.flush
 
 
 def _tensor_bytes(kwargs: dict[str, Any]) -> int:
@@ -48,82 +72,180 @@ def _tensor_bytes(kwargs: dict[str, Any]) -> int:
     return total
 
 
-def _chunks(count: int, per_call_bytes: int) -> list[list[int]]:
+def _chunks(indices: list[int], per_call_bytes: int) -> list[list[int]]:
     size = max(1, BATCH_MEMORY_BYTES // max(1, per_call_bytes))
-    return [list(range(i, min(i + size, count))) for i in range(0, count, size)]
+    return [indices[i:i + size] for i in range(0, len(indices), size)]
+
+
+@dataclass
+class _Samples:
+    """What the timed windows of one case gathered so far."""
+
+    cand: list[float] = field(default_factory=list)
+    base: dict[str, list[float]] = field(default_factory=dict)
+    pairs: list[tuple[float, float]] = field(default_factory=list)  # (baseline, candidate) on one set, one window
+    problems: dict[str, str] = field(default_factory=dict)  # baseline name -> why it stopped
+
+
+def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chunk: list[int], warmup: int,
+            worker: CandidateWorker, ctx: PerfContext, record: CaseTiming, got: _Samples) -> CaseOutcome | None:
+    """One lock window: the candidate and the main baseline alternate call by call (ABBA) on the same sets, each
+    set written only just before its calls; other baselines follow in the same window. Then every timed
+    candidate output is judged. Returns the failure the window exposed, if any."""
+    s = ctx.settings
+    target, baselines = source.candidate_target(ref), source.baselines(ref)
+    sets = [ref.kwargs()] + [refs[i].kwargs() for i in chunk]
+    calls = list(range(1, len(chunk) + 1))
+    expected, flush = ref.out_bytes(), ctx.judge_flush()
+    log = case_log_path(ctx.log_dir, source.key)
+    live = [b for b in baselines if b.name not in got.problems]
+    main = live[0] if live and live[0].name == baselines[0].name else None
+    opts: dict[str, Any] = dict(warmup=warmup, expected_out_bytes=expected, timeout=s.case_timeout_s, npu=ctx.npu)
+    bw = ctx.baseline_worker
+    with timing_lock(ctx.device):
+        window = [time.monotonic()]
+        streamed = dict(opts, judge_flushes=flush is not None)
+        cb = worker.open_batch(target, sets, calls, case_log=log, **streamed)
+        bb = bw.open_batch(main.target, sets, calls, **streamed) if main is not None and cb.waiting else None
+        for k in range(len(calls)):
+            pair: list[tuple[CandidateWorker, StreamedBatch | None]] = [(worker, cb), (bw, bb)]
+            for w, b in pair if k % 2 == 0 else pair[::-1]:
+                if b is not None and b.waiting:
+                    w.run_call(b, flush)
+            if not cb.waiting and bb is not None:  # the candidate ended early: the baseline's calls are moot
+                bw.stop_batch(bb)
+        ok = cb.result is not None and cb.result.status == "ok"
+        results: dict[str, BatchResult | None] = {
+            b.name: bw.time_batch(b.target, sets, calls, judge_flush=flush, **opts)
+            for b in live if b is not main and ok}
+        window.append(time.monotonic())
+    record.windows.append(window)
+    if main is not None and bb is not None:
+        results[main.name] = bb.result
+    batch = cb.result
+    assert batch is not None
+    if batch.status != "ok":
+        status, failure = fate(batch.status)
+        message = f"during timing: {batch.message}" + (f"\n--- end of its output:\n{batch.log_tail}"
+                                                       if batch.log_tail else "")
+        record.reason = f"the candidate failed while timed ({batch.status})"
+        return source.outcome(status, failure, message)
+    why = implausible(batch.seconds, batch.phases, batch.wall_s, batch.timer, batch.cpu_s, worker.threads,
+                      batch.busiest_cpu_s)
+    if why:
+        record.reason = "implausible timing"
+        return source.outcome(oc.FAILED, oc.TIMING_IMPLAUSIBLE, f"timing implausible: {why}")
+    for j, index in enumerate(chunk):
+        verdict = source.judge(batch.outputs[j], refs[index])
+        if verdict.status != oc.PASSED:
+            record.reason = "a timed output was wrong"
+            return source.outcome(oc.FAILED, oc.TIMED_OUTPUT_WRONG,
+                                  f"timed call {index + 1} (its own input set) is wrong: {verdict.message}")
+    got.cand += batch.seconds
+    record.flags += [f"guard: {flag}" for flag in batch.flags if f"guard: {flag}" not in record.flags]
+    record.timer = batch.timer
+    record.notes += batch.notes
+    for name, base in results.items():
+        if base is None or base.status != "ok":
+            text = (base.message or base.status) if base is not None else "did not run"
+            label = next(b.label for b in baselines if b.name == name)
+            got.problems[name] = f"the {label} failed: {text.splitlines()[0] if text else ''}"
+            continue
+        got.base.setdefault(name, []).extend(base.seconds)
+        if main is not None and name == main.name:
+            got.pairs += list(zip(base.seconds, batch.seconds))
+    return None
+
+
+def _precision(got: _Samples, seed: int) -> tuple[Interval | None, Interval]:
+    """The paired speed-up's interval (None without a live baseline) and T_cand's own."""
+    speedup = paired_speedup([b for b, _ in got.pairs], [c for _, c in got.pairs], seed) if got.pairs else None
+    return speedup, median_interval(got.cand, seed)
 
 
 def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
             ctx: PerfContext) -> tuple[dict[str, Any], CaseOutcome | None]:
-    """The case's timing record, and a failure outcome when timing exposed the candidate."""
+    """The case's timing record, and a failure outcome when timing exposed the candidate.
+
+    Fixed ``--cann-repeat N``: N input sets. ``auto``: the minimum count, then more rounds, each sized from
+    the interval so far, until the paired speed-up's relative half-width is within the target, the budget is
+    spent or the maximum count is reached."""
     s = ctx.settings
-    refs: list[Reference] = []
-    for index in range(s.repeat):
-        try:
-            refs.append(source.prepare(source.timed_seed(index)))
-        except GoldenFailure as exc:
-            return not_measured(f"the {source.golden_noun} failed on timed input set {index + 1}: {exc}"), None
-    sets = [ref.kwargs()] + [r.kwargs() for r in refs]
-    expected = ref.out_bytes()
-    per_call = _tensor_bytes(sets[0]) + expected
-    target, baselines = source.candidate_target(ref), source.baselines(ref)
-    log = case_log_path(ctx.log_dir, source.key)
-    record = CaseTiming(measured=True, device=ctx.device.label, input_sets=len(refs))
-    cand_s: list[float] = []
-    base_s: dict[str, list[float]] = {b.name: [] for b in baselines}
-    problems: dict[str, str] = {}  # baseline name -> why it stopped
-    for n, chunk in enumerate(_chunks(len(refs), per_call)):
-        batch_sets = [sets[0]] + [sets[1 + i] for i in chunk]
-        calls = list(range(1, len(chunk) + 1))
-        warmup = s.warmup if n == 0 else 1
-        with timing_lock(ctx.device):
-            window = [time.monotonic()]
-            batch = worker.time_batch(target, batch_sets, calls, warmup=warmup, expected_out_bytes=expected,
-                                      timeout=s.case_timeout_s, npu=ctx.npu, case_log=log)
-            bases = {b.name: None if b.name in problems else ctx.baseline_worker.time_batch(
-                b.target, batch_sets, calls, warmup=warmup, expected_out_bytes=expected, timeout=s.case_timeout_s,
-                npu=ctx.npu) for b in baselines}
-            window.append(time.monotonic())
-        record.windows.append(window)
-        if batch.status != "ok":
-            status, failure = fate(batch.status)
-            message = f"during timing: {batch.message}" + (f"\n--- end of its output:\n{batch.log_tail}"
-                                                           if batch.log_tail else "")
-            return not_measured(f"the candidate failed while timed ({batch.status})"), source.outcome(
-                status, failure, message)
-        why = implausible(batch.seconds, batch.phases, batch.wall_s, batch.timer, batch.cpu_s, worker.threads,
-                          batch.busiest_cpu_s)
-        if why:
-            return not_measured("implausible timing"), source.outcome(oc.FAILED, oc.TIMING_IMPLAUSIBLE,
-                                                                      f"timing implausible: {why}")
-        for j, index in enumerate(chunk):
-            verdict = source.judge(batch.outputs[j], refs[index])
-            if verdict.status != oc.PASSED:
-                return not_measured("a timed output was wrong"), source.outcome(
-                    oc.FAILED, oc.TIMED_OUTPUT_WRONG,
-                    f"timed call {index + 1} (its own input set) is wrong: {verdict.message}")
-        cand_s += batch.seconds
-        record.flags += [f"guard: {flag}" for flag in batch.flags if f"guard: {flag}" not in record.flags]
-        record.timer = batch.timer
-        record.notes += batch.notes
-        for b in baselines:
-            base = bases[b.name]
-            if base is None:
-                continue
-            if base.status != "ok":
-                problems[b.name] = f"the {b.label} failed: {(base.message or base.status).splitlines()[0]}"
-            else:
-                base_s[b.name] += base.seconds
-    cand = summarize(cand_s)
+    started = time.monotonic()
+    seed = bootstrap_seed(s.secret, s.seed, source.key)
+    record = CaseTiming(measured=True, device=ctx.device.label)
+    got = _Samples()
+    per_call = _tensor_bytes(ref.kwargs()) + ref.out_bytes()
+    done, want, stop = 0, s.repeat, "fixed"
+    speedup: Interval | None = None
+    while True:
+        refs: dict[int, Reference] = {}
+        for index in range(done, want):
+            try:
+                refs[index] = source.prepare(source.timed_seed(index))
+            except GoldenFailure as exc:
+                return not_measured(f"the {source.golden_noun} failed on timed input set {index + 1}: {exc}"), None
+        for n, chunk in enumerate(_chunks(list(range(done, want)), per_call)):
+            failure = _window(source, ref, refs, chunk, s.warmup if done == 0 and n == 0 else 1, worker, ctx,
+                              record, got)
+            if failure is not None:
+                return not_measured(record.reason), failure
+        done = want
+        del refs
+        speedup, cand_iv = _precision(got, seed)
+        if not s.repeat_auto:
+            break
+        achieved = (speedup or cand_iv).rel_half_width
+        spent = time.monotonic() - started
+        if achieved <= s.timing_target:
+            stop = "precision"
+        elif done >= s.repeat_max:
+            stop = "max"
+        elif spent >= s.timing_budget_s:
+            stop = "budget"
+        else:
+            per_set = spent / done
+            affordable = done + max(1, int((s.timing_budget_s - spent) / per_set)) if per_set > 0 else s.repeat_max
+            want = min(s.repeat_max, affordable, max(done + max(2, done // 4),
+                                                     sets_needed(done, achieved, s.timing_target)))
+            want += (want - done) % 2  # whole ABBA quartets where the maximum allows
+            want = min(want, s.repeat_max)
+            continue
+        break
+    record.input_sets = done
+    extra = _summarise(source, ref, ctx, record, got)
+    cand_iv = median_interval(got.cand, seed)
+    record.cand_interval = cand_iv.to_dict()
+    record.speedup = speedup.to_dict() if speedup is not None else None
+    record.repeat = {"mode": "auto" if s.repeat_auto else "fixed", "count": done, "stopped": stop,
+                     "target": s.timing_target if s.repeat_auto else None,
+                     "achieved": (speedup or cand_iv).rel_half_width,
+                     "precision_of": "speedup" if speedup is not None else "t_cand",
+                     "budget_s": s.timing_budget_s if s.repeat_auto else None,
+                     "spent_s": time.monotonic() - started}
+    if record.t_hw_us is not None and record.t_cand_us is not None and record.t_cand_us < record.t_hw_us:
+        record.flags.append("implausible_time")  # faster than the hardware limit: the anchors or the timer lie
+        return {**record.to_dict(), **extra}, source.outcome(
+            oc.FAILED, oc.IMPLAUSIBLE_TIME,
+            f"timed at {record.t_cand_us:.1f} us, below the hardware limit T_HW = {record.t_hw_us:.1f} us "
+            f"({record.t_hw_source}): no honest kernel beats it, so the time cannot be scored")
+    return {**record.to_dict(), **extra}, None
+
+
+def _summarise(source: CaseSource, ref: Reference, ctx: PerfContext, record: CaseTiming,
+               got: _Samples) -> dict[str, Any]:
+    """Medians and spreads of every participant, then the anchors (metadata may replace the live baseline);
+    returns the fields of the extra baselines."""
+    cand = summarize(got.cand)
     record.t_cand_us, record.cand = cand.median_us, cand.to_dict()
-    main = baselines[0].name
+    baselines = source.baselines(ref)
     extra: dict[str, Any] = {}
     for b in baselines:
-        if b.name in problems:
-            record.notes.append(problems[b.name])
-        elif base_s[b.name]:
-            summary = summarize(base_s[b.name])
-            if b.name == main:
+        if b.name in got.problems:
+            record.notes.append(got.problems[b.name])
+        elif got.base.get(b.name):
+            summary = summarize(got.base[b.name])
+            if b.name == baselines[0].name:
                 record.t_baseline_us, record.baseline, record.baseline_source = (summary.median_us,
                                                                                  summary.to_dict(), "live")
             else:
@@ -137,6 +259,4 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
             record.flags += list(value)
         elif key != "baseline_source" and hasattr(record, key):
             setattr(record, key, value)
-    if record.t_hw_us is not None and record.t_cand_us < record.t_hw_us:
-        record.flags.append("implausible_time")  # faster than the hardware limit: the anchors or the timer lie
-    return {**record.to_dict(), **extra}, None
+    return extra

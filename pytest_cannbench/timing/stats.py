@@ -11,7 +11,9 @@ times; the spread (inter-quartile range over the median) is recorded.
 
 from __future__ import annotations
 
+import hashlib
 import math
+import random
 import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -71,21 +73,24 @@ def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, t
     reported = prepare + total + phases.get("guard", 0.0)
     if reported > wall_s + 0.002:
         return f"the worker reports {reported * 1e3:.2f} ms for a batch the judge saw take {wall_s * 1e3:.2f} ms"
+    # While it waits for the judge to write a streamed call's set the worker is frozen: no CPU time, so the
+    # floor holds against what it says it did besides waiting (claiming a longer wait only lowers that).
+    busy = reported - max(0.0, phases.get("wait", 0.0))
     bounds = [b for b in (None if cpu_s is None else cpu_s / max(1, threads), busiest_s) if b is not None]
     if bounds:
         used = max(bounds)
-        if reported < used - (CPU_SLACK_S + CPU_SLACK_FRACTION * used):
-            return (f"the worker accounts for {reported * 1e3:.2f} ms of a batch whose busiest thread alone "
+        if busy < used - (CPU_SLACK_S + CPU_SLACK_FRACTION * used):
+            return (f"the worker accounts for {busy * 1e3:.2f} ms of a batch whose busiest thread alone "
                     f"ran {used * 1e3:.2f} ms on the CPU (its clock runs slow)")
     if timer in ("cpu_clock", "host_clock"):
-        inner = sum(phases.get(k, 0.0) for k in ("warmup", "flush", "calls", "write"))
+        inner = sum(phases.get(k, 0.0) for k in ("warmup", "flush", "wait", "calls", "write"))
         if abs(sum(seconds) - phases.get("calls", 0.0)) > 1e-6 + 1e-6 * abs(sum(seconds)):
             return "the call times do not add up to the reported calls phase"
         # the worker's phases tile its timed loop (worker_timing.run_batch): beyond rounding, a gap means the
         # account was made up
         if abs(total - inner) > UNACCOUNTED_S + 1e-6 * total:
-            return (f"{(total - inner) * 1e3:.2f} ms of the timed loop are not accounted for by warm-up, flushes "
-                    "and calls")
+            return (f"{(total - inner) * 1e3:.2f} ms of the timed loop are not accounted for by warm-up, flushes, "
+                    "waits and calls")
     return None
 
 
@@ -110,6 +115,9 @@ class CaseTiming:
     flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     windows: list[list[float]] = field(default_factory=list)  # time.monotonic() spans the device lock was held
+    speedup: dict[str, Any] | None = None  # Interval of T_base / T_cand, calls paired on the same input sets
+    cand_interval: dict[str, Any] | None = None  # Interval of T_cand's median (µs)
+    repeat: dict[str, Any] = field(default_factory=dict)  # mode, count used, target, achieved, budget, why it stopped
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -118,3 +126,81 @@ class CaseTiming:
 def not_measured(reason: str) -> dict[str, Any]:
     """A case that was not timed: "not measured", never a zero time."""
     return CaseTiming(measured=False, reason=reason).to_dict()
+
+
+# ---------------------------------------------------------------- paired speed-up (issue 20)
+
+BOOTSTRAP_RESAMPLES = 2000
+CONFIDENCE = 0.95
+
+
+@dataclass
+class Interval:
+    """A point estimate and its bootstrap confidence interval; ``rel_half_width`` = half the width / estimate."""
+
+    estimate: float
+    low: float
+    high: float
+    rel_half_width: float
+    samples: int
+    confidence: float = CONFIDENCE
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def bootstrap_seed(secret: str, seed: int, key: str) -> int:
+    """The bootstrap's seed: the session secret (or the evaluation seed) and the case, so a run reproduces its
+    intervals exactly while nothing in them can be steered by a submission."""
+    digest = hashlib.sha256(f"{secret}/{seed}/{key}/bootstrap".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default)."""
+    pos = q * (len(sorted_values) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_values) - 1)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
+
+
+def _interval(estimate: float, stats: list[float], n: int) -> Interval:
+    stats.sort()
+    alpha = (1.0 - CONFIDENCE) / 2
+    low, high = _percentile(stats, alpha), _percentile(stats, 1.0 - alpha)
+    rel = (high - low) / 2 / estimate if estimate > 0 else math.inf
+    return Interval(estimate, low, high, rel, n)
+
+
+def paired_speedup(base_s: list[float], cand_s: list[float], seed: int,
+                   resamples: int = BOOTSTRAP_RESAMPLES) -> Interval:
+    """T_base / T_cand from calls paired on the same input set in the same window: the median of the per-pair
+    ratios, with a percentile bootstrap over pairs. A drift between pairs moves both members of a pair, so it
+    cancels in each ratio instead of widening the interval."""
+    if len(base_s) != len(cand_s) or not base_s:
+        raise ValueError("paired_speedup needs as many baseline as candidate times, at least one")
+    ratios = [b / c for b, c in zip(base_s, cand_s) if b > 0 and c > 0]
+    if not ratios:
+        raise ValueError("paired_speedup needs positive times")
+    rng = random.Random(seed)
+    n = len(ratios)
+    stats = [statistics.median(rng.choices(ratios, k=n)) for _ in range(resamples)]
+    return _interval(statistics.median(ratios), stats, n)
+
+
+def median_interval(seconds: list[float], seed: int, resamples: int = BOOTSTRAP_RESAMPLES) -> Interval:
+    """The median call time (µs) with a percentile bootstrap interval: the precision of T_cand alone, for a
+    case without a live baseline to pair with."""
+    if not seconds:
+        raise ValueError("median_interval needs at least one time")
+    us = [s * 1e6 for s in seconds]
+    rng = random.Random(seed)
+    stats = [statistics.median(rng.choices(us, k=len(us))) for _ in range(resamples)]
+    return _interval(statistics.median(us), stats, len(us))
+
+
+def sets_needed(done: int, rel_half_width: float, target: float) -> int:
+    """How many input sets in all should bring the relative half-width to ``target``: it shrinks as 1/sqrt(n)."""
+    if rel_half_width <= target or not math.isfinite(rel_half_width):
+        return done if rel_half_width <= target else 2 * done
+    return math.ceil(done * (rel_half_width / target) ** 2)

@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,15 @@ from pytest_cannbench.workers import procs, wire
 from pytest_cannbench.workers.client import WorkerClient
 from pytest_cannbench.workers.contract import Snapshot, cpu_used, escaped, mutated_inputs, process_snapshot, thread_cpu
 from pytest_cannbench.workers.env_scrub import scrubbed_environment
-from pytest_cannbench.workers.tensor_wire import Region, decode_outputs, plan_batch, plan_call, write_inputs
+from pytest_cannbench.workers.evidence import OutsideEvidence, profile_keys
+from pytest_cannbench.workers.tensor_wire import (
+    BatchLayout,
+    Region,
+    decode_outputs,
+    plan_batch,
+    plan_call,
+    write_inputs,
+)
 
 CASE_LOG_BYTES = 1 << 20  # kept per case: the end of what the submission printed
 POLL_S = 0.05  # memory watchdog period while a call runs
@@ -66,6 +75,31 @@ class BatchResult:
     flags: list[str] = field(default_factory=list)
 
 
+@dataclass
+class StreamedBatch:
+    """A timing batch in progress (:meth:`CandidateWorker.open_batch`): the worker waits, frozen, for call
+    ``next``, whose set is not in the region yet; ``result`` once it ended."""
+
+    layout: BatchLayout
+    kwargs_sets: list[dict[str, Any]]
+    call_sets: list[int]
+    case_log: Path | None
+    deadline: float  # time.perf_counter() by which the whole batch must be over
+    timeout: float
+    before: Snapshot = (0, frozenset())
+    cpu0: dict[int, float] = field(default_factory=dict)
+    t0: float = 0.0
+    written: set[int] = field(default_factory=set)  # sets already in the region
+    next: int = 0
+    result: BatchResult | None = None
+    keys: tuple[str, ...] = ()  # the case and operator the judge's CPU samples are merged under
+    calls: int = 0  # warm-up and timed calls the worker makes in the batch
+
+    @property
+    def waiting(self) -> bool:
+        return self.result is None
+
+
 class WorkerGone(Exception):
     """The worker cannot answer this request (``status``: crashed, timeout, oom_killed, import_failed)."""
 
@@ -98,9 +132,7 @@ class CandidateWorker(WorkerClient):
     last_tmp: str | None = None  # the operator whose files the private TMPDIR holds
     _killed_for: str | None = None
     _pid: int | None = None  # the worker's pid in the judge's namespace (bwrap's child under the sandbox)
-    sampler: Any = None  # guard.perf_sample.CallSampler: the judge's own evidence of where the CPU went
-    sampler_note: str = ""  # why there is no sampler (perf_event_open refused), for the header and flags
-    _profiles: dict[str, Any] = field(default_factory=dict)  # case / operator key -> merged CallProfile
+    evidence: OutsideEvidence | None = None  # what the judge samples and reads of the worker from outside
 
     # ------------------------------------------------------------ lifecycle
 
@@ -142,53 +174,26 @@ class CandidateWorker(WorkerClient):
         return proc
 
     def _open_sampler(self) -> None:
-        """Sample the new worker from out here, before it starts threads (they inherit the events). Only for
-        submission code under an active guard; KernelBench keeps builtin ops alongside its own kernels."""
+        """The judge's own evidence, for submission code under an active guard (KernelBench keeps builtin ops
+        beside its own kernels, so its workers are not sampled)."""
         self._close_sampler()
-        if self.mode != "submission" or self.guard == "off" or self._pid is None:
-            return
-        from pytest_cannbench.guard.perf_sample import CallSampler, Unavailable
-
-        opened = CallSampler.open(self._pid, own=tuple(p for p in (self.site_dir,) if p))
-        if isinstance(opened, Unavailable):
-            self.sampler_note = f"CPU sampling unavailable: {opened.reason}"
-        else:
-            self.sampler, self.sampler_note = opened, ""
+        if self.mode == "submission" and self.guard != "off" and self._pid is not None:
+            self.evidence = OutsideEvidence(site_dir=self.site_dir)
+            self.evidence.open(self._pid)
 
     def _close_sampler(self) -> None:
-        sampler, self.sampler = self.sampler, None
-        if sampler is not None:
-            sampler.close()
+        evidence, self.evidence = self.evidence, None
+        if evidence is not None:
+            evidence.close()
 
-    def _sampled(self, keys: tuple[str, ...], calls: int) -> list[tuple[str, str]]:
-        """The sampler's finding for what just ran, judged on the calls of its case and of its operator merged
-        (one call alone rarely holds enough samples to decide)."""
-        if self.sampler is None:
+    def _observed(self, keys: tuple[str, ...], calls: int) -> list[tuple[str, str]]:
+        if self.evidence is None or self._pid is None:
             return []
-        from pytest_cannbench.guard.perf_verdict import judge_profile
-
-        profile = self.sampler.collect(calls=calls)
-        problems: list[tuple[str, str]] = []
-        for key in keys:
-            merged = self._profiles[key] = profile if key not in self._profiles else self._profiles[key].merge(profile)
-            verdict = judge_profile(merged)
-            if verdict.finding is not None:
-                problems = [(kind, f"CPU samples taken by the judge: {detail}") for kind, detail in verdict.problems]
-                break
-        return problems
-
-    def _mapped(self) -> list[tuple[str, str]]:
-        """Executable code the frozen worker has mapped from outside its install, torch and the system, read
-        by the judge from /proc (the worker cannot hide a mapping from it)."""
-        if self.mode != "submission" or self.guard == "off" or self._pid is None:
-            return []
-        from pytest_cannbench.guard.maps import foreign_findings
-
-        return [(str(k), str(d)) for k, d in foreign_findings(self._pid, self.site_dir)]
+        return self.evidence.after_call(self._pid, keys, calls)
 
     def _arm(self) -> None:
-        if self.sampler is not None:
-            self.sampler.arm()
+        if self.evidence is not None:
+            self.evidence.arm()
 
     def _spawn_sandboxed(self, module: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
         """The worker as pid 1 of its own bubblewrap sandbox; its pid out here comes on bwrap's info pipe."""
@@ -296,7 +301,7 @@ class CandidateWorker(WorkerClient):
             self.kill()
             raise
         self._freeze()
-        sampled = self._sampled(self._profile_keys(target, case_log), 1) + self._mapped()
+        sampled = self._observed(profile_keys(target, case_log), 1)
         problem = self._contract(before, layout.args, kwargs)
         if problem is not None:
             return self._finish(problem, case_log)
@@ -335,38 +340,120 @@ class CandidateWorker(WorkerClient):
 
     def time_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
                    expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
-                   npu: dict | None = None, case_log: Path | None = None) -> BatchResult:
-        """``warmup`` calls on set 0, then one timed call per entry of ``call_sets``; never raises for the
-        candidate. The judge's wall clock brackets the exchange, for the plausibility check."""
-        layout, writes = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
+                   npu: dict | None = None, case_log: Path | None = None,
+                   judge_flush: Callable[[], None] | None = None) -> BatchResult:
+        """``warmup`` calls on set 0, then one timed call per entry of ``call_sets``, each set written into the
+        region only when its call is next; never raises for the candidate. ``judge_flush`` (CPU) evicts the
+        shared cache after each write. The judge's wall clock brackets the exchange, for the plausibility
+        check. :meth:`open_batch` and :meth:`run_call` interleave several workers' batches."""
+        batch = self.open_batch(target, kwargs_sets, call_sets, warmup=warmup, expected_out_bytes=expected_out_bytes,
+                                timeout=timeout, flush=flush, timer=timer, npu=npu, case_log=case_log,
+                                judge_flushes=judge_flush is not None)
+        while batch.waiting:
+            self.run_call(batch, judge_flush)
+        assert batch.result is not None
+        return batch.result
+
+    def open_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
+                   expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
+                   npu: dict | None = None, case_log: Path | None = None,
+                   judge_flushes: bool = False) -> StreamedBatch:
+        """Start a streamed batch: only the warm-up set is in the region; the worker warms up and waits, frozen,
+        for timed call 0 (``batch.waiting``), or has already ended (``batch.result``)."""
+        layout, _ = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
         self.log_mark = procs.log_size(self.log_path)
         self.wipe_tmp(str(target.get("rel_path") or target.get("name")))
+        batch = StreamedBatch(layout=layout, kwargs_sets=kwargs_sets, call_sets=call_sets, case_log=case_log,
+                              deadline=time.perf_counter() + timeout, timeout=timeout,
+                              keys=profile_keys(target, case_log), calls=warmup + len(call_sets))
         try:
             self._ensure()
             assert self.proc is not None and self.region is not None  # _ensure started both
-            write_inputs(self.region, layout, writes)
+            self.region.ensure(layout.size)
+            write_inputs(self.region, layout, layout.set_writes[0])
+            batch.written.add(0)
             message = {"op": "time", "target": target, "region_size": self.region.size, "sets": layout.sets,
                        "calls": [{"set": i, "out_offset": c.out_offset, "out_capacity": c.out_capacity}
                                  for i, c in zip(call_sets, layout.calls)],
-                       "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer, "npu": npu}
-            before = process_snapshot(self.pid)
-            cpu0 = thread_cpu(self.pid)
+                       "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer, "npu": npu,
+                       "stream": True, "judge_flushes": judge_flushes}
+            batch.before = process_snapshot(self.pid)
+            batch.cpu0 = thread_cpu(self.pid)
             self._arm()
-            t0 = time.perf_counter()
+            batch.t0 = time.perf_counter()
             reply = self._exchange(message, timeout)
-            wall = time.perf_counter() - t0
-            cpu_s, busiest_s = cpu_used(cpu0, thread_cpu(self.pid))
         except WorkerGone as exc:
-            return self._finish(BatchResult(exc.status, message=str(exc)), case_log)
+            batch.result = self._finish(BatchResult(exc.status, message=str(exc)), case_log)
+            return batch
         except BaseException:
             self.kill()
             raise
+        self._frame(batch, reply)
+        return batch
+
+    def run_call(self, batch: StreamedBatch, before_go: Callable[[], None] | None = None) -> None:
+        """Write the next timed call's set (the worker is frozen), run ``before_go`` (the judge's cache flush),
+        then let the worker run that one call; afterwards it waits again, frozen, or has ended."""
+        assert batch.waiting and self.region is not None
+        index = batch.call_sets[batch.next]
+        try:
+            if index not in batch.written:
+                write_inputs(self.region, batch.layout, batch.layout.set_writes[index])
+                batch.written.add(index)
+            if before_go is not None:
+                before_go()
+            remaining = batch.deadline - time.perf_counter()
+            if remaining <= 0:
+                self.kill()
+                raise WorkerGone(TIMEOUT, f"no answer within {batch.timeout:g} s; the worker's process group "
+                                          "was killed")
+            reply = self._exchange({"op": "go", "call": batch.next}, remaining)
+        except WorkerGone as exc:
+            batch.result = self._finish(BatchResult(exc.status, message=str(exc)), batch.case_log)
+            return
+        except BaseException:
+            self.kill()
+            raise
+        batch.next += 1
+        self._frame(batch, reply)
+
+    def stop_batch(self, batch: StreamedBatch) -> None:
+        """End a waiting batch early (another worker's batch failed); the worker answers and stays usable."""
+        if not batch.waiting:
+            return
+        try:
+            self._exchange({"op": "stop"}, max(1.0, batch.deadline - time.perf_counter()))
+            self._freeze()
+        except WorkerGone:
+            pass
+        batch.result = BatchResult(RAISED, message="stopped by the judge")
+
+    def _frame(self, batch: StreamedBatch, reply: dict) -> None:
+        """A frame of a streamed batch: ``{"ready": next}`` (the worker waits, now frozen) or its final reply."""
         self._freeze()
-        sampled = self._sampled(self._profile_keys(target, case_log), warmup + len(call_sets)) + self._mapped()
-        for args, kwargs in zip(layout.sets, kwargs_sets):
-            problem = self._contract(before, args, kwargs)
-            if problem is not None:
-                return self._finish(BatchResult(problem.status, message=problem.message, wall_s=wall), case_log)
+        ready = reply.get("ready")
+        if set(reply) == {"ready"} and type(ready) is int and ready == batch.next < len(batch.call_sets):
+            return
+        if "ready" in reply or "ok" not in reply:
+            self.kill()
+            batch.result = self._finish(BatchResult(CRASHED, message="the worker broke the timing handshake"),
+                                        batch.case_log)
+            return
+        wall = time.perf_counter() - batch.t0
+        cpu_s, busiest_s = cpu_used(batch.cpu0, thread_cpu(self.pid))
+        batch.result = self._conclude(batch, reply, wall, cpu_s, busiest_s)
+
+    def _conclude(self, batch: StreamedBatch, reply: dict, wall: float, cpu_s: float | None,
+                  busiest_s: float | None) -> BatchResult:
+        """The judge's checks of a finished batch (the worker is frozen): contract, guard, a well-formed reply."""
+        call_sets, case_log = batch.call_sets, batch.case_log
+        sampled = self._observed(batch.keys, batch.calls)
+        if reply.get("ok") and batch.next == len(call_sets):  # every set was written: all can be compared
+            for args, kwargs in zip(batch.layout.sets, batch.kwargs_sets):
+                problem = self._contract(batch.before, args, kwargs)
+                if problem is not None:
+                    return self._finish(BatchResult(problem.status, message=problem.message, wall_s=wall),
+                                        case_log)
         verdict, why, flags = guard_verdict(self.import_problems + guard_problems(reply) + sampled, self.guard)
         if verdict is not None:
             return self._finish(BatchResult(verdict, message=why, wall_s=wall, flags=flags), case_log)
@@ -374,6 +461,10 @@ class CandidateWorker(WorkerClient):
             text = (f"candidate raised {reply.get('error')}" if reply.get("stage") == "call"
                     else f"{reply.get('stage')}: {reply.get('error')}")
             return self._finish(BatchResult(RAISED, message=text, wall_s=wall), case_log)
+        if batch.next != len(call_sets):
+            self.kill()
+            return self._finish(BatchResult(CRASHED, message=f"the worker ended the batch after {batch.next} of "
+                                            f"{len(call_sets)} timed calls", wall_s=wall), case_log)
         seconds, outputs, phases = reply.get("seconds"), reply.get("outputs"), reply.get("phases")
         if (not isinstance(seconds, list) or len(seconds) != len(call_sets) or not isinstance(outputs, list)
                 or len(outputs) != len(call_sets) or not isinstance(phases, dict)
@@ -381,18 +472,13 @@ class CandidateWorker(WorkerClient):
                 or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in phases.values())):
             return self._finish(BatchResult(CRASHED, message="the worker sent a malformed timing reply",
                                             wall_s=wall), case_log)
-        decoded = [decode_outputs(d, self.region, c, self.device) for d, c in zip(outputs, layout.calls)]
+        assert self.region is not None
+        decoded = [decode_outputs(d, self.region, c, self.device) for d, c in zip(outputs, batch.layout.calls)]
         notes = [str(n)[:300] for n in reply.get("notes") or []][:10]
         return self._finish(BatchResult(OK, seconds=[float(v) for v in seconds], outputs=decoded,
                                         phases={str(k)[:20]: float(v) for k, v in phases.items()}, wall_s=wall,
                                         cpu_s=cpu_s, busiest_cpu_s=busiest_s,
                                         timer=str(reply.get("timer"))[:40], notes=notes, flags=flags), case_log)
-
-    @staticmethod
-    def _profile_keys(target: dict, case_log: Path | None) -> tuple[str, ...]:
-        """The case (its log is unique to it) and the operator a call belongs to."""
-        operator = "op:" + str(target.get("rel_path") or target.get("name"))
-        return (f"case:{case_log}", operator) if case_log is not None else (operator,)
 
     def _finish(self, result: Any, case_log: Path | None) -> Any:
         segment = procs.read_log_since(self.log_path, self.log_mark, CASE_LOG_BYTES)

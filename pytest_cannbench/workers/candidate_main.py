@@ -66,6 +66,8 @@ class Worker:
         self.module: Any = None
         self.callables: dict[tuple, Callable] = {}
         self.flusher: Any = None
+        self.flusher_private = False
+        self.out: Any = None  # the frame stream, for the streamed batch's handshakes
 
     def map_region(self, size: int) -> None:
         """Map the judge's region; pre-faulted, so first touches of fresh inputs are not timed."""
@@ -184,37 +186,63 @@ class Worker:
 
 
     def time(self, req: dict) -> dict:
-        """A timing batch: warm-up calls, then flushed, synchronised, timed calls, outputs kept per call."""
+        """A timing batch: warm-up calls, then flushed, synchronised, timed calls, outputs kept per call.
+
+        Streamed (``req["stream"]``): before timed call i the worker says ``{"ready": i}`` and waits for the
+        judge's ``go``; only then has the judge written set i into the region, so no call, and no warm-up,
+        can see a later set. Otherwise every set is in the region from the start (the judge's own tools)."""
         from pytest_cannbench.timing.in_worker import Flusher, run_batch
         from pytest_cannbench.workers.tensor_wire import flatten, poison, read_args, write_outputs
 
         started = _clock()
         self.map_region(req["region_size"])
+        stream = bool(req.get("stream"))
+        calls = req["calls"]
         try:
             fn = self.resolve(req["target"])
-            sets = [read_args(self.mm, args, self.device) for args in req["sets"]]
-            if req.get("flush") and self.flusher is None and not self.device.startswith("npu"):
-                self.flusher = Flusher(self.device)
+            warm = read_args(self.mm, req["sets"][req["warmup_set"]], self.device)
+            sets: dict[int, Any] = {} if stream else {i: read_args(self.mm, a, self.device)
+                                                      for i, a in enumerate(req["sets"])}
+            private = stream and bool(req.get("judge_flushes")) and self.device == "cpu"
+            if req.get("flush") and not self.device.startswith("npu") and (
+                    self.flusher is None or self.flusher_private != private):
+                self.flusher, self.flusher_private = Flusher(self.device, private_only=private), private
         except BaseException as exc:  # noqa: BLE001
             return _error("prepare timing", exc)
-        calls = req["calls"]
         outputs: list[Any] = [None] * len(calls)
+        inputs: list[Any] = [None] * len(calls)
+        waits: list[float] = []
+
+        def fetch(i: int) -> Any:
+            if stream:
+                t0 = _clock()  # the judge may freeze this process any time after the frame is out
+                wire.send_json(self.out, {"ready": i})
+                go = wire.receive(0)
+                waits.append(_clock() - t0)
+                if not isinstance(go, dict) or go.get("op") != "go" or go.get("call") != i:
+                    raise _Stopped(f"the judge stopped the batch before call {i + 1}")
+                inputs[i] = read_args(self.mm, req["sets"][calls[i]["set"]], self.device)
+            else:
+                inputs[i] = sets[calls[i]["set"]]
+            return inputs[i]
 
         def sink(i: int, result: Any) -> None:
             c = calls[i]
             flat = flatten(result)
-            outputs[i] = write_outputs(self.mm, self.region_size, flat, c["out_offset"], c["out_capacity"],
-                                       sets[c["set"]])
+            outputs[i] = write_outputs(self.mm, self.region_size, flat, c["out_offset"], c["out_capacity"], inputs[i])
             poison(flat, outputs[i])
+            inputs[i] = None
 
         try:
             # On the CPU the whole batch runs under the guard's profiler; the CUDA and NPU timers run their own
             # profiler sessions, so there the guard covers the correctness calls and timed outputs are verified.
             guarded = self.guard is not None and self.device == "cpu"
             with (self.guard.batch() if guarded else contextlib.nullcontext(lambda f: f)) as wrap:
-                times = run_batch(wrap(fn), sets[req["warmup_set"]], [sets[c["set"]] for c in calls],
-                                  req["warmup"], self.device, _clock, self.flusher if req.get("flush") else None, sink,
-                                  req.get("timer", "auto"), req.get("npu"))
+                times = run_batch(wrap(fn), warm, fetch, len(calls), req["warmup"], self.device, _clock,
+                                  self.flusher if req.get("flush") else None, sink, req.get("timer", "auto"),
+                                  req.get("npu"), waits)
+        except _Stopped as exc:
+            return {"ok": False, "stage": "stopped", "error": str(exc), "guard": self._guard_report()}
         except BaseException as exc:  # noqa: BLE001 - the candidate's, or its output could not be written
             return self._failure("call", exc)
         report = self._guard_report()
@@ -223,6 +251,10 @@ class Worker:
         phases = dict(times.phases, prepare=times.started - started, guard=guard_s)
         return {"ok": True, "seconds": times.seconds, "outputs": outputs, "phases": phases, "timer": times.timer,
                 "notes": times.notes, "guard": report}
+
+
+class _Stopped(Exception):
+    """The judge ended a streamed batch early (another participant failed)."""
 
 
 def _warm_thread_pools(device: str) -> None:
@@ -287,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
 
         route_from_environment()
     worker = Worker(args.region_fd, args.device)
+    worker.out = out
     if args.guard:
         from pytest_cannbench.guard import containment
         from pytest_cannbench.guard.runtime import Guard

@@ -18,7 +18,7 @@ from __future__ import annotations
 import mmap
 import os
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 ALIGN = 64
@@ -163,28 +163,35 @@ class BatchLayout:
     sets: list[dict[str, Any]]  # the args of each input set
     calls: list[CallLayout]  # per call: its set's args and its own output area
     size: int
+    set_writes: list[list[tuple[Any, int]]] = field(default_factory=list)  # per set: its (tensor, offset) pairs
 
 
 def plan_batch(kwargs_sets: list[dict[str, Any]], call_sets: list[int],
                expected_out_bytes: int) -> tuple[BatchLayout, list[tuple[Any, int]]]:
     """Input sets first, then an output area for every call (``call_sets[i]`` = the set call i uses).
 
-    Every call keeps its outputs until the batch is over, so the judge checks all of them after
-    the timed loop instead of inside it. An output larger than expected does not fit and is
-    reported as such (a timed call has already answered correctly once).
+    Every set has its own slot, so the judge can write a timed set just before its call
+    (``layout.set_writes[i]``; a slot not yet written holds whatever an earlier batch left) and
+    still compare every set with what it wrote once the batch is over. Every call keeps its
+    outputs until the batch is over, so the judge checks all of them after the timed loop instead
+    of inside it. An output larger than expected does not fit and is reported as such (a timed
+    call has already answered correctly once).
     """
     writes: list[tuple[Any, int]] = []
     offset = 0
-    sets = []
+    sets, per_set = [], []
     for kwargs in kwargs_sets:
-        args, offset = _place_args(kwargs, offset, writes)
+        mine: list[tuple[Any, int]] = []
+        args, offset = _place_args(kwargs, offset, mine)
         sets.append(args)
+        per_set.append(mine)
+        writes += mine
     capacity = _aligned(expected_out_bytes + 4096)
     calls = []
     for index in call_sets:
         calls.append(CallLayout(args=sets[index], out_offset=offset, out_capacity=capacity))
         offset += capacity
-    return BatchLayout(sets=sets, calls=calls, size=offset), writes
+    return BatchLayout(sets=sets, calls=calls, size=offset, set_writes=per_set), writes
 
 
 def write_inputs(region: Region, layout: Any, writes: list[tuple[Any, int]]) -> None:

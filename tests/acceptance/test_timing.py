@@ -167,7 +167,13 @@ def test_honest_submission_is_timed_with_live_anchors(pytester, capsys, task_tre
         assert t["t_hw_us"] >= 1 and t["t_hw_source"] == "roofline (inputs+outputs once)"
         assert t["bytes"] > 0 and t["flops"] is None
     assert run.cases["rms_scale[01]"].cann["status"] == "missing"
-    assert "timing on cpu (cpu_clock; median of 3 verified calls on fresh inputs)" in run.text
+    assert ("timing on cpu (cpu_clock; median of 3 verified calls on fresh inputs, candidate and baseline paired)"
+            in run.text)
+    for name in SOFTPLUS:  # issue 20: paired, with an interval, fixed count recorded
+        t = run.cases[name].cann["timing"]
+        assert t["speedup"]["low"] <= t["speedup"]["estimate"] <= t["speedup"]["high"]
+        assert t["speedup"]["samples"] == 3 and t["repeat"]["mode"] == "fixed" and t["repeat"]["count"] == 3
+        assert len(t["windows"]) == 1  # candidate and baseline in one lock window
     assert "cannbench: T_HW from the roofline cpu" in run.text
 
 
@@ -176,6 +182,20 @@ def test_timed_windows_never_overlap_under_xdist(pytester, capsys, task_tree):
     windows = sorted(w for name in SOFTPLUS for w in run.cases[name].cann["timing"]["windows"])
     assert len(windows) == 4
     assert all(a[1] <= b[0] for a, b in zip(windows, windows[1:])), windows
+
+
+def test_repeat_auto_stops_at_its_target_budget_or_maximum(pytester, capsys, task_tree):
+    """--cann-repeat auto: at least the minimum, never past the maximum, and the reason it stopped recorded."""
+    tasks = task_tree("submission")
+    source = wheel_dir(Path(pytester.path) / "sub", HONEST)
+    args = [a for a in TIMED if not a.startswith("--cann-repeat")]
+    run = run_inner(pytester, capsys, tasks, *args, f"--cann-source={source}", "--cann-repeat=auto",
+                    "--cann-repeat-min=4", "--cann-repeat-max=8", "--cann-timing-target=0.001",
+                    "--cann-timing-budget=60", "-k", "softplus and 04")
+    t = run.cases["softplus[04]"].cann["timing"]
+    assert t["repeat"]["mode"] == "auto" and 4 <= t["repeat"]["count"] <= 8 and t["input_sets"] == t["repeat"]["count"]
+    assert t["repeat"]["stopped"] in ("max", "budget")  # a 0.001% target is out of reach
+    assert t["speedup"]["samples"] == t["repeat"]["count"] and t["repeat"]["achieved"] > 0
 
 
 def test_no_perf_means_not_measured(pytester, capsys, task_tree):
@@ -254,10 +274,13 @@ def test_perf_model_sets_t_hw_and_flags_impossible_speed(pytester, capsys, task_
     (tasks / "level1" / "softplus" / "proto.yaml").write_text(PROTO_WITH_MODEL % "1e10 + 0 * x.nbytes")
     source = wheel_dir(Path(pytester.path) / "sub", HONEST)
     run = run_inner(pytester, capsys, tasks, *TIMED, f"--cann-source={source}")
-    t = run.cases["softplus[01]"].cann["timing"]
+    case = run.cases["softplus[01]"].cann
+    t = case["timing"]
     assert t["bytes"] == 1e10 and t["flops"] == 4 * 64 * 33
     assert t["t_hw_source"] == "roofline (perf_model)" and t["t_hw_us"] > 1e5
     assert "implausible_time" in t["flags"]
+    assert (case["status"], case["failure_type"]) == ("failed", "implausible_time")  # a failure, not a flag
+    assert "below the hardware limit" in case["message"]
 
 
 def test_a_bad_perf_model_is_a_task_error(pytester, capsys, task_tree):

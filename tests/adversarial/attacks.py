@@ -18,6 +18,34 @@ from dataclasses import dataclass
 REAL = "torch.nn.functional.softplus(x.float(), beta=beta, threshold=threshold).to(x.dtype)"
 
 
+READ_AHEAD = """import ctypes
+
+SEEN = set()
+STATE = {}
+
+
+def _fingerprint(t):
+    n = t.numel() * t.element_size()
+    return bytes((ctypes.c_char * min(n, 64)).from_address(t.data_ptr())) if n else b""
+
+
+def _read_ahead(x, beta, threshold, slot):
+    start, nbytes = slot
+    with open('/proc/self/maps') as fh:
+        spans = [[int(v, 16) for v in line.split()[0].split('-')] for line in fh if 'cannbench-region' in line]
+    end = next((hi for lo, hi in spans if lo <= start < hi), None)
+    step = (nbytes + 63) // 64 * 64
+    ptr = start + step
+    while end is not None and nbytes and ptr + nbytes <= end:  # every later slot, as the judge lays them out
+        raw = bytearray((ctypes.c_char * nbytes).from_address(ptr))
+        t = torch.frombuffer(raw, dtype=x.dtype).view(x.shape)
+        CACHE[bytes(raw[:64])] = torch.nn.functional.softplus(t.float(), beta=beta,
+                                                               threshold=threshold).to(x.dtype)
+        ptr += step
+    return (start, end) if end is not None else None
+"""
+
+
 @dataclass(frozen=True)
 class Attack:
     name: str
@@ -170,6 +198,21 @@ ATTACKS = [
     attack("subprocess_helper", "G1", "starts a helper process to do the work",
            "    import subprocess, sys\n    subprocess.run([sys.executable, '-c', 'print(1)'])\n"
            f"    return {REAL}\n", "forbidden_access"),
+    # timing (issue 16 item 5): answers computed during the warm-up for inputs not yet asked about
+    attack("read_ahead", "F3", "on the warm-up (the correctness inputs again) reads the later input sets out of "
+           "the shared region and answers them all; a timed call is then a lookup, zeros when it misses",
+           "    fp = _fingerprint(x)\n"
+           "    slot = (x.data_ptr(), x.numel() * x.element_size())\n"
+           "    warm = STATE.get('warm')\n"
+           "    if warm is not None and warm[0] < slot[0] < warm[1]:  # a later slot of the batch: a timed call\n"
+           "        y = CACHE.get(fp)\n"
+           "        return y.clone() if y is not None else torch.zeros_like(x)\n"
+           "    STATE['warm'] = None\n"
+           "    if fp in SEEN:  # the same inputs twice: the warm-up of a timing batch; read what follows\n"
+           "        STATE['warm'] = _read_ahead(x, beta, threshold, slot)\n"
+           "    SEEN.add(fp)\n"
+           f"    return {REAL}\n",
+           "timed_output_wrong", prelude=READ_AHEAD),
     attack("write_frame_channel", "G4", "writes garbage into the worker's reply channel (its inherited pipe)",
            "    import os\n    os.write(1, b'\\x00' * 64)\n    return torch.zeros_like(x)\n",
            "candidate_crashed", "precision_mismatch"),

@@ -83,6 +83,35 @@ def test_honest_python_submission_keeps_its_full_score(pytester, capsys, task_tr
     assert softplus["performance_score"] > 0
 
 
+FAST_PROTO = """operator:
+  name: Softplus
+  attrs:
+  - {name: beta, type: float, default: 1.0, required: false}
+  - {name: threshold, type: float, default: 20.0, required: false}
+  inputs:
+  - {name: x, dtype: [float16, bfloat16, float32]}
+  outputs:
+  - {name: y, dtype: [float16, bfloat16, float32]}
+  schema: softplus(Tensor x, float beta=1.0, float threshold=20.0) -> Tensor y
+  perf_model:
+    bytes: "1e11 + 0 * x.nbytes"
+    flops: "x.numel"
+"""
+
+
+def test_a_time_below_the_hardware_limit_fails_and_scores_no_performance(pytester, capsys, task_tree):
+    """Whatever makes a timed call return faster than the roofline allows (a lookup, a forged timer, a kernel
+    that skips work), the case fails as implausible_time: no HAP above 1, no score above 100. Here the limit is
+    raised instead (100 GB to move), so every call of a correct kernel is below it."""
+    tasks = task_tree("submission")
+    (tasks / "level1" / "softplus" / "proto.yaml").write_text(FAST_PROTO)
+    run, softplus, _ = grade(pytester, capsys, task_tree, python_submission(pytester, HONEST), "--cann-guard=off",
+                             tasks=tasks)
+    assert_scores_zero(run, softplus, {"implausible_time"})
+    assert all(run.cases[name].cann["timing"]["t_cand_us"] < run.cases[name].cann["timing"]["t_hw_us"]
+               for name in SOFTPLUS)
+
+
 def test_honest_cpp_example_passes_every_defence(pytester, capsys, task_tree, prebuilt):
     """The bundled example, guard on: every case passes and scores (its ops are allocation plus its own loops)."""
     run, softplus, board = grade(pytester, capsys, task_tree, prebuilt("cpp_cpu"), "--cann-guard=block")

@@ -123,7 +123,9 @@ def test_hap_cap_follows_the_first_board_or_the_flag(tmp_path: Path) -> None:
     rc, merged = _merge(tmp_path, path)
     assert rc == 0 and merged["weights"]["hap_cap"] is True and merged["operators"][0]["cases"][0]["hap"] == 1.0
     rc, merged = _merge(tmp_path, path, extra=("--no-hap-cap",))
-    assert rc == 0 and merged["operators"][0]["cases"][0]["hap"] > 1.0
+    case = merged["operators"][0]["cases"][0]
+    assert rc == 0 and merged["weights"]["hap_cap"] is False
+    assert case["hap"] == 1.0 and "implausible_time" in case["flags"]  # below T_HW: never above 1 (issue 16)
 
 
 def test_non_finite_times_survive_the_round_trip(tmp_path: Path) -> None:

@@ -242,3 +242,18 @@ def test_cuda_calibration() -> None:
     assert 50 <= limits.bandwidth_gbs <= 20000, limits
     assert 100 <= limits.peak_gflops <= 1e6, limits
     assert limits.details["gpu"]
+
+
+def test_a_working_set_the_flush_leaves_in_cache_gets_the_bandwidth_it_reached() -> None:
+    """Calibrated: 100 GB/s for large buffers, 400 GB/s for 16 MiB sets after the flush (cache-resident).
+    A set of 8 MiB or less may go as fast as the 16 MiB one; a 1 GiB set only as fast as memory."""
+    from dataclasses import replace
+
+    from pytest_cannbench.timing.roofline import bandwidth_for
+
+    limits = replace(LIMITS, details={"bandwidth_by_bytes": [[16.0 * 2**20, 400.0], [64.0 * 2**20, 90.0],
+                                                             ["bad", 1e9], [1.0, -1.0]]})
+    assert bandwidth_for(8 * 2**20, limits) == 400.0 and bandwidth_for(2**10, limits) == 400.0
+    assert bandwidth_for(2**30, limits) == 100.0
+    assert t_hw_us(16e6, None, limits) == pytest.approx(40.0)  # 16e6 B / 400 GB/s
+    assert t_hw_us(16e6, None, LIMITS) == pytest.approx(160.0)  # without the table: main memory only

@@ -6,7 +6,15 @@ import math
 
 import pytest
 
-from pytest_cannbench.report.scoring import CaseScore, geometric_mean_speedup, hap, level_of, operator_score, totals
+from pytest_cannbench.report.scoring import (
+    CaseScore,
+    geometric_mean_speedup,
+    hap,
+    hap_interval,
+    level_of,
+    operator_score,
+    totals,
+)
 
 NAN = float("nan")
 
@@ -16,7 +24,7 @@ NAN = float("nan")
     (100.0, 10.0, 10.0, 1.0, None),  # at the hardware limit
     (100.0, 55.0, 10.0, 90 / 135, None),  # (100-10) / ((55-10) + (100-10))
     (100.0, 400.0, 10.0, 90 / 480, None),  # slower than the baseline: below 0.5, never negative
-    (100.0, 5.0, 10.0, 90 / 85, "implausible_time"),  # faster than T_hw: above 1, no clamp
+    (100.0, 5.0, 10.0, 1.0, "implausible_time"),  # faster than T_hw (90 / 85 by the formula): never above 1
     (None, 50.0, 2.0, 18 / 66, "baseline_proxy"),  # missing baseline: max(10*2, 10) = 20 -> 18 / (48 + 18)
     (0.0, 50.0, 0.5, 9.5 / 59, "baseline_proxy"),  # proxy floor: max(5, 10) = 10 -> 9.5 / (49.5 + 9.5)
     (-3.0, 50.0, 0.5, 9.5 / 59, "baseline_proxy"),
@@ -37,6 +45,23 @@ def test_hap(t_base, t_cand, t_hw, expected, flag):
         assert flag in flags
     else:
         assert flags == []
+
+
+def test_an_operator_never_scores_above_100():
+    """Times below T_hw (a merged board of an old run; the grader itself fails such cases) earn HAP 1 at most."""
+    fast = [case(t=(100.0, 0.01, 10.0)), case(t=(1e6, 1e-3, 50.0)), case()]
+    score = operator_score(fast)
+    assert score.haps[0] == score.haps[1] == 1.0 and score.score <= 100.0
+    perfect = operator_score([case(t=(100.0, 1e-3, 10.0))] * 3)
+    assert perfect.score == pytest.approx(100.0) and perfect.performance_score == pytest.approx(50.0)
+
+
+def test_hap_interval_maps_the_speedup_interval_end_to_end():
+    low, high = hap_interval(100.0, 10.0, {"low": 1.5, "high": 2.5})
+    assert low == pytest.approx(hap(100.0, 100.0 / 1.5, 10.0)[0]) and high == pytest.approx(hap(100.0, 40.0, 10.0)[0])
+    assert low < hap(100.0, 50.0, 10.0)[0] < high
+    assert hap_interval(100.0, 10.0, None) is None and hap_interval(None, 10.0, {"low": 1, "high": 2}) is None
+    assert hap_interval(100.0, 10.0, {"low": 0.0, "high": 2.0}) is None
 
 
 def test_hap_cap_clips_at_one():

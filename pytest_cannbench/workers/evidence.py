@@ -1,0 +1,75 @@
+"""What the judge observes of a submission worker from outside it, call by call.
+
+Two sources the submission cannot switch off from inside its process: the worker's instruction pointers,
+sampled with ``perf_event_open`` (guard.perf_sample; merged over a case's calls and over its operator's, since
+one call rarely holds enough samples to decide), and the executable mappings of the frozen worker
+(guard.maps). Both yield ``(kind, detail)`` guard problems for :func:`guard.policy.guard_verdict`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Problem = tuple[str, str]
+
+
+@dataclass
+class OutsideEvidence:
+    """The sampler of one worker process and the profiles merged so far (reset with each new process)."""
+
+    site_dir: str | None = None
+    sampler: Any = None  # guard.perf_sample.CallSampler
+    note: str = ""  # why there is no sampler (perf_event_open refused)
+    profiles: dict[str, Any] = field(default_factory=dict)  # case / operator key -> merged CallProfile
+
+    def open(self, pid: int) -> None:
+        """Sample the new worker before it starts threads (they inherit the events)."""
+        from pytest_cannbench.guard.perf_sample import CallSampler, Unavailable
+
+        self.close()
+        opened = CallSampler.open(pid, own=tuple(p for p in (self.site_dir,) if p))
+        if isinstance(opened, Unavailable):
+            self.note = f"CPU sampling unavailable: {opened.reason}"
+        else:
+            self.sampler, self.note = opened, ""
+
+    def close(self) -> None:
+        sampler, self.sampler = self.sampler, None
+        if sampler is not None:
+            sampler.close()
+
+    def arm(self) -> None:
+        """Just before a request is sent (it thaws the worker)."""
+        if self.sampler is not None:
+            self.sampler.arm()
+
+    def sampled(self, keys: tuple[str, ...], calls: int) -> list[Problem]:
+        """The samples of what just ran (the worker is frozen), judged merged with the earlier calls of each key."""
+        if self.sampler is None:
+            return []
+        from pytest_cannbench.guard.perf_verdict import judge_profile
+
+        profile = self.sampler.collect(calls=calls)
+        for key in keys:
+            merged = self.profiles[key] = profile if key not in self.profiles else self.profiles[key].merge(profile)
+            verdict = judge_profile(merged)
+            if verdict.finding is not None:
+                return [(kind, f"CPU samples taken by the judge: {detail}") for kind, detail in verdict.problems]
+        return []
+
+    def mapped(self, pid: int) -> list[Problem]:
+        """Executable code the frozen worker mapped from outside its install, torch and the system."""
+        from pytest_cannbench.guard.maps import foreign_findings
+
+        return [(str(k), str(d)) for k, d in foreign_findings(pid, self.site_dir)]
+
+    def after_call(self, pid: int, keys: tuple[str, ...], calls: int) -> list[Problem]:
+        return self.sampled(keys, calls) + self.mapped(pid)
+
+
+def profile_keys(target: dict, case_log: Path | None) -> tuple[str, ...]:
+    """The case (its log is unique to it) and the operator a call belongs to."""
+    operator = "op:" + str(target.get("rel_path") or target.get("name"))
+    return (f"case:{case_log}", operator) if case_log is not None else (operator,)

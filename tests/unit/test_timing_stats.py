@@ -1,0 +1,116 @@
+"""The paired speed-up and its bootstrap interval, the adaptive count, and the plausibility floor of a
+streamed batch (issue 20, issue 16 item 5)."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from pytest_cannbench.timing.stats import (
+    bootstrap_seed,
+    implausible,
+    median_interval,
+    paired_speedup,
+    sets_needed,
+)
+from pytest_cannbench.workers.tensor_wire import plan_batch
+
+
+def test_paired_speedup_is_the_median_ratio_and_reproducible():
+    base = [2.0e-3, 2.2e-3, 1.9e-3, 2.1e-3, 2.05e-3, 1.95e-3]
+    cand = [1.0e-3, 1.0e-3, 1.0e-3, 1.0e-3, 1.0e-3, 1.1e-3]
+    one = paired_speedup(base, cand, seed=7)
+    assert one.estimate == pytest.approx(statistics.median(b / c for b, c in zip(base, cand)))
+    assert one.low <= one.estimate <= one.high and one.samples == 6
+    assert one == paired_speedup(base, cand, seed=7)  # same seed, same interval
+    assert one.rel_half_width == pytest.approx((one.high - one.low) / 2 / one.estimate)
+
+
+def test_a_drift_that_hits_both_members_of_a_pair_cancels():
+    """The machine slows down 3x in the middle of the run: both sides of each pair slow alike, the ratio
+    does not move, and the paired interval stays tight while each side's own interval widens."""
+    drift = [1.0, 1.0, 3.0, 3.0, 1.0, 3.0, 1.0, 3.0]
+    base = [2e-3 * d for d in drift]
+    cand = [1e-3 * d for d in drift]
+    paired = paired_speedup(base, cand, seed=1)
+    assert paired.estimate == pytest.approx(2.0) and paired.rel_half_width == pytest.approx(0.0)
+    assert median_interval(cand, seed=1).rel_half_width > 0.3
+
+
+def test_median_interval_in_microseconds():
+    iv = median_interval([1e-3, 1.1e-3, 0.9e-3, 1.05e-3, 0.95e-3], seed=3)
+    assert iv.estimate == pytest.approx(1000.0) and 900.0 <= iv.low <= iv.estimate <= iv.high <= 1100.0
+
+
+def test_paired_speedup_refuses_unpaired_or_empty_input():
+    with pytest.raises(ValueError):
+        paired_speedup([1.0], [1.0, 2.0], seed=0)
+    with pytest.raises(ValueError):
+        paired_speedup([], [], seed=0)
+
+
+def test_bootstrap_seed_depends_on_secret_seed_and_case():
+    a = bootstrap_seed("ab", 0, "level1/exp_1")
+    assert a == bootstrap_seed("ab", 0, "level1/exp_1")
+    assert len({a, bootstrap_seed("cd", 0, "level1/exp_1"), bootstrap_seed("ab", 1, "level1/exp_1"),
+                bootstrap_seed("ab", 0, "level1/exp_2")}) == 4
+
+
+@pytest.mark.parametrize("done, rel, target, expected", [
+    (10, 0.01, 0.02, 10),  # already there
+    (10, 0.04, 0.02, 40),  # half-width shrinks as 1/sqrt(n): 4x the sets for half the width
+    (10, 0.03, 0.02, 23),
+    (10, float("inf"), 0.02, 20),  # no estimate yet: double
+])
+def test_sets_needed(done, rel, target, expected):
+    assert sets_needed(done, rel, target) == expected
+
+
+STREAMED = {"prepare": 0.001, "warmup": 0.003, "flush": 0.003, "wait": 0.2, "calls": 0.003, "write": 0.0005,
+            "total": 0.2095}
+
+
+def test_a_streamed_batch_is_plausible_however_long_the_judge_held_it():
+    assert implausible([0.001] * 3, STREAMED, 0.215, "cpu_clock", 0.012, busiest_s=0.012) is None
+
+
+def test_claiming_a_longer_wait_cannot_hide_cpu_time():
+    """A forged account moves call time into the wait (during which the worker is frozen): the CPU time the
+    kernel charged to its threads no longer fits in what it says it did besides waiting."""
+    forged = dict(STREAMED, wait=0.2 + 0.05, calls=0.0003, total=0.2095 + 0.05 - 0.0027)
+    why = implausible([0.0001] * 3, forged, 0.3, "cpu_clock", 0.06, busiest_s=0.06)
+    assert why is not None and "its clock runs slow" in why
+
+
+def test_plan_batch_keeps_each_sets_writes_apart():
+    import torch
+
+    sets = [{"x": torch.zeros(10), "a": 1.0}, {"x": torch.ones(10), "a": 2.0}, {"x": torch.ones(3), "a": 3.0}]
+    layout, writes = plan_batch(sets, [1, 2], 40)
+    assert [len(w) for w in layout.set_writes] == [1, 1, 1]
+    assert [off for w in layout.set_writes for _, off in w] == [off for _, off in writes]
+    assert layout.set_writes[1][0][1] == layout.sets[1]["x"][1]["offset"]
+
+
+def _outcome(case_id: int, t_base: float, t_cand: float, t_hw: float) -> dict:
+    return {"key": f"level1/exp_{case_id}", "rel_path": "level1/exp", "operator": "Exp", "case_id": case_id,
+            "status": "passed", "timing": {
+                "measured": True, "t_cand_us": t_cand, "t_baseline_us": t_base, "t_hw_us": t_hw,
+                "speedup": {"estimate": t_base / t_cand, "low": 0.9 * t_base / t_cand, "high": 1.1 * t_base / t_cand},
+                "repeat": {"mode": "auto", "count": 14, "achieved": 0.018}, "flags": []}}
+
+
+def test_the_board_carries_intervals_counts_and_degenerate_anchors():
+    from pytest_cannbench.report.leaderboard import score_cases
+    from pytest_cannbench.report.markdown import render
+
+    board = score_cases([_outcome(1, 100.0, 50.0, 10.0), _outcome(2, 5.0, 20.0, 10.0)])
+    one, _two = board["operators"][0]["cases"]
+    assert one["timed_calls"] == 14 and one["precision"] == 0.018
+    low, high = one["hap_interval"]
+    assert low < one["hap"] < high
+    assert board["degenerate_anchors"] == {"count": 1, "cases": ["level1/exp_2"]}
+    text = render(board)
+    assert "Speed-up [95% CI]" in text and "2x [1.8, 2.2]" in text and "±1.8%" in text
+    assert "Degenerate anchors:** 1 case(s)" in text
