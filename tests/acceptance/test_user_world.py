@@ -120,14 +120,15 @@ def test_a_stale_prebuilt_wheel_is_reported_and_rebuild_builds(pytester, capsys,
     from inner import make_wheel, run_inner
 
     tasks = task_tree("basic")
-    good = make_wheel(pytester.path / "good" / "dist", {"cann_bench/__init__.py": AXPY})
     source = pytester.path / "sub"
+    good = make_wheel(source / "wheels", {"cann_bench/__init__.py": AXPY})  # build.sh sees only its own tree
     stale = make_wheel(source / "dist", {"cann_bench/__init__.py": AXPY.replace("alpha * x", "-alpha * x")})
-    (source / "build.sh").write_text(f"set -e\nsleep 1\nmkdir -p dist\ncp {good} dist/\n")
+    (source / "build.sh").write_text(f"set -e\nsleep 1\nmkdir -p dist\ncp wheels/{good.name} dist/\n")
     (source / "cann_bench").mkdir()
     (source / "cann_bench" / "__init__.py").write_text(AXPY)
     old = time.time() - 3600
-    os.utime(stale, (old, old))
+    for wheel in (stale, good):
+        os.utime(wheel, (old, old))
     args = ("-p", "no:cacheprovider", "--cann-tasks=tasks", "--cann-golden-cache=off", "--cann-no-perf",
             f"--cann-source={source}")
     run = run_inner(pytester, capsys, tasks, *args)

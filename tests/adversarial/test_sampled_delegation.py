@@ -71,13 +71,16 @@ def test_python_redispatch_is_caught_by_sampling(pytester, capsys, task_tree):
     run, softplus = grade(pytester, capsys, tasks, source)
     found = [c.cann["failure_type"] for c in run.cases.values()]
     assert "builtin_compute" in found, [(c.cann["failure_type"], c.cann["message"][:300]) for c in run.cases.values()]
-    assert any("CPU samples taken by the judge" in c.cann["message"] for c in run.cases.values())
+    # caught twice over: the guard's redispatch annotation in the worker, and the judge's samples
     assert softplus["score"] == 0 and softplus["status"] == "builtin_compute", softplus
 
 
 def test_cpp_redispatch_is_caught_by_sampling(pytester, capsys, task_tree, prebuilt_source):
     tasks = big_tree(task_tree)
     run, softplus = grade(pytester, capsys, tasks, prebuilt_source(CPP / "redispatch"))
+    # only the judge's CPU samples can see this one: no RecordFunction, no ATen symbol imported
+    assert any("CPU samples taken by the judge" in c.cann["message"] for c in run.cases.values()), \
+        [(c.cann["failure_type"], c.cann["message"][:300]) for c in run.cases.values()]
     assert softplus["score"] == 0 and softplus["status"] == "builtin_compute", \
         [(c.cann["failure_type"], c.cann["message"][:300]) for c in run.cases.values()]
 
