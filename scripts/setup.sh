@@ -17,6 +17,16 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 PIP=(.venv/bin/python -m pip --disable-pip-version-check)
+# bubblewrap, the OS sandbox around submission code (--cann-sandbox auto uses it where it works): installed when
+# we are root with apt; elsewhere install it yourself, or runs say SANDBOX OFF in their header and board.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends bubblewrap) \
+      >/dev/null 2>&1 || echo "setup.sh: could not install bubblewrap; grading runs without the OS sandbox" >&2
+  else
+    echo "setup.sh: bubblewrap (bwrap) is not installed; grading runs without the OS sandbox (docs/security.md)" >&2
+  fi
+fi
 "${PIP[@]}" install -q --upgrade pip >/dev/null 2>&1 || true
 if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
   if [ -n "$TORCH_INDEX_URL" ]; then
