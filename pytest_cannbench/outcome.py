@@ -49,6 +49,9 @@ HOST_LIBRARY = "host_library"  # numpy/scipy/Inductor/ctypes or a foreign shared
 NO_CUSTOM_KERNEL = "no_custom_kernel"  # --cann-guard kernel (KernelBench): forward ran none of its own kernels
 # Most serious first: when a call has several findings, the first of these decides (guard.policy).
 GUARD_FAILURES = (FORBIDDEN_ACCESS, API_TAMPERED, GUARD_BLINDED, BUILTIN_COMPUTE, NO_CUSTOM_KERNEL, HOST_LIBRARY)
+# A worker caught cheating on one case (the guard, or a clock that the judge's own observations contradict) is not
+# trusted on its operator's other cases: the operator scores 0 (report.scoring).
+TAINTING_FAILURES = (*GUARD_FAILURES, TIMING_IMPLAUSIBLE)
 
 HARNESS_FAILURES = frozenset({TASK_ERROR, GOLDEN_ERROR, WORKER_CRASH, SESSION_INTERRUPTED, HARNESS_ERROR})
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from pytest_cannbench import __version__
 from pytest_cannbench.atomic import write_atomic
-from pytest_cannbench.outcome import BUILD_FAILURES, GUARD_FAILURES, MISSING
+from pytest_cannbench.outcome import BUILD_FAILURES, MISSING, TAINTING_FAILURES
 from pytest_cannbench.report import splits
 from pytest_cannbench.report.scoring import (
     WEIGHTS,
@@ -88,7 +88,7 @@ def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False, gate: 
                   for o in cases]
         score = operator_score(inputs, cap=cap)
         statuses = {o["status"] for o in cases}
-        status = (score.score_error if score.score_error in (*BUILD_FAILURES, *GUARD_FAILURES, MISSING) else
+        status = (score.score_error if score.score_error in (*BUILD_FAILURES, *TAINTING_FAILURES, MISSING) else
                   "passed" if statuses == {"passed"} else "partial" if "passed" in statuses else "failed")
         level = level_of(rel_path)
         operators.append({

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pytest_cannbench.outcome import BUILD_FAILURES, GUARD_FAILURES, PRECISION
+from pytest_cannbench.outcome import BUILD_FAILURES, PRECISION, TAINTING_FAILURES
 
 W_COMPILE, W_FUNCTION, W_PERF = 0.2, 0.3, 0.5
 WEIGHTS = {"compile": W_COMPILE, "function": W_FUNCTION, "performance": W_PERF}
@@ -117,7 +117,7 @@ def operator_score(cases: list[CaseScore], *, cap: bool = False) -> OperatorScor
                              score_error=build or "no cases")
     if all(c.status == "missing" for c in cases):
         return OperatorScore(0.0, 0.0, 0.0, 0.0, len(cases), 0, len(cases), haps, flags, score_error="missing")
-    caught = next((ft for ft in GUARD_FAILURES if any(c.failure_type == ft for c in cases)), None)
+    caught = next((ft for ft in TAINTING_FAILURES if any(c.failure_type == ft for c in cases)), None)
     if caught is not None:  # caught cheating on one case: the operator's other cases are not trusted either
         return OperatorScore(0.0, 0.0, 0.0, 0.0, len(cases), passed, len(cases), haps, flags, score_error=caught)
     runtime = sum(1 for c in cases if c.status != "passed" and c.failure_type not in PRECISION_FAILURES)

@@ -54,12 +54,13 @@ class Attack:
     code: str
     expect: frozenset[str]  # failure types the softplus cases may end with
     guard: str = "off"
+    per_operator: bool = False  # caught on some cases, and the operator scores 0 for it (outcome.TAINTING_FAILURES)
 
 
 def attack(name: str, family: str, what: str, body: str, *expect: str, guard: str = "off",
-           prelude: str = "") -> Attack:
+           prelude: str = "", per_operator: bool = False) -> Attack:
     code = "import torch\n" + prelude + "\n\ndef softplus(x, beta=1.0, threshold=20.0):\n" + body
-    return Attack(name, family, what, code, frozenset(expect), guard)
+    return Attack(name, family, what, code, frozenset(expect), guard, per_operator)
 
 
 ATTACKS = [
@@ -126,7 +127,7 @@ ATTACKS = [
            "            if type(obj).__name__ == 'Guard' and hasattr(obj, '_identities'):\n"
            "                obj._identities = []\n"
            f"        w._real = w._clock\n        w._clock = lambda: w._real() / 10\n    return {REAL}\n",
-           "timing_implausible"),
+           "timing_implausible", per_operator=True),  # a tiny case's lie can hide in the CPU slack
     attack("segfault", "G2", "crashes the process", "    import ctypes\n    ctypes.string_at(0)\n",
            "candidate_crashed"),
     attack("pytest_xfail", "G3", "pytest.xfail() from inside the operator",

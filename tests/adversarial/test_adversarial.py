@@ -54,7 +54,11 @@ def test_attack_scores_zero(attack, pytester, capsys, task_tree):
     code = attack.code.replace("@TASKS@", str(tasks.resolve())).replace("@REPORTS@", str(reports.resolve()))
     run, softplus, _ = grade(pytester, capsys, task_tree, python_submission(pytester, code),
                              f"--cann-guard={attack.guard}", tasks=tasks)
-    assert_scores_zero(run, softplus, attack.expect)
+    if attack.per_operator:  # caught where the evidence suffices; the operator then scores 0 as a whole
+        assert any(run.cases[n].cann["failure_type"] in attack.expect for n in SOFTPLUS), run.statuses()
+        assert softplus["score"] == 0 and softplus["status"] in attack.expect, softplus
+    else:
+        assert_scores_zero(run, softplus, attack.expect)
     journal = reports / "results.jsonl"
     assert all(json.loads(line).get("run") for line in journal.read_text().splitlines()), "forged journal lines"
 
