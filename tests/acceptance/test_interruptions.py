@@ -61,8 +61,11 @@ def _alive(pid: int) -> bool:
 def test_a_killed_session_leaves_no_child_and_accounts_for_its_cases(pytester, task_tree, sig) -> None:
     task_tree("golden_timeout")
     cmd = [sys.executable, "-m", "pytest", *BASE, "--cann-tasks=tasks", "--cann-self-check"]
+    # An xdist worker (where this test may run) ignores SIGINT, and an ignored SIGINT is inherited: Python then
+    # installs no KeyboardInterrupt handler. A terminal's pytest has the default one, so give the child that.
     proc = subprocess.Popen(cmd, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
     log = pytester.path / "reports" / "logs" / "golden-worker-main.log"
     deadline = time.monotonic() + 240
     children: set[int] = set()
