@@ -226,12 +226,17 @@ def test_a_patched_worker_clock_is_tampering_in_every_guard_mode(guard, pytester
 
 def test_a_slowed_clock_the_guard_cannot_see_is_implausible(pytester, capsys, task_tree):
     """The worker's own tamper check is emptied first, so only the judge's evidence (the CPU time /proc charged
-    to the worker's threads) is left; it catches the slowed clock on every case, the smallest included."""
+    to the worker's threads) is left. It catches the slowed clock where the batch's CPU time exceeds the slack
+    (a tiny case's lie can hide in it now that the judge flushes the LLC itself), and a clock caught lying once
+    costs the whole operator (outcome.TAINTING_FAILURES)."""
     run = timed(pytester, capsys, task_tree, BLIND_SLOW_CLOCK)
-    for name in SOFTPLUS:
-        case = run.cases[name]
-        assert (case.cann["status"], case.cann["failure_type"]) == ("failed", "timing_implausible"), name
-        assert "its clock runs slow" in case.cann["message"]
+    caught = [n for n in SOFTPLUS if (run.cases[n].cann["status"], run.cases[n].cann["failure_type"])
+              == ("failed", "timing_implausible")]
+    assert caught, run.statuses()
+    assert all("its clock runs slow" in run.cases[n].cann["message"] for n in caught)
+    board = json.loads((Path(pytester.path) / "reports" / "leaderboard.json").read_text())
+    softplus = next(op for op in board["operators"] if op["rel_path"] == "level1/softplus")
+    assert softplus["score"] == 0 and softplus["status"] == "timing_implausible", softplus
 
 
 METADATA = {"_metadata": {"hardware": "910b2"},
