@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import faulthandler
 import importlib
 import mmap
 import os
-import signal
 import sys
 import time
 import traceback
@@ -32,17 +30,6 @@ from typing import Any
 from pytest_cannbench.workers import procs, wire
 
 _clock = time.perf_counter  # bound before any submission code can replace it
-
-
-def _die_with_parent(judge_pid: int) -> None:
-    """If the judge dies (even while it holds this process stopped), the kernel kills this one."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if judge_pid and os.getppid() != judge_pid:  # the judge died before the line above took effect
-        os._exit(1)
 
 
 def _error(stage: str, exc: BaseException) -> dict:
@@ -295,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protect", action="append", default=[], help="a directory the submission may not touch")
     parser.add_argument("--contain", action="store_true", help="install the containment filter (seccomp)")
     args = parser.parse_args(argv)
-    _die_with_parent(args.judge_pid)
+    procs.die_with_parent(args.judge_pid)
     procs.become_expendable()
     out = procs.take_stdout_for_frames()
     faulthandler.enable()  # a segfault leaves the Python stack in the log
