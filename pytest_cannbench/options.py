@@ -18,6 +18,8 @@ import pytest
 from pytest_cannbench.guard.sandbox import SANDBOX_MODES
 from pytest_cannbench.taskformat.inputs import INPUT_COMPAT_MODES, INPUT_DISTS
 
+ISOLATION_MODES = ("fence", "off")  # issue 20 item 3 (timing/isolation.py)
+
 GOLDEN_PRECISIONS = ("fp64_cpu", "native_cpu")
 CHECKERS = ("relative_error", "allclose")
 BENCHES = ("auto", "cann", "stanford")
@@ -180,6 +182,9 @@ def add_options(parser: pytest.Parser) -> None:
            help=f"--cann-repeat auto: timed calls every case gets (default {DEFAULT_REPEAT}).")
     option("repeat-max", type=int, metavar="N",
            help=f"--cann-repeat auto: timed calls no case goes beyond (default {DEFAULT_REPEAT_MAX}).")
+    option("timing-isolation", choices=ISOLATION_MODES,
+           help="fence (default): while a case is timed, the session's other xdist workers hold off their "
+                "accuracy work (goldens, candidate calls, comparisons); off lets them run alongside.")
 
 
 @dataclass(frozen=True)
@@ -241,6 +246,7 @@ class Settings:
     repeat_max: int = DEFAULT_REPEAT_MAX
     timing_target: float = DEFAULT_TIMING_TARGET_PCT / 100  # a fraction
     timing_budget_s: float = DEFAULT_TIMING_BUDGET_S
+    timing_isolation: str = "fence"  # fence | off: the quiet-window fence of timing/isolation.py
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -414,6 +420,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         repeat_max=repeat_max,
         timing_target=target,
         timing_budget_s=budget,
+        timing_isolation=_choice(config, "timing_isolation", ISOLATION_MODES),
     )
 
 

@@ -60,6 +60,10 @@ class XdistHooks:
         node.workerinput[state.RESUME_WORKERINPUT_KEY] = sorted(st.resume_keys())
         node.workerinput[state.PINS_WORKERINPUT_KEY] = st.golden_pins()
         node.workerinput[options.SECRET_WORKERINPUT_KEY] = st.settings.secret
+        from pytest_cannbench.timing.isolation import FENCE_WORKERINPUT_KEY
+
+        fence = st.fence_path()  # one per session: its workers fence each other, never another session's
+        node.workerinput[FENCE_WORKERINPUT_KEY] = str(fence) if fence is not None else None
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from pytest_cannbench.guard.sandbox import SandboxChoice
     from pytest_cannbench.judge.goldens import GoldenService
     from pytest_cannbench.timing.devices import DevicePlan
+    from pytest_cannbench.timing.isolation import Fence
     from pytest_cannbench.timing.perf import PerfContext
     from pytest_cannbench.workers.candidate_client import CandidateWorker
 
@@ -105,6 +106,9 @@ class CannBenchState:
     _references: OrderedDict[Any, Any] = field(default_factory=OrderedDict)  # shared goldens (multi-candidate)
     goldens_computed: Counter[Any] = field(default_factory=Counter)
     _candidates: list[str] | None = None
+    _fence_path: Path | None = None  # the session's quiet-window fence (timing/isolation.py)
+    owns_fence: bool = False  # made here (the controller, or the only process): removed here
+    _fence: Fence | None = None
 
     @property
     def worker_id(self) -> str:
@@ -366,6 +370,30 @@ class CannBenchState:
             self._kb_state_dir = Path(tempfile.mkdtemp(prefix="cannbench-kb-state-"))
         return self._kb_state_dir
 
+    def fence_path(self) -> Path | None:
+        """The session's fence file: made by the controller (or the only process) on first use, from workerinput
+        on xdist workers; None when isolation is off or nothing is timed."""
+        s = self.settings
+        if not (s.active and s.perf and s.timing_isolation == "fence"):
+            return None
+        if self._fence_path is None:
+            from pytest_cannbench.timing.isolation import FENCE_WORKERINPUT_KEY, new_fence_path
+
+            workerinput = getattr(self.config, "workerinput", None)
+            if workerinput is not None:
+                given = workerinput.get(FENCE_WORKERINPUT_KEY)
+                self._fence_path = Path(given) if given else None
+            else:
+                self._fence_path, self.owns_fence = new_fence_path(), True
+        return self._fence_path
+
+    def fence(self) -> Fence:
+        if self._fence is None:
+            from pytest_cannbench.timing.isolation import Fence
+
+            self._fence = Fence(self.fence_path())
+        return self._fence
+
     def perf_context(self) -> PerfContext:
         if self._perf is None:
             from pytest_cannbench.timing.anchors import make_anchor_source
@@ -375,7 +403,7 @@ class CannBenchState:
             self._perf = PerfContext(
                 settings=s, device=plan, baseline_worker=self.worker("baseline"),
                 anchors=make_anchor_source(s, plan, cache_dir(), cpu_threads()), log_dir=self.log_dir,
-                npu=_npu_timer(s) if plan.kind == "npu" else None)
+                npu=_npu_timer(s) if plan.kind == "npu" else None, fence=self.fence())
         return self._perf
 
     # ------------------------------------------------------------ header and end
@@ -397,6 +425,9 @@ class CannBenchState:
         lines = [f"cannbench: timing on {plan.label}: warmup {s.warmup}, {repeat} on fresh verified inputs streamed "
                  f"one call at a time, candidate and baseline interleaved (ABBA), {flush}; T_baseline = the golden "
                  "in native precision on the device, unless metadata has one"]
+        if s.timing_isolation == "off":
+            lines.append("cannbench: timing isolation off (--cann-timing-isolation off): other workers' accuracy "
+                         "work runs during timed windows")
         key = hardware_key(s, plan)
         if key:
             lines.append(f"cannbench: anchors from metadata/<{key}>.json where it has the case; else live")
@@ -446,6 +477,12 @@ class CannBenchState:
                 cleanup(sub)
             self.owns_submission = False
         self._references.clear()
+        if self._fence_path is not None and self.owns_fence:
+            from pytest_cannbench.timing.isolation import remove_fence
+
+            remove_fence(self._fence_path)
+            self.owns_fence = False
+        self._fence_path, self._fence = None, None
 
 
 STATE_KEY = pytest.StashKey[CannBenchState]()

@@ -85,6 +85,7 @@ class SourceItem(_CannItem):
     reference: Reference | None = None
     build_failed: str | None = None  # this case's own module did not compile at build time (KernelBench JIT)
     candidate: str | None = None  # the candidate of a multi-candidate run (None: the session's one submission)
+    spans: list[list[float]] | None = None  # monotonic spans of the case's fenced accuracy work (timing/isolation)
 
     @property
     def timed(self) -> bool:
@@ -103,6 +104,7 @@ class SourceItem(_CannItem):
 
         st = state.of(self.config)
         source = self.source = self.make_source(st)
+        self.spans = []
         submission = st.submission_of(self.candidate)
         if source.key in st.resume_keys():
             pytest.skip("already recorded in results.jsonl by an identical run (--cann-resume)")
@@ -123,7 +125,8 @@ class SourceItem(_CannItem):
             if self.build_failed:
                 return  # runtest fails the case as compile_failed; no golden is needed
         try:
-            self.reference = source.prepare()
+            with st.fence().shared(self.spans):  # the golden: accuracy work, held off while another worker times
+                self.reference = source.prepare()
         except pytest.fail.Exception as exc:  # pytest-timeout during the golden: the case still counts
             self._record(source.outcome(oc.TIMEOUT, oc.PYTEST_TIMEOUT, f"in setup (golden): {exc}"))
             raise
@@ -150,7 +153,8 @@ class SourceItem(_CannItem):
         assert ref is not None
         worker = self.worker_for(st)
         try:
-            result, candidate_s = self._correctness(st, ref, worker)
+            with st.fence().shared(self.spans):  # the candidate's calls and their verdicts
+                result, candidate_s = self._correctness(st, ref, worker)
         except pytest.fail.Exception as exc:  # pytest-timeout: the worker was killed, the case is lost
             self._record(source.outcome(oc.TIMEOUT, oc.PYTEST_TIMEOUT, str(exc)))
             raise
@@ -167,6 +171,8 @@ class SourceItem(_CannItem):
 
             result.timing = not_measured("--cann-no-perf" if not settings.perf else "not the timed item"
                                          if not self.timed else f"the case {result.status}")
+        if st.fence().active and result.timing:  # for the reports' account of isolation (never scored)
+            result.timing["accuracy_spans"] = [*(self.spans or []), *result.timing.get("accuracy_spans", [])]
         result.golden_cached = ref.cached
         result.seconds = dict(ref.seconds, candidate=candidate_s)
         self._record(result)

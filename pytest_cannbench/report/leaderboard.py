@@ -56,10 +56,25 @@ def _case_entry(outcome: dict[str, Any], hap: float | None, hap_flags: list[str]
         "timed_calls": repeat.get("count"),
         "precision": repeat.get("achieved"),
         "flags": sorted(set(list(timing.get("flags") or []) + hap_flags + list(outcome.get("flags") or []))),
-        "timing": {k: v for k, v in timing.items() if k != "windows"},
+        "load": _load(timing),  # issue 20 item 3: the machine's load around the timed windows
+        "timing": {k: v for k, v in timing.items() if k not in ("windows", "accuracy_spans")},
         "warnings": outcome.get("warnings") or [],
         "split": outcome.get("split") or "public",
     }
+
+
+def _load(timing: dict[str, Any]) -> dict[str, Any] | None:
+    """The highest load average and CPU pressure seen at a timed window's start or end, and the flag."""
+    samples = [sample for window in timing.get("load") or [] for sample in window.values()]
+    if not samples:
+        return None
+
+    def peak(name: str) -> float | None:
+        values = [s[name] for s in samples if s.get(name) is not None]
+        return max(values) if values else None
+
+    return {"loadavg1_max": peak("loadavg1"), "cpu_some_avg10_max": peak("cpu_some_avg10"),
+            "timed_under_load": "timed_under_load" in (timing.get("flags") or [])}
 
 
 def _listed(pair: tuple[float, float] | None) -> list[float] | None:

@@ -25,6 +25,7 @@ from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.timing.devices import DevicePlan, timing_lock
 from pytest_cannbench.timing.in_worker import Flusher
+from pytest_cannbench.timing.isolation import Fence, load_sample, under_load
 from pytest_cannbench.timing.stats import (
     CaseTiming,
     Interval,
@@ -51,6 +52,8 @@ class PerfContext:
     anchors: Anchors  # (task, case, data) -> t_hw_us, sources, bytes, flops
     log_dir: Path
     npu: dict | None = None  # NPU timer settings: the session's secret cache-clean shape, boost, level
+    fence: Fence = field(default_factory=lambda: Fence(None))  # the session's quiet-window fence
+    cores: int = 0  # the session's usable cores (the load rule's budget); 0: read them here
     _flusher: Flusher | None = None
 
     def judge_flush(self) -> Callable[[], None] | None:
@@ -102,8 +105,11 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
     main = live[0] if live and live[0].name == baselines[0].name else None
     opts: dict[str, Any] = dict(warmup=warmup, expected_out_bytes=expected, timeout=s.case_timeout_s, npu=ctx.npu)
     bw = ctx.baseline_worker
-    with timing_lock(ctx.device):
+    # the fence before the device lock, always (timing/isolation.py): no accuracy work of this session runs while
+    # the window is timed, and none is held while waiting for the device
+    with ctx.fence.exclusive(), timing_lock(ctx.device):
         window = [time.monotonic()]
+        load = {"start": load_sample()}
         streamed = dict(opts, judge_flushes=flush is not None)
         cb = worker.open_batch(target, sets, calls, case_log=log, **streamed)
         bb = bw.open_batch(main.target, sets, calls, **streamed) if main is not None and cb.waiting else None
@@ -118,8 +124,10 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
         results: dict[str, BatchResult | None] = {
             b.name: bw.time_batch(b.target, sets, calls, judge_flush=flush, **opts)
             for b in live if b is not main and ok}
+        load["end"] = load_sample()
         window.append(time.monotonic())
     record.windows.append(window)
+    record.load.append(load)
     if main is not None and bb is not None:
         results[main.name] = bb.result
     batch = cb.result
@@ -137,12 +145,13 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
     if why:
         record.reason = "implausible timing"
         return source.outcome(oc.FAILED, oc.TIMING_IMPLAUSIBLE, f"timing implausible: {why}")
-    for j, index in enumerate(chunk):
-        verdict = source.judge(batch.outputs[j], refs[index])
-        if verdict.status != oc.PASSED:
-            record.reason = "a timed output was wrong"
-            return source.outcome(oc.FAILED, oc.TIMED_OUTPUT_WRONG,
-                                  f"timed call {index + 1} (its own input set) is wrong: {verdict.message}")
+    with ctx.fence.shared(record.accuracy_spans):  # judging the timed outputs is accuracy work
+        for j, index in enumerate(chunk):
+            verdict = source.judge(batch.outputs[j], refs[index])
+            if verdict.status != oc.PASSED:
+                record.reason = "a timed output was wrong"
+                return source.outcome(oc.FAILED, oc.TIMED_OUTPUT_WRONG,
+                                      f"timed call {index + 1} (its own input set) is wrong: {verdict.message}")
     got.cand += batch.seconds
     record.flags += [f"guard: {flag}" for flag in batch.flags if f"guard: {flag}" not in record.flags]
     record.timer = batch.timer
@@ -157,6 +166,12 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
         if main is not None and name == main.name:
             got.pairs += list(zip(base.seconds, batch.seconds))
     return None
+
+
+def _cores() -> int:
+    from pytest_cannbench.state import usable_cores
+
+    return usable_cores()
 
 
 def _precision(got: _Samples, seed: int) -> tuple[Interval | None, Interval]:
@@ -182,11 +197,13 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
     speedup: Interval | None = None
     while True:
         refs: dict[int, Reference] = {}
-        for index in range(done, want):
-            try:
-                refs[index] = source.prepare(source.timed_seed(index))
-            except GoldenFailure as exc:
-                return not_measured(f"the {source.golden_noun} failed on timed input set {index + 1}: {exc}"), None
+        with ctx.fence.shared(record.accuracy_spans):  # the timed sets' goldens: accuracy work, fenced
+            for index in range(done, want):
+                try:
+                    refs[index] = source.prepare(source.timed_seed(index))
+                except GoldenFailure as exc:
+                    return (not_measured(f"the {source.golden_noun} failed on timed input set {index + 1}: {exc}"),
+                            None)
         for n, chunk in enumerate(_chunks(list(range(done, want)), per_call)):
             failure = _window(source, ref, refs, chunk, s.warmup if done == 0 and n == 0 else 1, worker, ctx,
                               record, got)
@@ -215,6 +232,10 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
             continue
         break
     record.input_sets = done
+    why = under_load([sample for window in record.load for sample in window.values()], ctx.cores or _cores())
+    if why:  # recorded, never failed: the case's numbers are as trustworthy as the machine was quiet
+        record.flags.append("timed_under_load")
+        record.notes.append(f"timed under load: {why}")
     extra = _summarise(source, ref, ctx, record, got)
     cand_iv = median_interval(got.cand, seed)
     record.cand_interval = cand_iv.to_dict()

@@ -115,6 +115,9 @@ class CaseTiming:
     flags: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     windows: list[list[float]] = field(default_factory=list)  # time.monotonic() spans the device lock was held
+    # per window: {"start": {...}, "end": {...}} of timing.isolation.load_sample (load average, CPU pressure)
+    load: list[dict[str, Any]] = field(default_factory=list)
+    accuracy_spans: list[list[float]] = field(default_factory=list)  # time.monotonic() spans of fenced accuracy work
     speedup: dict[str, Any] | None = None  # Interval of T_base / T_cand, calls paired on the same input sets
     cand_interval: dict[str, Any] | None = None  # Interval of T_cand's median (µs)
     repeat: dict[str, Any] = field(default_factory=dict)  # mode, count used, target, achieved, budget, why it stopped

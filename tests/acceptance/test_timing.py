@@ -320,3 +320,38 @@ def test_cuda_side_stream_work_is_timed(pytester, capsys, task_tree):
     t = run.cases["softplus[01]"].cann["timing"]
     assert t["device"] == "cuda:0" and t["timer"] in ("cuda_profiler", "cuda_events")
     assert t["t_cand_us"] > 20  # 200 dependent kernels cannot finish in microseconds
+
+
+def test_fence_keeps_accuracy_work_out_of_timed_windows_under_xdist(pytester, capsys, task_tree):
+    """Issue 20 item 3: under -n 2, no accuracy work (goldens, candidate calls, verdicts) of either worker runs
+    while the other one times a case; each window records the machine's load; the fence file is gone at the
+    end."""
+    from pytest_cannbench.timing.isolation import lock_dir
+
+    before = set(lock_dir().glob("session-*.fence"))
+    run = timed(pytester, capsys, task_tree, HONEST, "-n", "2")
+    timings = [run.cases[name].cann["timing"] for name in SOFTPLUS]
+    windows = [w for t in timings for w in t["windows"]]
+    spans = [s for name, c in run.cases.items() if c.cann for s in (c.cann.get("timing") or {}).get(
+        "accuracy_spans", [])]
+    assert len(windows) == 4 and len(spans) >= 8  # each timed case: its golden, its calls, its timed sets
+    overlapping = [(s, w) for s in spans for w in windows if s[0] < w[1] and w[0] < s[1]]
+    assert not overlapping, overlapping
+    for t in timings:
+        assert len(t["load"]) == len(t["windows"])
+        assert set(t["load"][0]) == {"start", "end"} and "loadavg1" in t["load"][0]["start"]
+    board = json.loads((run.root / "reports" / "leaderboard.json").read_text())
+    assert board["config"]["timing_isolation"] == "fence"
+    case = next(c for op in board["operators"] for c in op["cases"] if c["key"].endswith("softplus_1"))
+    assert case["load"] is not None and "timed_under_load" in case["load"]
+    assert "accuracy_spans" not in case["timing"]
+    assert set(lock_dir().glob("session-*.fence")) - before == set()
+
+
+def test_timing_isolation_off_is_recorded_and_shown(pytester, capsys, task_tree):
+    run = timed(pytester, capsys, task_tree, HONEST, "--cann-timing-isolation=off", "-k", "softplus and 01")
+    assert run.cases["softplus[01]"].outcome == "passed", run.cases["softplus[01]"].longrepr
+    assert "timing isolation off" in run.text
+    assert "accuracy_spans" not in run.cases["softplus[01]"].cann["timing"]
+    board = json.loads((run.root / "reports" / "leaderboard.json").read_text())
+    assert board["config"]["timing_isolation"] == "off"
