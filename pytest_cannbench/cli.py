@@ -247,9 +247,10 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _roofline(args: argparse.Namespace) -> int:
-    from pytest_cannbench.state import cache_dir, usable_cores
+    from pytest_cannbench.state import cache_dir
     from pytest_cannbench.timing.calibrate import CalibrationError
     from pytest_cannbench.timing.roofline import cached_limits
+    from pytest_cannbench.workers.limits import usable_cores
 
     threads = args.threads if args.threads is not None else usable_cores()
     directory = args.cache_dir if args.cache_dir is not None else cache_dir() / "roofline"

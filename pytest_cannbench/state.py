@@ -19,6 +19,7 @@ import pytest
 
 from pytest_cannbench.options import Settings
 from pytest_cannbench.submission.build import Box, SubmissionState
+from pytest_cannbench.workers.limits import usable_cores
 
 if TYPE_CHECKING:
     from pytest_cannbench.guard.sandbox import SandboxChoice
@@ -49,15 +50,6 @@ def worker_id(config: pytest.Config) -> str:
 def processes() -> int:
     """pytest processes of this run (xdist workers, or 1)."""
     return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
-
-
-def usable_cores() -> int:
-    """The CPUs this process may run on, at most a cgroup CPU quota (a container's ``--cpus``)."""
-    from pytest_cannbench.workers.limits import cgroup_cpus
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    quota = cgroup_cpus()
-    return min(cores, quota) if quota else cores
 
 
 def cpu_threads() -> int:

@@ -169,7 +169,7 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
 
 
 def _cores() -> int:
-    from pytest_cannbench.state import usable_cores
+    from pytest_cannbench.workers.limits import usable_cores
 
     return usable_cores()
 

@@ -182,3 +182,10 @@ def header_line(limits: Inherited, golden: int, candidate: int, threads: int) ->
         bounds.append(f"cgroup cpus {limits.cpus}")
     return (f"cannbench: budgets: golden worker address space {_gib(golden)}, candidate worker memory "
             f"{_gib(candidate)}, {threads} thread(s) per process (inherited: {', '.join(bounds)})")
+
+
+def usable_cores() -> int:
+    """The CPUs this process may run on, at most a cgroup CPU quota (a container's ``--cpus``)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    quota = cgroup_cpus()
+    return min(cores, quota) if quota else cores
