@@ -163,6 +163,10 @@ class CandidateWorker(WorkerClient):
             env = dict(os.environ)
         env.update(self.env)
         env["OMP_NUM_THREADS"] = str(self.threads)
+        # idle OpenMP pool threads sleep instead of spinning: a spinning pool thread burns CPU while the worker
+        # waits for its next set, which the judge's CPU-time floor reads as a slow clock (an honest serial run
+        # with two threads failed as timing_implausible), and it steals cycles from the other worker's calls
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
         module = "pytest_cannbench.workers.candidate_main"
         if not self.sandboxed:
             proc = self._spawn(module, args, env, pass_fds=(self.region.fd,), cwd=str(self.workdir))
