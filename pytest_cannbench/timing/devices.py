@@ -105,10 +105,15 @@ def plan(kind: str, ids: list[int], worker_id: str) -> DevicePlan:
     return DevicePlan(kind, physical, {VISIBILITY_ENV[kind]: str(physical)})
 
 
-def lock_path(device: DevicePlan) -> Path:
+def lock_dir() -> Path:
+    """Where the session's locks live: the device locks here, the quiet-window fences (timing/isolation.py)."""
     base = Path(tempfile.gettempdir()) / f"cannbench-locks-{os.getuid()}"
     base.mkdir(parents=True, exist_ok=True)
-    return base / f"{device.label.replace(':', '-')}.lock"
+    return base
+
+
+def lock_path(device: DevicePlan) -> Path:
+    return lock_dir() / f"{device.label.replace(':', '-')}.lock"
 
 
 @contextlib.contextmanager

@@ -21,11 +21,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+
+from pytest_cannbench.timing.devices import lock_dir
 
 FENCE_WORKERINPUT_KEY = "cannbench_fence"
 
@@ -33,12 +33,6 @@ FENCE_WORKERINPUT_KEY = "cannbench_fence"
 LOAD_FACTOR = 1.5  # 1-minute load average above 1.5x the session's usable cores
 PSI_SOME_AVG10 = 20.0  # or some task waited for a CPU during more than 20% of the last 10 s
 PSI_PATH = "/proc/pressure/cpu"
-
-
-def lock_dir() -> Path:
-    base = Path(tempfile.gettempdir()) / f"cannbench-locks-{os.getuid()}"
-    base.mkdir(parents=True, exist_ok=True)
-    return base
 
 
 def new_fence_path() -> Path:
@@ -64,7 +58,6 @@ class Fence:
     def __init__(self, path: Path | None) -> None:
         self.path = path
         self._depth = 0  # nested shared holds of this process (one flock)
-        self._fh: Any = None
         self._exclusive = False
 
     @property
@@ -83,24 +76,23 @@ class Fence:
             finally:
                 self._depth -= 1
             return
-        with open(gate_path(self.path), "a") as gate:
-            fh = open(self.path, "a")
-            fcntl.flock(gate, fcntl.LOCK_EX)
+        with open(self.path, "a") as fh:
+            with open(gate_path(self.path), "a") as gate:
+                fcntl.flock(gate, fcntl.LOCK_EX)
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_SH)
+                finally:
+                    fcntl.flock(gate, fcntl.LOCK_UN)
+            self._depth = 1
+            start = time.monotonic()
             try:
-                fcntl.flock(fh, fcntl.LOCK_SH)
+                yield
             finally:
-                fcntl.flock(gate, fcntl.LOCK_UN)
-        self._fh, self._depth = fh, 1
-        start = time.monotonic()
-        try:
-            yield
-        finally:
-            end = time.monotonic()
-            self._depth, self._fh = 0, None
-            fcntl.flock(fh, fcntl.LOCK_UN)
-            fh.close()
-            if spans is not None:
-                spans.append([start, end])
+                end = time.monotonic()
+                self._depth = 0
+                fcntl.flock(fh, fcntl.LOCK_UN)
+                if spans is not None:
+                    spans.append([start, end])
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:

@@ -37,6 +37,7 @@ from pytest_cannbench.timing.stats import (
     sets_needed,
     summarize,
 )
+from pytest_cannbench.workers.limits import usable_cores
 
 if TYPE_CHECKING:
     from pytest_cannbench.workers.candidate_client import BatchResult, CandidateWorker, StreamedBatch
@@ -53,7 +54,6 @@ class PerfContext:
     log_dir: Path
     npu: dict | None = None  # NPU timer settings: the session's secret cache-clean shape, boost, level
     fence: Fence = field(default_factory=lambda: Fence(None))  # the session's quiet-window fence
-    cores: int = 0  # the session's usable cores (the load rule's budget); 0: read them here
     _flusher: Flusher | None = None
 
     def judge_flush(self) -> Callable[[], None] | None:
@@ -168,12 +168,6 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
     return None
 
 
-def _cores() -> int:
-    from pytest_cannbench.workers.limits import usable_cores
-
-    return usable_cores()
-
-
 def _precision(got: _Samples, seed: int) -> tuple[Interval | None, Interval]:
     """The paired speed-up's interval (None without a live baseline) and T_cand's own."""
     speedup = paired_speedup([b for b, _ in got.pairs], [c for _, c in got.pairs], seed) if got.pairs else None
@@ -232,7 +226,7 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
             continue
         break
     record.input_sets = done
-    why = under_load([sample for window in record.load for sample in window.values()], ctx.cores or _cores())
+    why = under_load([sample for window in record.load for sample in window.values()], usable_cores())
     if why:  # recorded, never failed: the case's numbers are as trustworthy as the machine was quiet
         record.flags.append("timed_under_load")
         record.notes.append(f"timed under load: {why}")

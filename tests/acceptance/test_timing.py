@@ -326,7 +326,7 @@ def test_fence_keeps_accuracy_work_out_of_timed_windows_under_xdist(pytester, ca
     """Issue 20 item 3: under -n 2, no accuracy work (goldens, candidate calls, verdicts) of either worker runs
     while the other one times a case; each window records the machine's load; the fence file is gone at the
     end."""
-    from pytest_cannbench.timing.isolation import lock_dir
+    from pytest_cannbench.timing.devices import lock_dir
 
     before = set(lock_dir().glob("session-*.fence"))
     run = timed(pytester, capsys, task_tree, HONEST, "-n", "2")
