@@ -62,6 +62,17 @@ def cpu_threads() -> int:
     return max(1, usable_cores() // processes())
 
 
+def timing_threads(settings: Settings) -> int:
+    """Intra-op threads of a timed call. A timed window has the machine to itself when no other process of the run
+    does accuracy work meanwhile (a single process, or xdist workers held back by the quiet-window fence,
+    timing/isolation.py), so the call gets every usable core: the same thread count under ``-n 2`` as serially.
+    Before, a serial run timed with 2 threads and ``-n 2`` with 1, which moved operator scores between the two
+    (issue 20); with the fence off the windows share the machine and keep the process's share."""
+    if processes() == 1 or (settings.perf and settings.timing_isolation == "fence"):
+        return usable_cores()
+    return cpu_threads()
+
+
 def cache_dir() -> Path:
     """Per-machine data the plugin keeps between runs and projects (the roofline calibration):
     ``$CANNBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/pytest-cannbench``, else ``~/.cache/pytest-cannbench``."""
@@ -315,7 +326,8 @@ class CannBenchState:
             workdir=base / f"work-{self.worker_id}", mode=mode,
             site_dir=submission.site_dir if submission is not None else None,
             env={**(submission.env if submission is not None else {}), **plan.env}, device=plan.worker_device,
-            threads=cpu_threads(), memory_bytes=memory, startup_timeout_s=max(120.0, s.case_timeout_s),
+            threads=cpu_threads(), timing_threads=timing_threads(s), memory_bytes=memory,
+            startup_timeout_s=max(120.0, s.case_timeout_s),
             guard=mode_for(guard_role or name, s.guard, s.kb_guard), protect=self.protected_paths(),
             static_problems=submission.guard_problems if submission is not None else [],
             sandbox=self._sandbox(), readable=self._sandbox_readable(submission))
@@ -394,7 +406,7 @@ class CannBenchState:
             s, plan = self.settings, self.device()
             self._perf = PerfContext(
                 settings=s, device=plan, baseline_worker=self.worker("baseline"),
-                anchors=make_anchor_source(s, plan, cache_dir(), cpu_threads()), log_dir=self.log_dir,
+                anchors=make_anchor_source(s, plan, cache_dir(), timing_threads(s)), log_dir=self.log_dir,
                 npu=_npu_timer(s) if plan.kind == "npu" else None, fence=self.fence())
         return self._perf
 
@@ -427,7 +439,7 @@ class CannBenchState:
             return lines
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         announce = reporter.write_line if reporter is not None else None
-        limits = roofline_limits(cache_dir(), plan, self._threads_of_workers(), announce)
+        limits = roofline_limits(cache_dir(), plan, self._timing_threads_of_workers(), announce)
         lines.append(f"cannbench: T_HW from the {limits.describe()}")
         return lines
 
@@ -449,6 +461,11 @@ class CannBenchState:
             return cpu_threads()
         workers = len(getattr(config.option, "tx", None) or []) or 1
         return max(1, usable_cores() // workers)
+
+    def _timing_threads_of_workers(self) -> int:
+        """The threads of the workers' timed calls (:func:`timing_threads`), seen from the controller."""
+        fenced = self.settings.perf and self.settings.timing_isolation == "fence"
+        return usable_cores() if fenced else self._threads_of_workers()
 
     def close(self) -> None:
         if self._service is not None:

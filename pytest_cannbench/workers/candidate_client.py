@@ -116,7 +116,8 @@ class CandidateWorker(WorkerClient):
     mode: str = "submission"
     site_dir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
-    threads: int = 1
+    threads: int = 1  # intra-op threads of the correctness calls
+    timing_threads: int = 0  # of the timed calls (state.timing_threads); 0: as many as ``threads``
     device: str = "cpu"
     memory_bytes: int = 0
     startup_timeout_s: float = 300.0
@@ -145,7 +146,8 @@ class CandidateWorker(WorkerClient):
         if self.region is None:
             self.region = Region()
         judge_pid = 0 if self.sandboxed else os.getpid()  # inside a pid namespace the judge has no pid
-        args = ["--region-fd", str(self.region.fd), "--threads", str(self.threads), "--device", self.device,
+        args = ["--region-fd", str(self.region.fd), "--threads", str(self.threads),
+                "--timing-threads", str(self.batch_threads), "--device", self.device,
                 "--workdir", str(self.workdir), "--judge-pid", str(judge_pid)]
         if self.site_dir:
             args += ["--site", self.site_dir]
@@ -176,6 +178,11 @@ class CandidateWorker(WorkerClient):
         self.frozen, self._killed_for = False, None
         self._open_sampler()
         return proc
+
+    @property
+    def batch_threads(self) -> int:
+        """The intra-op threads a timed batch runs with, and the budget the judge's CPU floor divides by."""
+        return max(1, self.timing_threads or self.threads)
 
     def _open_sampler(self) -> None:
         """The judge's own evidence, for submission code under an active guard (KernelBench keeps builtin ops
@@ -380,7 +387,7 @@ class CandidateWorker(WorkerClient):
                        "calls": [{"set": i, "out_offset": c.out_offset, "out_capacity": c.out_capacity}
                                  for i, c in zip(call_sets, layout.calls)],
                        "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer, "npu": npu,
-                       "stream": True, "judge_flushes": judge_flushes}
+                       "stream": True, "judge_flushes": judge_flushes, "threads": self.batch_threads}
             batch.before = process_snapshot(self.pid)
             batch.cpu0 = thread_cpu(self.pid)
             self._arm()

@@ -266,7 +266,11 @@ def test_roofline_calibrates_then_reads_its_cache(tmp_path: Path, capsys: pytest
     entry = json.loads(out)
     assert entry["bandwidth_gbs"] > 0 and entry["peak_gflops"] > 0 and entry["cached"] is False
     rc, out, _ = _run(capsys, "roofline", "--threads", "1", "--cache-dir", str(tmp_path))
-    assert rc == 0 and out.startswith("roofline cpu (") and out.strip().endswith("(cached)")
+    assert rc == 0 and out.startswith("roofline cpu (")
+    if entry["details"]["under_load"] is None:
+        assert out.strip().endswith("(cached)")
+    else:  # measured while other work ran: read back as it is, or measured again now that it is quiet, and merged
+        assert ("MEASURED UNDER LOAD" in out and "(cached)" in out) or "best of 2 calibrations" in out
     rc, _, err = _run(capsys, "roofline", "--device", "tpu", "--cache-dir", str(tmp_path))
     assert rc == 2 and "device must be" in err
 

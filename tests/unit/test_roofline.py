@@ -257,3 +257,61 @@ def test_a_working_set_the_flush_leaves_in_cache_gets_the_bandwidth_it_reached()
     assert bandwidth_for(2**30, limits) == 100.0
     assert t_hw_us(16e6, None, limits) == pytest.approx(40.0)  # 16e6 B / 400 GB/s
     assert t_hw_us(16e6, None, LIMITS) == pytest.approx(160.0)  # without the table: main memory only
+
+
+# --------------------------------------------------------------------------------------------
+# best of several calibrations (issue 20: a calibration taken under load made honest baselines beat T_HW)
+
+
+def _limits(bandwidth: float, peak: float, table: list[list[float]], under_load: str | None,
+            threads: int = 1) -> MachineLimits:
+    details = {"bandwidth_by_bytes": table, "under_load": under_load, "calibrations": 1,
+               "quiet_calibrations": 0 if under_load else 1}
+    return MachineLimits(bandwidth, peak, roofline.machine_key("cpu", threads), "2026-12-02T20:00:00+00:00", details)
+
+
+def test_merged_keeps_the_highest_figure_of_each_limit_and_size() -> None:
+    quiet = _limits(29.5, 86.6, [[16384.0, 1.7], [4194304.0, 29.2]], None)
+    loaded = _limits(9.2, 24.1, [[16384.0, 2.5], [4194304.0, 0.7], [67108864.0, 36.3]], "load average 9.18")
+    both = roofline.merged(loaded, quiet)
+    assert (both.bandwidth_gbs, both.peak_gflops) == (29.5, 86.6)
+    assert both.details["bandwidth_by_bytes"] == [[16384.0, 2.5], [4194304.0, 29.2], [67108864.0, 36.3]]
+    assert both.details["calibrations"] == 2 and both.details["quiet_calibrations"] == 1
+    assert both.details["under_load"] is None  # one quiet calibration is enough to trust the entry
+    assert roofline.bandwidth_for(4 << 20, both) == 36.3  # any size from a quarter up bounds the case
+    assert t_hw_us(4 << 20, None, both) < t_hw_us(4 << 20, None, _limits(9.2, 24.1, [[4194304.0, 0.7]], "load"))
+    assert "best of 2 calibrations" in both.describe() and "UNDER LOAD" not in both.describe()
+    assert "MEASURED UNDER LOAD (load average 9.18)" in loaded.describe()
+
+
+def test_an_entry_measured_under_load_is_measured_again_once_quiet(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                                   ) -> None:
+    runs = [_limits(9.2, 24.1, [[16384.0, 0.6]], "load average 9.18"), _limits(29.5, 86.6, [[16384.0, 1.7]], None)]
+    calls: list[int] = []
+
+    def calibration(device: str = "cpu", threads: int = 1, timeout_s: float = 0) -> MachineLimits:
+        calls.append(threads)
+        return runs[len(calls) - 1]
+
+    monkeypatch.setattr(roofline, "calibrate", calibration)
+    monkeypatch.setattr(roofline, "load_sample", lambda: {"loadavg1": 9.0, "cpu_some_avg10": 60.0})
+    first = cached_limits(tmp_path, "cpu", 1)
+    assert first.details["under_load"] and cached_limits(tmp_path, "cpu", 1).cached  # still loaded: kept
+    assert len(calls) == 1
+    monkeypatch.setattr(roofline, "load_sample", lambda: {"loadavg1": 0.1, "cpu_some_avg10": 0.0})
+    again = cached_limits(tmp_path, "cpu", 1)
+    assert len(calls) == 2 and not again.cached and again.bandwidth_gbs == 29.5
+    assert again.details["under_load"] is None and again.details["calibrations"] == 2
+    assert cached_limits(tmp_path, "cpu", 1).cached and len(calls) == 2  # quiet now: read as it is
+
+
+def test_more_threads_never_get_lower_limits_than_fewer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runs = {1: _limits(29.5, 86.6, [[4194304.0, 29.2]], None, 1),
+            2: _limits(9.2, 24.1, [[4194304.0, 0.7]], "load average 9.18", 2)}
+    monkeypatch.setattr(roofline, "calibrate", lambda device="cpu", threads=1, timeout_s=0: runs[threads])
+    monkeypatch.setattr(roofline, "load_sample", lambda: {"loadavg1": 9.0, "cpu_some_avg10": 60.0})
+    one = cached_limits(tmp_path, "cpu", 1)
+    two = cached_limits(tmp_path, "cpu", 2)
+    assert two.key["threads"] == 2 and (two.bandwidth_gbs, two.peak_gflops) == (29.5, 86.6)
+    assert two.details["bandwidth_by_bytes"] == [[4194304.0, 29.2]]
+    assert cached_limits(tmp_path, "cpu", 1).bandwidth_gbs == one.bandwidth_gbs  # fewer threads: never more
