@@ -117,6 +117,7 @@ class Point:
     speedup: float  # T_baseline / T_cand
     ceiling: float | None  # T_baseline / T_HW: the speed-up of a kernel at the hardware limit
     color: str
+    interval: tuple[float, float] | None = None  # the paired speed-up's 95% interval (issue 20)
 
 
 def _ticks(low: float, high: float) -> list[float]:
@@ -141,7 +142,7 @@ def speedup_chart(points: Sequence[Point], title: str = "Speed-up over the basel
 
     A dot right of its ceiling is faster than the measured hardware limit: ``implausible_time`` on the board.
     """
-    values = [v for p in points for v in (p.speedup, p.ceiling) if v is not None and v > 0]
+    values = [v for p in points for v in (p.speedup, p.ceiling, *(p.interval or ())) if v is not None and v > 0]
     if not points or not values:
         return _svg(width, 2 * MARGIN + ROW, title,
                     [f'<text x="{MARGIN}" y="{MARGIN + ROW - 5}" fill="{TEXT}">no timed cases</text>'])
@@ -165,7 +166,8 @@ def speedup_chart(points: Sequence[Point], title: str = "Speed-up over the basel
     for i, p in enumerate(points):
         cy = MARGIN + i * (ROW + GAP) + ROW / 2
         ceiling = f"; T_HW ceiling ×{p.ceiling:.2f}" if p.ceiling else ""
-        body.append(f'<g class="cb-point"><title>{esc(p.label)}: ×{p.speedup:.3g}{esc(ceiling)}</title>'
+        ci = f" [95% CI ×{p.interval[0]:.3g}, ×{p.interval[1]:.3g}]" if p.interval else ""
+        body.append(f'<g class="cb-point"><title>{esc(p.label)}: ×{p.speedup:.3g}{esc(ci)}{esc(ceiling)}</title>'
                     f'<text x="{x0 - 6}" y="{cy + 4:.1f}" text-anchor="end" fill="{TEXT}">'
                     f"{esc(_short(p.label))}</text>")
         if p.ceiling and p.ceiling > 0:
@@ -174,5 +176,9 @@ def speedup_chart(points: Sequence[Point], title: str = "Speed-up over the basel
                         'fill="#d0d7e2"/>'
                         f'<line class="cb-ceiling" x1="{x(p.ceiling):.1f}" y1="{cy - 7:.1f}" x2="{x(p.ceiling):.1f}" '
                         f'y2="{cy + 7:.1f}" stroke="#333" stroke-width="2"/>')
+        if p.interval and min(p.interval) > 0:
+            left, right = (x(v) for v in sorted(p.interval))
+            body.append(f'<path class="cb-interval" d="M{left:.1f} {cy - 4:.1f}v8M{left:.1f} {cy:.1f}H{right:.1f}'
+                        f'M{right:.1f} {cy - 4:.1f}v8" stroke="{p.color}" stroke-width="2" fill="none"/>')
         body.append(f'<circle cx="{x(p.speedup):.1f}" cy="{cy:.1f}" r="6" fill="{p.color}"/></g>')
     return _svg(width, height, title, body)

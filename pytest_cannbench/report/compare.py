@@ -34,18 +34,26 @@ def number(value: Any) -> float | None:
 
 
 def speedup(case: dict[str, Any]) -> float | None:
-    """T_baseline / T_cand of a passed, timed case (the diagnostic speed-up), else None."""
+    """The speed-up of a passed, timed case, else None: the paired estimate (``speedup.estimate``, issue 20) where
+    the board has one, else T_baseline / T_cand."""
     if case.get("status") != PASSED:
         return None
+    paired = case.get("speedup")
+    if isinstance(paired, dict) and number(paired.get("estimate")) is not None:
+        found = number(paired.get("estimate"))
+        return found if found is not None and found > 0 else None
     base, cand = number(case.get("t_baseline_us")), number(case.get("t_cand_us"))
     return base / cand if base is not None and cand is not None and base > 0 and cand > 0 else None
 
 
 def interval(case: dict[str, Any], name: str = "speedup_ci") -> tuple[float, float] | None:
-    """A case's confidence interval ``[low, high]`` (or ``{"low", "high"}``), on the case or in its timing."""
+    """A case's confidence interval ``[low, high]`` (or ``{"low", "high"}``), on the case or in its timing; for
+    the speed-up also the paired interval our boards write (``speedup: {estimate, low, high, ...}``)."""
     raw = case.get(name)
     if raw is None and isinstance(case.get("timing"), dict):
         raw = case["timing"].get(name)
+    if raw is None and name == "speedup_ci" and isinstance(case.get("speedup"), dict):
+        raw = case["speedup"]
     if isinstance(raw, dict):
         raw = (raw.get("low"), raw.get("high"))
     if not isinstance(raw, (list, tuple)) or len(raw) != 2:

@@ -28,7 +28,15 @@ from pytest_cannbench.outcome import (
     SKIPPED,
 )
 from pytest_cannbench.report.charts import Bar, Cell, Point, bar_chart, grid, speedup_chart
-from pytest_cannbench.report.compare import Comparison, case_note, changed_cases, number, partial_reasons, speedup
+from pytest_cannbench.report.compare import (
+    Comparison,
+    case_note,
+    changed_cases,
+    interval,
+    number,
+    partial_reasons,
+    speedup,
+)
 
 TEMPLATE = "report.html.j2"
 PAGE_NAME = "report.html"  # beside leaderboard.json
@@ -172,7 +180,8 @@ def _speedup_chart(board: dict[str, Any]) -> Markup:
             continue
         base, hw = number(case.get("t_baseline_us")), number(case.get("t_hw_us"))
         ceiling = base / hw if base and hw and hw > 0 else None
-        points.append(Point(str(case.get("key")), found, ceiling, "#2e8b57" if found >= 1 else "#e67e22"))
+        points.append(Point(str(case.get("key")), found, ceiling, "#2e8b57" if found >= 1 else "#e67e22",
+                            interval(case)))
     return Markup(speedup_chart(points))
 
 

@@ -70,6 +70,10 @@ def test_messages_and_names_are_escaped() -> None:
 
 def test_the_page_shows_what_the_board_says() -> None:
     board = _board_with_every_category()
+    timed_cases = [c for op in board["operators"] for c in op["cases"] if c["status"] == "passed"
+                   and c["t_baseline_us"] and c["t_cand_us"]]
+    assert timed_cases
+    timed_cases[0]["speedup"] = {"estimate": 1.9, "low": 1.7, "high": 2.2, "rel_half_width": 0.13, "samples": 10}
     html = page.render(board)
     assert f'<div class="value">{board["total_score"]:.2f}</div>' in html
     assert html.count('class="cb-bar"') == len(board["levels"]) + len(board["operators"])
@@ -79,6 +83,10 @@ def test_the_page_shows_what_the_board_says() -> None:
     timed = sum(1 for op in board["operators"] for c in op["cases"] if c["status"] == "passed"
                 and c["t_baseline_us"] and c["t_cand_us"])
     assert html.count('class="cb-point"') == timed
+    with_ci = sum(1 for op in board["operators"] for c in op["cases"] if c["status"] == "passed"
+                  and c["t_baseline_us"] and c["t_cand_us"] and isinstance(c.get("speedup"), dict))
+    assert html.count('class="cb-interval"') == with_ci  # the paired speed-up's interval as a whisker (issue 20)
+    assert with_ci == 1 and html.count("[95% CI ×") == 1 and "[95% CI ×1.7, ×2.2]" in html
     groups = re.findall(r'<summary>(\w+) × (\d+)', html)
     assert dict((ft, int(n)) for ft, n in groups) == board["failure_types"]
     assert "fixed seed 0" in html and board["submission"]["wheel_sha256"] in html

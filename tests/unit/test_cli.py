@@ -16,7 +16,7 @@ from pytest_cannbench import __version__
 from pytest_cannbench.cli import HANDLERS, main
 from pytest_cannbench.report import leaderboard
 from pytest_cannbench.report.collector import score_lines
-from pytest_cannbench.report.compare import compare, interval, partial_reasons
+from pytest_cannbench.report.compare import compare, interval, partial_reasons, speedup
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -162,6 +162,10 @@ def test_interval_shapes() -> None:
     assert interval({"speedup_ci": {"low": 1, "high": 3}}) == (1.0, 3.0)
     assert interval({"timing": {"speedup_ci": [1, 2]}}) == (1.0, 2.0)
     assert interval({"speedup_ci": ["nan", 2]}) is None and interval({}) is None
+    paired = {"status": "passed", "t_baseline_us": 30.0, "t_cand_us": 10.0,  # the shape our boards write
+              "speedup": {"estimate": 2.9, "low": 2.8, "high": 3.1, "rel_half_width": 0.05, "samples": 12}}
+    assert interval(paired) == (2.8, 3.1) and speedup(paired) == 2.9
+    assert speedup({"status": "passed", "t_baseline_us": 30.0, "t_cand_us": 10.0}) == 3.0
 
 
 def test_partial_boards_are_warned_about(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
