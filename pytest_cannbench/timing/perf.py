@@ -23,6 +23,7 @@ from pytest_cannbench.judge.goldens import GoldenFailure
 from pytest_cannbench.judge.source import Anchors, CaseSource, Reference, case_log_path, fate
 from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.timing.anchors import check_t_hw
 from pytest_cannbench.timing.devices import DevicePlan, timing_lock
 from pytest_cannbench.timing.in_worker import Flusher
 from pytest_cannbench.timing.isolation import Fence, load_sample, under_load
@@ -276,4 +277,11 @@ def _summarise(source: CaseSource, ref: Reference, ctx: PerfContext, record: Cas
             record.flags += list(value)
         elif key != "baseline_source" and hasattr(record, key):
             setattr(record, key, value)
+    main = got.base.get(baselines[0].name) if baselines else None
+    if record.t_hw_us is not None and main and str(record.t_hw_source).startswith("roofline"):
+        checked = check_t_hw(record.t_hw_us, anchors.get("t_hw_written_us"), min(main) * 1e6)
+        if checked.flag:
+            record.t_hw_us, record.t_hw_source = checked.t_hw_us, f"{record.t_hw_source}{checked.source_suffix}"
+            record.flags.append(checked.flag)
+            record.notes.append(str(checked.note))
     return extra

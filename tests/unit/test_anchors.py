@@ -225,3 +225,25 @@ def test_hardware_name_cannot_leave_metadata_dir(tmp_path: Path) -> None:
     anchors = MetadataAnchors(tmp_path / "tasks" / "metadata", "../evil")
     assert anchors.file is None and len(anchors.warnings) == 1
     assert anchors.lookup("level1/exp", 1) == Anchor(10.0, 1.0, "metadata:910b2 (fallback from ../evil)")
+
+
+# --- T_HW checked against the trusted live baseline (issue 20) ---------------------------------------------
+
+
+def test_a_roofline_the_baseline_never_beat_stands() -> None:
+    from pytest_cannbench.timing.anchors import check_t_hw
+
+    assert check_t_hw(100.0, 40.0, 250.0).t_hw_us == 100.0 and check_t_hw(100.0, 40.0, 250.0).flag is None
+    assert check_t_hw(100.0, 40.0, 100.0).flag is None  # equal is not faster
+    assert check_t_hw(100.0, None, 50.0).flag is None  # metadata or KernelBench: no written-bytes bound
+    assert check_t_hw(100.0, 40.0, None).flag is None  # no live baseline
+
+
+def test_a_baseline_faster_than_the_roofline_falls_back_to_the_bytes_written() -> None:
+    from pytest_cannbench.timing.anchors import check_t_hw
+
+    gather = check_t_hw(800.0, 12.0, 95.0)  # a gather reads a few rows of a large table: the model over-counts
+    assert gather.t_hw_us == 12.0 and gather.flag == "t_hw_outputs_only" and gather.source_suffix
+    assert "95.0 us" in str(gather.note) and "800.0 us" in str(gather.note) and "12.0 us" in str(gather.note)
+    no_lower = check_t_hw(800.0, 900.0, 95.0)  # the outputs alone bound it higher: nothing to fall back to
+    assert no_lower.t_hw_us == 800.0 and no_lower.flag is None
