@@ -104,3 +104,27 @@ def make_wheel(dist: Path, files: dict[str, str], version: str = "0.0.1") -> Pat
             zf.writestr(name, text)
         zf.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
     return path
+
+
+# A softplus golden whose native-precision run (the live baseline) sleeps: a baseline that respects a raised T_HW,
+# so a candidate below that T_HW is implausibly fast while the anchor itself is sound. Without it the trusted
+# baseline would beat the raised T_HW too, and T_HW would fall back to the bytes written (timing/anchors.check_t_hw).
+SLOW_BASELINE_SOFTPLUS = '''"""Test fixture: softplus whose baseline (native precision) takes at least 0.2 s a call."""
+
+import time
+
+import torch
+
+
+def softplus(x: torch.Tensor, beta: float = 1.0, threshold: float = 20.0) -> torch.Tensor:
+    if x.dtype != torch.float64:
+        time.sleep(0.2)
+    return torch.nn.functional.softplus(x, beta=beta, threshold=threshold).contiguous()
+'''
+RAISED_T_HW_BYTES = "3e8 + 0 * x.nbytes"  # 3-30 ms at 10-100 GB/s: above any softplus call, below the 0.2 s baseline
+
+
+def raise_t_hw(operator_dir: Path, proto: str) -> None:
+    """Give a softplus fixture a perf_model T_HW far above the candidate's time and a baseline slower than it."""
+    (operator_dir / "proto.yaml").write_text(proto)
+    (operator_dir / "golden.py").write_text(SLOW_BASELINE_SOFTPLUS)

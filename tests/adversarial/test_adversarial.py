@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from attacks import ATTACKS, CACHE_PRELUDE, HONEST
-from inner import make_wheel, run_inner
+from inner import RAISED_T_HW_BYTES, make_wheel, raise_t_hw, run_inner
 
 ARGS = ("--cann-tasks=tasks", "-p", "no:cacheprovider", "--cann-golden-cache=off", "--cann-repeat=2",
         "--cann-warmup=1", "--cann-case-timeout=60")
@@ -98,7 +98,7 @@ FAST_PROTO = """operator:
   - {name: y, dtype: [float16, bfloat16, float32]}
   schema: softplus(Tensor x, float beta=1.0, float threshold=20.0) -> Tensor y
   perf_model:
-    bytes: "1e11 + 0 * x.nbytes"
+    bytes: "%s"
     flops: "x.numel"
 """
 
@@ -106,9 +106,10 @@ FAST_PROTO = """operator:
 def test_a_time_below_the_hardware_limit_fails_and_scores_no_performance(pytester, capsys, task_tree):
     """Whatever makes a timed call return faster than the roofline allows (a lookup, a forged timer, a kernel
     that skips work), the case fails as implausible_time: no HAP above 1, no score above 100. Here the limit is
-    raised instead (100 GB to move), so every call of a correct kernel is below it."""
+    raised instead (300 MB to move, with a baseline slow enough to respect it), so every call of a correct kernel
+    is below it."""
     tasks = task_tree("submission")
-    (tasks / "level1" / "softplus" / "proto.yaml").write_text(FAST_PROTO)
+    raise_t_hw(tasks / "level1" / "softplus", FAST_PROTO % RAISED_T_HW_BYTES)
     run, softplus, _ = grade(pytester, capsys, task_tree, python_submission(pytester, HONEST), "--cann-guard=off",
                              tasks=tasks)
     assert_scores_zero(run, softplus, {"implausible_time"})
