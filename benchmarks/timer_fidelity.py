@@ -10,7 +10,10 @@ side in one process:
 * "direct": the same kernel timed in this process with perf_counter after the same cache flush
   (median of 50): the cost it should have;
 * "harness": ``--runs`` timing batches through the candidate worker, exactly as a case is timed
-  (warm-up, ``--repeat`` calls on fresh inputs, flush, median).
+  (warm-up, ``--repeat`` calls on fresh inputs streamed one at a time, the worker's and the judge's flush, median);
+* "paired": the two kernels timed as a candidate and its baseline are (issue 20): two workers, one window, calls
+  alternating ABBA on streamed sets; the median of the per-pair ratios slower / base (expected 1.10), its
+  run-to-run CV, and in how many runs it ranks the slower kernel slower.
 
 Printed per size: the median error of the harness against the direct cost, the coefficient of
 variation of the run medians (target: at most 3% from 200 us up), and in how many of ``--runs``
@@ -26,6 +29,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -87,13 +91,38 @@ def ten_percent_slower(n: int, flusher: Flusher) -> int:
     return (lo + hi) // 2
 
 
-def harness_median_us(worker: CandidateWorker, n: int, k: int, repeat: int, seed: int) -> float:
+TARGET = {"kind": "submission", "name": "Passes", "function_name": "passes"}
+
+
+def _sets(n: int, k: int, repeat: int, seed: int) -> list[dict]:
     gen = torch.Generator().manual_seed(seed)
-    sets = [{"x": torch.rand(n, generator=gen), "k": k} for _ in range(repeat + 1)]
-    batch = worker.time_batch({"kind": "submission", "name": "Passes", "function_name": "passes"}, sets,
-                              list(range(1, repeat + 1)), warmup=3, expected_out_bytes=n * 4, timeout=120)
+    return [{"x": torch.rand(n, generator=gen), "k": k} for _ in range(repeat + 1)]
+
+
+def harness_median_us(worker: CandidateWorker, n: int, k: int, repeat: int, seed: int,
+                      judge_flush: Callable[[], None]) -> float:
+    """One case's timing as the harness does it on the CPU: streamed sets, the judge's shared-cache flush."""
+    batch = worker.time_batch(TARGET, _sets(n, k, repeat, seed), list(range(1, repeat + 1)), warmup=3,
+                              expected_out_bytes=n * 4, timeout=120, judge_flush=judge_flush)
     assert batch.status == "ok", batch.message
     return statistics.median(batch.seconds) * 1e6
+
+
+def paired_ratio(workers: tuple[CandidateWorker, CandidateWorker], sizes: tuple[int, int], k: int, repeat: int,
+                 seed: int, judge_flush: Callable[[], None]) -> float:
+    """The slower kernel over the base one, timed as a candidate and its baseline are (timing/perf.py): both
+    batches open in one window, calls alternating ABBA, each set streamed; the median of the per-pair ratios."""
+    calls = list(range(1, repeat + 1))
+    batches = [w.open_batch(TARGET, _sets(n, k, repeat, seed + i), calls, warmup=3, expected_out_bytes=n * 4,
+                            timeout=120, judge_flushes=True) for i, (w, n) in enumerate(zip(workers, sizes))]
+    for call in range(repeat):
+        pair = list(zip(workers, batches))
+        for w, b in pair if call % 2 == 0 else pair[::-1]:
+            if b.waiting:
+                w.run_call(b, judge_flush)
+    base, slow = (b.result for b in batches)
+    assert base is not None and slow is not None and base.status == slow.status == "ok"
+    return statistics.median(s / b for b, s in zip(base.seconds, slow.seconds))
 
 
 def main() -> int:
@@ -101,36 +130,46 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=10)
     parser.add_argument("--sizes", default="50,200,1000,5000", help="target kernel durations in microseconds")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="threads of the timed calls (default 1, as --cann-timing-threads)")
     args = parser.parse_args()
-    torch.set_num_threads(1)  # the worker's budget on a 2-core machine running one process
-    flusher = Flusher("cpu")
+    torch.set_num_threads(args.threads)
+    flusher, judge_flush = Flusher("cpu"), Flusher("cpu")
     with tempfile.TemporaryDirectory(prefix="cannbench-fidelity-") as tmp:
         root = Path(tmp)
         (root / "site" / "cann_bench").mkdir(parents=True)
         (root / "site" / "cann_bench" / "__init__.py").write_text(SUBMISSION)
-        worker = CandidateWorker(log_path=root / "w.log", workdir=root / "work", site_dir=str(root / "site"))
-        worker.start()
+        # guard off: the kernel is torch ops on purpose (a known cost), which the guard would refuse as delegation
+        workers = tuple(CandidateWorker(log_path=root / f"w{i}.log", workdir=root / f"work{i}", threads=args.threads,
+                                        guard="off", site_dir=str(root / "site")) for i in range(2))
+        for worker in workers:
+            worker.start()
         print(f"{'target':>8} {'elements':>10} {'direct':>9} {'harness':>9} {'error':>7} {'CV':>6} {'ranked':>7}"
-              f"   {'floor CV':>8} {'floor ranked':>12}")
+              f" {'paired':>7} {'pair CV':>7} {'ranked':>7}   {'floor CV':>8} {'floor ranked':>12}")
         for target in (float(v) for v in args.sizes.split(",")):
             n = elements_for(target, flusher)
             n_slow = ten_percent_slower(n, flusher)
             x, x_slow = torch.rand(n), torch.rand(n_slow)
             expected = direct_us(x, 10, flusher)
-            base, slower, floor, floor_slower = [], [], [], []
+            base, slower, ratios, floor, floor_slower = [], [], [], [], []
             for run in range(args.runs):
-                base.append(harness_median_us(worker, n, 10, args.repeat, seed=2 * run))
-                slower.append(harness_median_us(worker, n_slow, 10, args.repeat, seed=2 * run + 1))
+                base.append(harness_median_us(workers[0], n, 10, args.repeat, 2 * run, judge_flush.flush))
+                slower.append(harness_median_us(workers[0], n_slow, 10, args.repeat, 2 * run + 1, judge_flush.flush))
+                ratios.append(paired_ratio(workers, (n, n_slow), 10, args.repeat, 2 * run, judge_flush.flush))
                 floor.append(direct_us(x, 10, flusher, n=args.repeat))
                 floor_slower.append(direct_us(x_slow, 10, flusher, n=args.repeat))
             median = statistics.median(base)
             cv = statistics.stdev(base) / statistics.mean(base)
             ranked = sum(s > b for b, s in zip(base, slower))
+            pair_cv = statistics.stdev(ratios) / statistics.mean(ratios)
+            pair_ranked = sum(r > 1.0 for r in ratios)
             floor_cv = statistics.stdev(floor) / statistics.mean(floor)
             floor_ranked = sum(s > b for b, s in zip(floor, floor_slower))
             print(f"{target:>8.0f} {n:>10} {expected:>9.1f} {median:>9.1f} {median / expected - 1:>+7.1%} "
-                  f"{cv:>6.1%} {ranked:>4}/{args.runs}   {floor_cv:>8.1%} {floor_ranked:>9}/{args.runs}")
-        worker.close()
+                  f"{cv:>6.1%} {ranked:>4}/{args.runs} {statistics.median(ratios):>7.3f} {pair_cv:>7.1%} "
+                  f"{pair_ranked:>4}/{args.runs}   {floor_cv:>8.1%} {floor_ranked:>9}/{args.runs}", flush=True)
+        for worker in workers:
+            worker.close()
     return 0
 
 

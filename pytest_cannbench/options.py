@@ -182,6 +182,10 @@ def add_options(parser: pytest.Parser) -> None:
            help=f"--cann-repeat auto: timed calls every case gets (default {DEFAULT_REPEAT}).")
     option("repeat-max", type=int, metavar="N",
            help=f"--cann-repeat auto: timed calls no case goes beyond (default {DEFAULT_REPEAT_MAX}).")
+    option("timing-threads", metavar="N|all",
+           help="intra-op threads of every timed call, candidate and baseline alike, whatever -n is (default 1; "
+                "all: every usable core, which the quiet-window fence gives a timed window). Correctness calls "
+                "keep each process's share of the cores.")
     option("timing-isolation", choices=ISOLATION_MODES,
            help="fence (default): while a case is timed, the session's other xdist workers hold off their "
                 "accuracy work (goldens, candidate calls, comparisons); off lets them run alongside.")
@@ -247,6 +251,7 @@ class Settings:
     timing_target: float = DEFAULT_TIMING_TARGET_PCT / 100  # a fraction
     timing_budget_s: float = DEFAULT_TIMING_BUDGET_S
     timing_isolation: str = "fence"  # fence | off: the quiet-window fence of timing/isolation.py
+    timing_threads: int = 1  # threads of a timed call; 0: every usable core (state.timing_threads)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -421,6 +426,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         timing_target=target,
         timing_budget_s=budget,
         timing_isolation=_choice(config, "timing_isolation", ISOLATION_MODES),
+        timing_threads=_timing_threads(config),
     )
 
 
@@ -451,6 +457,22 @@ def _repeat(config: pytest.Config) -> tuple[bool, int, int, float, float]:
         raise pytest.UsageError("--cann-repeat auto needs --cann-repeat-max >= --cann-repeat-min, a positive "
                                 "--cann-timing-target and a --cann-timing-budget >= 0")
     return auto, count, maximum, target / 100, budget
+
+
+def _timing_threads(config: pytest.Config) -> int:
+    """``--cann-timing-threads``: a positive count, or ``all`` (0)."""
+    raw = _value(config, "timing_threads")
+    if raw is None or str(raw).strip() == "":
+        return 1
+    if str(raw).strip().lower() == "all":
+        return 0
+    try:
+        count = int(raw)
+    except (TypeError, ValueError):
+        count = 0
+    if count < 1:
+        raise pytest.UsageError(f"cann_timing_threads = {raw!r}: expected a positive count or 'all'")
+    return count
 
 
 def _session_secret(config: pytest.Config, *, graded: bool, seeded: bool) -> str:

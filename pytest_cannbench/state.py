@@ -62,15 +62,17 @@ def cpu_threads() -> int:
     return max(1, usable_cores() // processes())
 
 
-def timing_threads(settings: Settings) -> int:
-    """Intra-op threads of a timed call. A timed window has the machine to itself when no other process of the run
-    does accuracy work meanwhile (a single process, or xdist workers held back by the quiet-window fence,
-    timing/isolation.py), so the call gets every usable core: the same thread count under ``-n 2`` as serially.
-    Before, a serial run timed with 2 threads and ``-n 2`` with 1, which moved operator scores between the two
-    (issue 20); with the fence off the windows share the machine and keep the process's share."""
-    if processes() == 1 or (settings.perf and settings.timing_isolation == "fence"):
-        return usable_cores()
-    return cpu_threads()
+def timing_threads(settings: Settings, workers: int | None = None) -> int:
+    """Intra-op threads of a timed call (``--cann-timing-threads``, default 1): the same count under ``-n 2`` as
+    serially, so the two modes time the same thing (issue 20: a serial run used to time with both cores and
+    ``-n 2`` with one, and their scores differed). ``all`` is every usable core, which a timed window has to itself
+    while the quiet-window fence holds the other xdist workers back; with the fence off, a window shares the
+    machine and gets at most the process's share. ``workers``: the run's pytest processes (default: this one's)."""
+    workers = processes() if workers is None else max(1, workers)
+    cores = usable_cores()
+    wanted = settings.timing_threads or cores
+    shared = workers > 1 and settings.timing_isolation != "fence"
+    return max(1, min(wanted, cores // workers if shared else cores))
 
 
 def cache_dir() -> Path:
@@ -426,7 +428,9 @@ class CannBenchState:
                  else "L2 flush" if plan.kind == "cuda" else "cache-clean kernel")
         repeat = (f"repeat auto ({s.repeat}-{s.repeat_max} calls, speed-up to +-{s.timing_target * 100:g}% or "
                   f"{s.timing_budget_s:g} s a case)" if s.repeat_auto else f"repeat {s.repeat}")
-        lines = [f"cannbench: timing on {plan.label}: warmup {s.warmup}, {repeat} on fresh verified inputs streamed "
+        threads = self._timing_threads_of_workers()
+        lines = [f"cannbench: timing on {plan.label}: {threads} thread{'s' if threads > 1 else ''} per timed call, "
+                 f"warmup {s.warmup}, {repeat} on fresh verified inputs streamed "
                  f"one call at a time, candidate and baseline interleaved (ABBA), {flush}; T_baseline = the golden "
                  "in native precision on the device, unless metadata has one"]
         if s.timing_isolation == "off":
@@ -464,8 +468,10 @@ class CannBenchState:
 
     def _timing_threads_of_workers(self) -> int:
         """The threads of the workers' timed calls (:func:`timing_threads`), seen from the controller."""
-        fenced = self.settings.perf and self.settings.timing_isolation == "fence"
-        return usable_cores() if fenced else self._threads_of_workers()
+        config = self.config
+        if hasattr(config, "workerinput") or config.getoption("dist", "no") == "no":
+            return timing_threads(self.settings)
+        return timing_threads(self.settings, len(getattr(config.option, "tx", None) or []) or 1)
 
     def close(self) -> None:
         if self._service is not None:

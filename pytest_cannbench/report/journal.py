@@ -22,7 +22,7 @@ from pytest_cannbench.timing.machine import cpu_model
 # Options that change a case's verdict, time or score: a resumed case must have been graded under the same.
 IDENTITY_OPTIONS = ("seed", "input_dist", "input_compat", "golden_precision", "checker", "device", "warmup",
                     "repeat", "perf", "hardware", "self_check", "no_install", "guard", "bench", "kb_trials",
-                    "kb_accuracy", "kb_compile", "kb_max_input_gib", "sandbox")
+                    "kb_accuracy", "kb_compile", "kb_max_input_gib", "sandbox", "timing_threads")
 
 
 def sandbox_of(state: Any) -> SandboxChoice:

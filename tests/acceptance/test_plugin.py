@@ -43,6 +43,8 @@ def test_header_and_help(pytester: pytest.Pytester, task_tree) -> None:
     (["--cann-golden-memory=0.5"], "--cann-golden-memory must be at least 1 GiB*"),
     (["--cann-seed=-1"], "--cann-seed must be >= 0*"),
     (["-o", "cann_checker=exact"], "cann_checker = 'exact': expected one of relative_error, allclose"),
+    (["--cann-timing-threads=0"], "cann_timing_threads = '0': expected a positive count or 'all'"),
+    (["--cann-timing-threads=many"], "cann_timing_threads = 'many': expected a positive count or 'all'"),
 ])
 def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: list[str], message: str) -> None:
     result = pytester.runpytest(*args, "--collect-only")

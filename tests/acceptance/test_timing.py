@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -373,3 +374,36 @@ def test_timing_isolation_off_is_recorded_and_shown(pytester, capsys, task_tree)
     assert not run.cases["softplus[01]"].cann["timing"].get("accuracy_spans")  # no fence, no spans
     board = json.loads((run.root / "reports" / "leaderboard.json").read_text())
     assert board["config"]["timing_isolation"] == "off"
+
+
+THREAD_COUNTING = '''import sys
+
+import torch
+
+
+def softplus(x, beta=1.0, threshold=20.0):
+    print(f"threads={torch.get_num_threads()}", file=sys.stderr, flush=True)
+    return torch.nn.functional.softplus(x.float(), beta=beta, threshold=threshold).to(x.dtype).contiguous()
+'''
+
+
+@pytest.mark.parametrize("asked, xdist", [(None, True), (None, False), ("all", True)])
+def test_timed_calls_run_with_the_same_threads_whatever_n_is(pytester, capsys, task_tree, asked, xdist):
+    """--cann-timing-threads (default 1): serial and -n 2 time with the same count; correctness calls keep the
+    process's share of the cores; all is every usable core (issue 20)."""
+    from pytest_cannbench.workers.limits import usable_cores
+
+    args = (["-n", "2"] if xdist else []) + ([f"--cann-timing-threads={asked}"] if asked else [])
+    run = timed(pytester, capsys, task_tree, THREAD_COUNTING, *args, "-k", "softplus and 01")
+    case = run.cases["softplus[01]"]
+    assert case.outcome == "passed", case.longrepr
+    want = usable_cores() if asked == "all" else 1
+    assert f"{want} thread{'s' if want > 1 else ''} per timed call" in run.text
+    board = json.loads((run.root / "reports" / "leaderboard.json").read_text())
+    assert board["config"]["timing_threads"] == (0 if asked == "all" else 1)
+    seen = [int(n) for log in (run.root / "reports" / "logs").glob("candidate-worker-*.log")
+            for n in re.findall(r"threads=(\d+)", log.read_text())]
+    correctness = max(1, usable_cores() // 2) if xdist else usable_cores()
+    timed_calls = case.cann["timing"]["repeat"]["count"]
+    assert seen.count(want) >= timed_calls  # every timed call (and the warm-up) ran with the timed count
+    assert correctness in seen[:2]  # the correctness call and the second pass ran with the process's share
