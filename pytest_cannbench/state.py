@@ -389,13 +389,15 @@ class CannBenchState:
     def perf_context(self) -> PerfContext:
         if self._perf is None:
             from pytest_cannbench.timing.anchors import make_anchor_source
+            from pytest_cannbench.timing.gpu_telemetry import Telemetry
             from pytest_cannbench.timing.perf import PerfContext
 
             s, plan = self.settings, self.device()
             self._perf = PerfContext(
                 settings=s, device=plan, baseline_worker=self.worker("baseline"),
                 anchors=make_anchor_source(s, plan, cache_dir(), cpu_threads()), log_dir=self.log_dir,
-                npu=_npu_timer(s) if plan.kind == "npu" else None, fence=self.fence())
+                npu=_npu_timer(s) if plan.kind == "npu" else None, fence=self.fence(),
+                telemetry=Telemetry() if plan.kind == "cuda" else None)
         return self._perf
 
     # ------------------------------------------------------------ header and end

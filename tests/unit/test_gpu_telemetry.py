@@ -132,3 +132,23 @@ def test_nvml_backend(monkeypatch):
     reading = Telemetry().read(0)
     assert reading == {"sm_mhz": 1755.0, "sm_max_mhz": 1980.0, "mem_mhz": 2619.0, "temp_c": 66.0,
                        "power_w": pytest.approx(654.321), "power_limit_w": None, "reasons": 4, "source": "nvml"}
+
+
+def test_the_leaderboard_sums_up_a_cases_gpu_readings():
+    from pytest_cannbench.report.leaderboard import _gpu
+
+    busy, _, power = parse_smi(EIGHT_H100_BUSY_AND_IDLE)[:3]
+    timing = {"gpu": [{"start": busy.to_dict(), "end": power.to_dict()},
+                      {"start": busy.to_dict(), "end": {"unavailable": "nvidia-smi timed out"}}],
+              "flags": ["gpu_throttled"], "cuda_graph": {"mode": "auto", "used": True}}
+    assert _gpu(timing) == {"sm_mhz_min": 1755.0, "temp_c_max": 58.0, "power_w_max": 699.87,
+                            "gpu_throttled": True, "cuda_graph": True}
+    assert _gpu({"load": []}) is None  # not CUDA
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="GPU telemetry needs a GPU; none here")
+def test_a_real_card_is_read():
+    reading = Telemetry().read(0)
+    assert "unavailable" not in reading, reading
+    assert reading["sm_mhz"] and reading["sm_max_mhz"] and reading["sm_mhz"] <= reading["sm_max_mhz"] + 1
