@@ -5,8 +5,10 @@ candidate worker's CUDA timed loop, the call is captured once in a CUDA graph (`
 captures on a side stream) on static input buffers, and the L2 clear in a graph of its own. Every timed call
 then copies its own fresh input set into the static buffers (outside the timed region), and CUDA events time
 a replay of (clear graph + call graph) and, right after it, a replay of the clear graph alone; the call's
-time is the first minus the batch's median of the second. The graph's output for that set is copied out and
-verified like any timed output.
+time is the first minus the batch's median of the second. The graph's output for that set is cloned, copied
+out and verified like any timed output; then the graph's output buffer is overwritten (NaN), so each replay
+must write all of it. A call whose output shares memory with an input is timed eagerly, where the output
+contract judges it.
 
 What it guarantees: every timed replay ran on its own input set, which entered the worker only just before
 it, and its output was verified against that set's golden; the time covers all GPU work the call enqueued on
@@ -74,6 +76,35 @@ def _clone(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return type(value)(_clone(v) for v in value)
     return value
+
+
+def _tensors(value: Any) -> list[Any]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _aliases(out: Any, inputs: Any) -> bool:
+    """Whether an output shares storage with an input (the eager contract fails that; a copy would hide it)."""
+    held = {t.untyped_storage().data_ptr() for t in _tensors(inputs)}
+    return any(t.untyped_storage().data_ptr() in held for t in _tensors(out))
+
+
+def _poison(out: Any) -> None:
+    """Overwrite the graph's output once copied out, so each replay must write all of it again."""
+    import torch
+
+    for t in _tensors(out):
+        if t.is_floating_point() or t.is_complex():
+            t.fill_(float("nan"))
+        elif t.dtype != torch.bool:
+            t.fill_(77)
 
 
 def _copy_into(static: Any, fresh: Any) -> bool:
@@ -180,6 +211,10 @@ def graph_batch(fn: Callable, warmup_kwargs: dict[str, Any], fetch: Callable[[in
             pass
         notes.append(f"CUDA graph capture failed ({type(exc).__name__}: {str(exc)[:160]}); timed eagerly")
         return None
+    if _aliases(graphs.out, graphs.static):
+        graphs.close()
+        notes.append("the call's output shares memory with an input: timed eagerly, where the contract judges it")
+        return None
     calls, why = subtract([t for t, _ in preflight], [c for _, c in preflight])
     if calls is None:
         graphs.close()
@@ -196,7 +231,10 @@ def graph_batch(fn: Callable, warmup_kwargs: dict[str, Any], fetch: Callable[[in
         total, alone = graphs.replay()
         totals.append(total)
         clears.append(alone)
-        sink(i, graphs.out)
+        # a copy per call: the graph returns one buffer, which the output contract would take for an earlier
+        # call's output kept and returned again; the buffer is then poisoned, so the next replay must rewrite it
+        sink(i, _clone(graphs.out))
+        _poison(graphs.out)
     graphs.close()
     seconds, why = subtract(totals, clears)
     if seconds is None:

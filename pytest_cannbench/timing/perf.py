@@ -95,6 +95,7 @@ class _Samples:
     pairs: list[tuple[float, float]] = field(default_factory=list)  # (baseline, candidate) on one set, one window
     problems: dict[str, str] = field(default_factory=dict)  # baseline name -> why it stopped
     graph: str = "off"  # the CUDA-graph mode the next window asks for; pinned to on/off after the first
+    mixed: bool = False  # candidate and baseline were timed in different modes even when timed again
     cand_timer: str = ""  # of the last window
     base_timer: str = ""  # of the last window's main baseline
 
@@ -208,7 +209,9 @@ def _distrust(ctx: PerfContext, record: CaseTiming, trial: _Samples, retried: bo
     elif trial.graph != "off" and trial.base_timer and (trial.cand_timer == GRAPH_TIMER) != (
             trial.base_timer == GRAPH_TIMER):
         trial.graph = "on" if trial.cand_timer == GRAPH_TIMER else "off"  # the candidate's call decides
-        why = f"candidate ({trial.cand_timer}) and baseline ({trial.base_timer}) were timed differently"
+        if not trial.mixed:  # once kept, later windows are not retimed for it again
+            why = f"candidate ({trial.cand_timer}) and baseline ({trial.base_timer}) were timed differently"
+            trial.mixed = retried
     elif trial.graph == "auto":
         trial.graph = "on" if trial.cand_timer == GRAPH_TIMER else "off"
     if why is None and ctx.telemetry is not None and record.gpu:
@@ -228,12 +231,12 @@ def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference]
     window cannot be trusted: the GPU throttled, its CUDA-graph timing fell back, or the candidate and its
     baseline were timed in different modes. The second attempt's samples are kept either way."""
     for attempt in (0, 1):
-        trial = _Samples(problems=got.problems, graph=got.graph)
+        trial = _Samples(problems=got.problems, graph=got.graph, mixed=got.mixed)
         failure = _window(source, ref, refs, chunk, warmup, worker, ctx, record, trial)
         if failure is not None:
             return failure
         why = _distrust(ctx, record, trial, retried=attempt == 1)
-        got.graph = trial.graph
+        got.graph, got.mixed = trial.graph, trial.mixed
         if why is not None and attempt == 0:
             try:
                 with ctx.fence.shared(record.accuracy_spans):

@@ -61,6 +61,15 @@ def test_fresh_sets_copy_into_the_capture_buffers_or_refuse():
     assert clone["xs"][0].data_ptr() != fresh["xs"][0].data_ptr() and clone["beta"] == 1.0
 
 
+def test_outputs_aliasing_inputs_are_seen_and_buffers_poisoned():
+    x, other = torch.zeros(4), torch.zeros(4)
+    assert cg._aliases((x[1:], torch.ones(1)), {"x": x})  # a view of the input
+    assert not cg._aliases(other, {"x": x, "n": 3})
+    out = (torch.ones(2), torch.ones(2, dtype=torch.int32), torch.ones(2, dtype=torch.bool))
+    cg._poison(out)
+    assert torch.isnan(out[0]).all() and (out[1] == 77).all() and out[2].all()
+
+
 def test_graph_mode_is_unreachable_off_cuda():
     calls = []
 
@@ -137,6 +146,13 @@ def test_auto_leaves_a_long_call_eager():
 
     got, _, _, fetched, notes = _batch(long, "auto")
     assert got is None and fetched == [] and "not launch-bound" in notes[0]
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason=NO_GPU)
+def test_an_in_place_call_is_left_to_the_eager_contract():
+    got, _, _, fetched, notes = _batch(lambda x: x.mul_(2), "on")
+    assert got is None and fetched == [] and "shares memory" in notes[0]
 
 
 def test_the_fallback_timer_is_distinct():

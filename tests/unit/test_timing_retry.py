@@ -143,3 +143,14 @@ def test_a_bad_mode_is_a_usage_error(pytester):
     pytester.makeini("[pytest]\ncann_cuda_graph = sometimes\n")
     with pytest.raises(pytest.UsageError, match="cann_cuda_graph"):
         settings_from_config(pytester.parseconfig())
+
+
+def test_a_mode_mismatch_kept_once_is_not_retimed_again(monkeypatch):
+    mixed = {"cand": [4e-6], "base": [9e-5], "timers": (GRAPH_TIMER, "cuda_profiler")}
+    seen = scripted(monkeypatch, [mixed, mixed, mixed])
+    ctx = types.SimpleNamespace(fence=Fence(None), telemetry=None)
+    record, got, source = CaseTiming(measured=True), perf._Samples(graph="on"), Source()
+    for _ in range(2):  # two windows of one case
+        assert perf._timed_window(source, None, {0: "r"}, [0], 1, None, ctx, record, got) is None
+    assert len(seen) == 3 and got.mixed and got.cand == [4e-6, 4e-6]
+    assert sum("kept a window timed again" in n for n in record.notes) == 1
