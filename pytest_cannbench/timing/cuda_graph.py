@@ -190,7 +190,7 @@ def graph_batch(fn: Callable, warmup_kwargs: dict[str, Any], fetch: Callable[[in
     set has been fetched yet."""
     import torch
 
-    if not device.startswith("cuda") or mode == "off":
+    if not device.startswith("cuda") or mode not in ("auto", "on"):
         return None
     if clear is None:
         notes.append("CUDA graph timing needs the L2 clear; timed eagerly")

@@ -186,6 +186,9 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
             label = next(b.label for b in baselines if b.name == name)
             got.problems[name] = f"the {label} failed: {text.splitlines()[0] if text else ''}"
             continue
+        if base.timer == FALLBACK_TIMER and (main is None or name != main.name):  # its times include the clear
+            record.notes.append(f"a window of the {name} baseline was dropped: its CUDA-graph timing fell back")
+            continue
         got.base.setdefault(name, []).extend(base.seconds)
         if main is not None and name == main.name:
             got.pairs += list(zip(base.seconds, batch.seconds))
