@@ -371,3 +371,17 @@ def test_timing_isolation_off_is_recorded_and_shown(pytester, capsys, task_tree)
     assert not run.cases["softplus[01]"].cann["timing"].get("accuracy_spans")  # no fence, no spans
     board = json.loads((run.root / "reports" / "leaderboard.json").read_text())
     assert board["config"]["timing_isolation"] == "off"
+
+
+def test_cuda_graph_option_is_inert_on_the_cpu(pytester, capsys, task_tree):
+    """Issue 20 item 6: --cann-cuda-graph on changes nothing off CUDA (no telemetry, no graph fields)."""
+    run = timed(pytester, capsys, task_tree, HONEST, "--cann-cuda-graph=on", "-k", "softplus and 01")
+    case = run.cases["softplus[01]"]
+    assert case.outcome == "passed", case.longrepr
+    t = case.cann["timing"]
+    assert t["timer"] == "cpu_clock" and t["gpu"] == [] and t["cuda_graph"] is None
+    assert "gpu_throttled" not in t["flags"] and not any("graph" in n.lower() for n in t["notes"])
+    board = json.loads((run.root / "reports" / "leaderboard.json").read_text())
+    assert board["config"]["cuda_graph"] == "on"
+    entry = next(c for op in board["operators"] for c in op["cases"] if c["key"].endswith("softplus_1"))
+    assert entry["gpu"] is None
