@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 import torch
 
@@ -157,3 +159,93 @@ def test_an_in_place_call_is_left_to_the_eager_contract():
 
 def test_the_fallback_timer_is_distinct():
     assert FALLBACK_TIMER != GRAPH_TIMER and FALLBACK_TIMER.startswith("cuda_graph")
+
+
+# --------------------------------------------------------------------------------------------
+# the batch's logic, with the graphs replaced by CPU stand-ins (the loop itself runs here; the capture on a GPU)
+
+
+class FakeGraphs:
+    """Stands in for cuda_graph._Graphs: the "replay" recomputes the call into the same output buffer and
+    returns scripted (clear + call, clear) times."""
+
+    times: ClassVar[list[tuple[float, float]]] = []
+    fail: ClassVar[Exception | None] = None
+
+    def __init__(self, fn, kwargs, clear):
+        if FakeGraphs.fail is not None:
+            raise FakeGraphs.fail
+        self.fn, self.static = fn, cg._clone(kwargs)
+        self.out = fn(**self.static)
+        self.closed = False
+
+    def replay(self):
+        self.out.copy_(self.fn(**self.static))
+        return FakeGraphs.times.pop(0)
+
+    def close(self):
+        self.closed = True
+
+
+def fake_batch(monkeypatch, fn, times, count=3, shapes=None, fail=None):
+    monkeypatch.setattr(cg, "_Graphs", FakeGraphs)
+    FakeGraphs.times, FakeGraphs.fail = list(times), fail
+    sets = [{"x": torch.full((shapes[i] if shapes else 4,), float(i + 1))} for i in range(count)]
+    fetched: list[int] = []
+    outs: dict[int, torch.Tensor] = {}
+
+    def fetch(i):
+        fetched.append(i)
+        return sets[i]
+
+    notes: list[str] = []
+    got = graph_batch(fn, {"x": torch.zeros(4)}, fetch, count, "cuda:0", "on", lambda: None,
+                      lambda i, r: outs.__setitem__(i, r), notes)
+    return got, outs, fetched, notes
+
+
+PREFLIGHT = [(12e-6, 10e-6)] * cg.PREFLIGHT_REPLAYS
+
+
+def test_each_replay_runs_on_its_own_set_and_is_copied_out(monkeypatch):
+    got, outs, fetched, notes = fake_batch(
+        monkeypatch, lambda x: x * 2, PREFLIGHT + [(15e-6, 10e-6), (14e-6, 11e-6), (16e-6, 9e-6)])
+    assert got is not None, notes
+    seconds, timer = got
+    assert timer == GRAPH_TIMER and seconds == pytest.approx([5e-6, 4e-6, 6e-6])  # less the clears' median 10
+    assert fetched == [0, 1, 2]
+    for i in range(3):  # each output is its own set's, and a copy: the graph's buffer was poisoned after it
+        assert torch.equal(outs[i], torch.full((4,), 2.0 * (i + 1)))
+    assert "subtracted" in notes[-1]
+
+
+def test_a_non_positive_call_time_in_the_batch_has_the_window_retimed(monkeypatch):
+    got, outs, _, notes = fake_batch(monkeypatch, lambda x: x * 2,
+                                     PREFLIGHT + [(15e-6, 10e-6), (9e-6, 10e-6), (16e-6, 10e-6)])
+    assert got is not None and got[1] == FALLBACK_TIMER
+    assert got[0] == [15e-6, 9e-6, 16e-6] and len(outs) == 3  # times with the clear: the judge drops them
+    assert "not positive" in notes[-1]
+
+
+def test_capture_or_preflight_failures_fall_back_before_any_set(monkeypatch):
+    got, _, fetched, notes = fake_batch(monkeypatch, lambda x: x * 2, [],
+                                        fail=RuntimeError("operation not permitted when stream is capturing"))
+    assert got is None and fetched == [] and "capture failed (RuntimeError" in notes[0]
+    got, _, fetched, notes = fake_batch(monkeypatch, lambda x: x * 2, [(10e-6, 10e-6)] * cg.PREFLIGHT_REPLAYS)
+    assert got is None and fetched == [] and "implausible on the correctness inputs" in notes[0]
+    got, _, fetched, notes = fake_batch(monkeypatch, lambda x: x, PREFLIGHT)  # returns its input
+    assert got is None and fetched == [] and "shares memory" in notes[0]
+
+
+def test_a_set_of_another_shape_has_the_window_retimed(monkeypatch):
+    eager: list[int] = []
+
+    def rest(fn, kwargs, first, count, fetch, clear, sink, seconds):
+        eager.append(first)
+        return seconds + [1e-5] * (count - first)
+
+    monkeypatch.setattr(cg, "_eager_rest", rest)
+    got, _, fetched, notes = fake_batch(monkeypatch, lambda x: x * 2, PREFLIGHT + [(15e-6, 10e-6)],
+                                        shapes=[4, 5, 4])
+    assert got is not None and got[1] == FALLBACK_TIMER and eager == [1] and fetched == [0, 1]
+    assert "differs in shape" in notes[0]
