@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_cannbench.timing.cuda_graph import graph_batch
 from pytest_cannbench.timing.machine import last_level_cache_bytes, private_cache_bytes
 
 MAX_FLUSH_BYTES = 128 << 20  # virtual machines report the host's whole L3 (480 MiB here: 94 ms a flush)
@@ -98,8 +99,6 @@ def run_batch(fn: Callable, warmup_kwargs: Any, fetch: Callable[[int], Any], cou
     if device.startswith("npu"):
         return _npu_profiled(fn, fetch, count, device, clock, sink, out, start, npu or {})
     if device.startswith("cuda") and graph != "off":
-        from pytest_cannbench.timing.cuda_graph import graph_batch
-
         graphed = graph_batch(fn, warmup_kwargs, fetch, count, device, graph,
                               flusher.flush if flusher is not None else None, sink, out.notes)
         if graphed is not None:
