@@ -19,6 +19,7 @@ from pytest_cannbench.guard.sandbox import SANDBOX_MODES
 from pytest_cannbench.taskformat.inputs import INPUT_COMPAT_MODES, INPUT_DISTS
 
 ISOLATION_MODES = ("fence", "off")  # issue 20 item 3 (timing/isolation.py)
+CUDA_GRAPH_MODES = ("off", "auto", "on")  # issue 20 item 6 (timing/cuda_graph.py); the first is the default
 
 GOLDEN_PRECISIONS = ("fp64_cpu", "native_cpu")
 CHECKERS = ("relative_error", "allclose")
@@ -189,6 +190,11 @@ def add_options(parser: pytest.Parser) -> None:
     option("timing-isolation", choices=ISOLATION_MODES,
            help="fence (default): while a case is timed, the session's other xdist workers hold off their "
                 "accuracy work (goldens, candidate calls, comparisons); off lets them run alongside.")
+    option("cuda-graph", choices=CUDA_GRAPH_MODES,
+           help="CUDA only: time replays of the call captured in a CUDA graph, the L2 clear captured apart and "
+                "subtracted (on), only for launch-bound calls whose eager median is under 50 us (auto), or "
+                "never (off, default: not yet run on hardware). Falls back to eager timing, with a note, when "
+                "the call cannot be captured.")
 
 
 @dataclass(frozen=True)
@@ -252,6 +258,7 @@ class Settings:
     timing_budget_s: float = DEFAULT_TIMING_BUDGET_S
     timing_isolation: str = "fence"  # fence | off: the quiet-window fence of timing/isolation.py
     timing_threads: int = 1  # threads of a timed call; 0: every usable core (state.timing_threads)
+    cuda_graph: str = "off"  # off | auto | on: CUDA-graph timing (timing/cuda_graph.py), CUDA only
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -427,6 +434,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         timing_budget_s=budget,
         timing_isolation=_choice(config, "timing_isolation", ISOLATION_MODES),
         timing_threads=_timing_threads(config),
+        cuda_graph=_choice(config, "cuda_graph", CUDA_GRAPH_MODES),
     )
 
 

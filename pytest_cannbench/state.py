@@ -403,13 +403,15 @@ class CannBenchState:
     def perf_context(self) -> PerfContext:
         if self._perf is None:
             from pytest_cannbench.timing.anchors import make_anchor_source
+            from pytest_cannbench.timing.gpu_telemetry import Telemetry
             from pytest_cannbench.timing.perf import PerfContext
 
             s, plan = self.settings, self.device()
             self._perf = PerfContext(
                 settings=s, device=plan, baseline_worker=self.worker("baseline"),
                 anchors=make_anchor_source(s, plan, cache_dir(), timing_threads(s)), log_dir=self.log_dir,
-                npu=_npu_timer(s) if plan.kind == "npu" else None, fence=self.fence())
+                npu=_npu_timer(s) if plan.kind == "npu" else None, fence=self.fence(),
+                telemetry=Telemetry() if plan.kind == "cuda" else None)
         return self._perf
 
     # ------------------------------------------------------------ header and end
@@ -436,6 +438,9 @@ class CannBenchState:
         if s.timing_isolation == "off":
             lines.append("cannbench: timing isolation off (--cann-timing-isolation off): other workers' accuracy "
                          "work runs during timed windows")
+        if plan.kind == "cuda":
+            lines.append(f"cannbench: GPU clocks, temperature and power read around each window (a throttled one is "
+                         f"timed again once); CUDA graphs {s.cuda_graph} (--cann-cuda-graph)")
         key = hardware_key(s, plan)
         if key:
             lines.append(f"cannbench: anchors from metadata/<{key}>.json where it has the case; else live")

@@ -172,8 +172,8 @@ class Guard:
             self._recorder.stop()
             self._sealed = recorder.seal(lambda detail: self._found(API_TAMPERED, detail))
             self._sealed += recorder.watch_redispatch(self._recorder)
+        self._identities = list(self._capture())  # imports the timing modules: before the libraries' snapshot
         self._libraries = _mapped_libraries()
-        self._identities = list(self._capture())
 
     # ------------------------------------------------------------ identities
 
@@ -182,6 +182,7 @@ class Guard:
 
         import torch
 
+        from pytest_cannbench.timing import cuda_graph
         from pytest_cannbench.timing import in_worker as worker_timing
         from pytest_cannbench.workers import tensor_wire
 
@@ -192,7 +193,8 @@ class Guard:
             (torch.autograd, ("_profiler_enabled",)),
             (torch.autograd.profiler, ("profile", "record_function")),
             (torch.profiler, ("profile", "record_function", "schedule")),
-            (worker_timing, ("run_batch", "synchronize", "_cuda_profiled", "_cuda_events", "_npu_profiled")),
+            (worker_timing, ("run_batch", "synchronize", "_cuda_profiled", "_cuda_events", "_npu_profiled",
+                             "graph_batch")),
             (worker_timing.Flusher, ("flush",)),
             (tensor_wire, ("read_args", "write_outputs", "flatten", "poison")),
             (Guard, ("call", "batch", "report", "_audit", "check", "_found", "_classify", "_path_problem",
@@ -218,6 +220,11 @@ class Guard:
         if self.device.startswith("cuda"):
             owners += [(torch.cuda, ("synchronize", "Event")), (torch.cuda.Event, ("record", "elapsed_time",
                                                                                    "synchronize"))]
+            # --cann-cuda-graph: the graph timer and the graph API it replays through
+            owners += [(cuda_graph, ("graph_batch", "subtract", "wants_graph", "_Graphs", "_copy_into", "_clone",
+                                     "_poison", "_aliases", "_eager_median", "_eager_rest", "LAUNCH_BOUND_S")),
+                       (cuda_graph._Graphs, ("__init__", "replay", "close")),
+                       (torch.cuda, ("CUDAGraph", "graph")), (torch.cuda.CUDAGraph, ("replay", "reset"))]
         npu = getattr(torch, "npu", None)
         if self.device.startswith("npu") and npu is not None:
             owners += [(npu, ("synchronize", "Event")), (npu.Event, ("record", "elapsed_time"))]

@@ -57,6 +57,7 @@ def _case_entry(outcome: dict[str, Any], hap: float | None, hap_flags: list[str]
         "precision": repeat.get("achieved"),
         "flags": sorted(set(list(timing.get("flags") or []) + hap_flags + list(outcome.get("flags") or []))),
         "load": _load(timing),  # issue 20 item 3: the machine's load around the timed windows
+        "gpu": _gpu(timing),  # issue 20 items 3 and 6: the card's clocks around the windows, CUDA graphs
         "timing": {k: v for k, v in timing.items() if k not in ("windows", "accuracy_spans")},
         "warnings": outcome.get("warnings") or [],
         "split": outcome.get("split") or "public",
@@ -75,6 +76,23 @@ def _load(timing: dict[str, Any]) -> dict[str, Any] | None:
 
     return {"loadavg1_max": peak("loadavg1"), "cpu_some_avg10_max": peak("cpu_some_avg10"),
             "timed_under_load": "timed_under_load" in (timing.get("flags") or [])}
+
+
+def _gpu(timing: dict[str, Any]) -> dict[str, Any] | None:
+    """CUDA: the lowest SM clock, highest temperature and power seen at a window's start or end, the flag, and
+    whether CUDA graphs timed the case; None off CUDA."""
+    readings = [r for window in timing.get("gpu") or [] for r in window.values()
+                if isinstance(r, dict) and "unavailable" not in r]
+    if not readings and not timing.get("cuda_graph"):
+        return None
+
+    def pick(name: str, best: Any) -> float | None:
+        values = [r[name] for r in readings if r.get(name) is not None]
+        return best(values) if values else None
+
+    return {"sm_mhz_min": pick("sm_mhz", min), "temp_c_max": pick("temp_c", max),
+            "power_w_max": pick("power_w", max), "gpu_throttled": "gpu_throttled" in (timing.get("flags") or []),
+            "cuda_graph": (timing.get("cuda_graph") or {}).get("used", False)}
 
 
 def _listed(pair: tuple[float, float] | None) -> list[float] | None:

@@ -13,6 +13,8 @@ taken by the device's timer:
 * ``cuda_profiler``: the union of the kernel intervals the profiler records on
   every stream during the call (work on a side stream counts), falling back
   to ``cuda_events`` (events around the call and a full device synchronise).
+* ``cuda_graph`` (``--cann-cuda-graph``): replays of the call captured in a CUDA graph, the L2 clear
+  captured apart and subtracted (:mod:`.cuda_graph`).
 * ``npu_profiler``: see :mod:`.npu_run` and :mod:`.npu_parse`.
 """
 
@@ -22,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_cannbench.timing.cuda_graph import graph_batch
 from pytest_cannbench.timing.machine import last_level_cache_bytes, private_cache_bytes
 
 MAX_FLUSH_BYTES = 128 << 20  # virtual machines report the host's whole L3 (480 MiB here: 94 ms a flush)
@@ -70,13 +73,17 @@ class BatchTimes:
 
 def run_batch(fn: Callable, warmup_kwargs: Any, fetch: Callable[[int], Any], count: int, warmup: int, device: str,
               clock: Callable[[], float], flusher: Flusher | None, sink: Callable[[int, Any], None],
-              timer: str = "auto", npu: dict | None = None, waits: list[float] | None = None) -> BatchTimes:
+              timer: str = "auto", npu: dict | None = None, waits: list[float] | None = None,
+              graph: str = "off") -> BatchTimes:
     """Warm-up calls, then ``count`` flushed, synchronised, timed calls, call i on ``fetch(i)``.
 
     ``fetch`` may block while the judge writes the set, and appends to ``waits`` how long it was blocked (the
     ``wait`` phase, spent frozen: no CPU time; the rest of the handshake counts as flush time). On the CPU
     the worker flushes its own caches before it, the judge the shared last level after its write, so a
     call's inputs come from memory as they would without the handshake.
+
+    ``graph`` (CUDA only, :mod:`.cuda_graph`): ``on``/``auto`` time replays of a captured call instead, falling
+    back to the timers below, before any set is fetched, when the call cannot be captured or is not launch-bound.
 
     ``sink(i, result)`` takes call i's result right after it (outside the timed window) and
     copies it out, so the result can be freed: holding every result until the end would make
@@ -91,6 +98,13 @@ def run_batch(fn: Callable, warmup_kwargs: Any, fetch: Callable[[int], Any], cou
     out.phases["warmup"] = mark - start
     if device.startswith("npu"):
         return _npu_profiled(fn, fetch, count, device, clock, sink, out, start, npu or {})
+    if device.startswith("cuda") and graph != "off":
+        graphed = graph_batch(fn, warmup_kwargs, fetch, count, device, graph,
+                              flusher.flush if flusher is not None else None, sink, out.notes)
+        if graphed is not None:
+            out.seconds, out.timer = graphed
+            out.phases["total"] = clock() - start
+            return out
     if device.startswith("cuda") and timer in ("auto", "cuda_profiler"):
         try:
             import torch.profiler  # noqa: F401 - fails before any set is fetched when there is no profiler

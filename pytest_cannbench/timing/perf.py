@@ -7,7 +7,9 @@ precision on the same device, for a KernelBench problem the eager ``Model`` and 
 never imported the submission. In one lock window the candidate and the main baseline alternate call by call
 (ABBA) on the same sets, each set written into a worker's region only just before its call; every timed
 candidate output is then judged against the reference of its input set. ``--cann-repeat auto`` adds windows
-until the paired speed-up's interval is tight enough (docs/timing.md).
+until the paired speed-up's interval is tight enough (docs/timing.md). On CUDA the judge reads the GPU's clocks,
+temperature and power around each window (:mod:`.gpu_telemetry`) and times a window again, once, on fresh input
+sets when it ran throttled or its CUDA-graph timing fell back (:mod:`.cuda_graph`).
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ from pytest_cannbench.judge.source import Anchors, CaseSource, Reference, case_l
 from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.timing.anchors import check_t_hw
+from pytest_cannbench.timing.cuda_graph import FALLBACK_TIMER, GRAPH_TIMER
 from pytest_cannbench.timing.devices import DevicePlan, timing_lock
+from pytest_cannbench.timing.gpu_telemetry import Telemetry, window_throttled
 from pytest_cannbench.timing.in_worker import Flusher
 from pytest_cannbench.timing.isolation import Fence, load_sample, under_load
 from pytest_cannbench.timing.stats import (
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
     from pytest_cannbench.workers.candidate_client import BatchResult, CandidateWorker, StreamedBatch
 
 BATCH_MEMORY_BYTES = 1 << 30  # input sets and output areas of one timed batch; larger cases are split
+RETRY_SEED_BASE = 1 << 20  # a retried window's fresh input sets: timed_seed(RETRY_SEED_BASE + index), never reused
 
 
 @dataclass
@@ -55,6 +60,7 @@ class PerfContext:
     log_dir: Path
     npu: dict | None = None  # NPU timer settings: the session's secret cache-clean shape, boost, level
     fence: Fence = field(default_factory=lambda: Fence(None))  # the session's quiet-window fence
+    telemetry: Telemetry | None = None  # CUDA: the judge's GPU clock/temperature/power reader
     _flusher: Flusher | None = None
 
     def judge_flush(self) -> Callable[[], None] | None:
@@ -89,6 +95,16 @@ class _Samples:
     base: dict[str, list[float]] = field(default_factory=dict)
     pairs: list[tuple[float, float]] = field(default_factory=list)  # (baseline, candidate) on one set, one window
     problems: dict[str, str] = field(default_factory=dict)  # baseline name -> why it stopped
+    graph: str = "off"  # the CUDA-graph mode the next window asks for; pinned to on/off after the first
+    mixed: bool = False  # candidate and baseline were timed in different modes even when timed again
+    cand_timer: str = ""  # of the last window
+    base_timer: str = ""  # of the last window's main baseline
+
+    def add(self, other: _Samples) -> None:
+        self.cand += other.cand
+        for name, times in other.base.items():
+            self.base.setdefault(name, []).extend(times)
+        self.pairs += other.pairs
 
 
 def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chunk: list[int], warmup: int,
@@ -104,13 +120,16 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
     log = case_log_path(ctx.log_dir, source.key)
     live = [b for b in baselines if b.name not in got.problems]
     main = live[0] if live and live[0].name == baselines[0].name else None
-    opts: dict[str, Any] = dict(warmup=warmup, expected_out_bytes=expected, timeout=s.case_timeout_s, npu=ctx.npu)
+    opts: dict[str, Any] = dict(warmup=warmup, expected_out_bytes=expected, timeout=s.case_timeout_s, npu=ctx.npu,
+                                graph=got.graph)
     bw = ctx.baseline_worker
     # the fence before the device lock, always (timing/isolation.py): no accuracy work of this session runs while
     # the window is timed, and none is held while waiting for the device
     with ctx.fence.exclusive(), timing_lock(ctx.device):
         window = [time.monotonic()]
         load = {"start": load_sample()}
+        gpu = _gpu_reading(ctx)
+        gpu = {"start": gpu} if gpu is not None else None
         streamed = dict(opts, judge_flushes=flush is not None)
         cb = worker.open_batch(target, sets, calls, case_log=log, **streamed)
         bb = bw.open_batch(main.target, sets, calls, **streamed) if main is not None and cb.waiting else None
@@ -126,9 +145,13 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
             b.name: bw.time_batch(b.target, sets, calls, judge_flush=flush, **opts)
             for b in live if b is not main and ok}
         load["end"] = load_sample()
+        if gpu is not None:
+            gpu["end"] = _gpu_reading(ctx) or {"unavailable": "no reading at the end"}
         window.append(time.monotonic())
     record.windows.append(window)
     record.load.append(load)
+    if gpu is not None:
+        record.gpu.append(gpu)
     if main is not None and bb is not None:
         results[main.name] = bb.result
     batch = cb.result
@@ -154,6 +177,7 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
                 return source.outcome(oc.FAILED, oc.TIMED_OUTPUT_WRONG,
                                       f"timed call {index + 1} (its own input set) is wrong: {verdict.message}")
     got.cand += batch.seconds
+    got.cand_timer = batch.timer
     record.flags += [f"guard: {flag}" for flag in batch.flags if f"guard: {flag}" not in record.flags]
     record.timer = batch.timer
     record.notes += batch.notes
@@ -163,9 +187,76 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
             label = next(b.label for b in baselines if b.name == name)
             got.problems[name] = f"the {label} failed: {text.splitlines()[0] if text else ''}"
             continue
+        if base.timer == FALLBACK_TIMER and (main is None or name != main.name):  # its times include the clear
+            record.notes.append(f"a window of the {name} baseline was dropped: its CUDA-graph timing fell back")
+            continue
         got.base.setdefault(name, []).extend(base.seconds)
         if main is not None and name == main.name:
             got.pairs += list(zip(base.seconds, batch.seconds))
+            got.base_timer = base.timer
+    return None
+
+
+def _gpu_reading(ctx: PerfContext) -> dict[str, Any] | None:
+    """The card's reading, or None where telemetry is off or unavailable (said once per case, in measure)."""
+    if ctx.telemetry is None:
+        return None
+    reading = ctx.telemetry.read(ctx.device.physical_id or 0)
+    return None if "unavailable" in reading and ctx.telemetry.backend is None else reading
+
+
+def _distrust(ctx: PerfContext, record: CaseTiming, trial: _Samples, retried: bool) -> str | None:
+    """Why a window just timed should be timed again (once) on fresh sets, or None. Pins the CUDA-graph mode."""
+    why = None
+    if trial.cand_timer == FALLBACK_TIMER or trial.base_timer == FALLBACK_TIMER:
+        why, trial.graph = "its CUDA-graph timing fell back (see notes)", "off"
+    elif trial.graph != "off" and trial.base_timer and (trial.cand_timer == GRAPH_TIMER) != (
+            trial.base_timer == GRAPH_TIMER):
+        trial.graph = "on" if trial.cand_timer == GRAPH_TIMER else "off"  # the candidate's call decides
+        if not trial.mixed:  # once kept, later windows are not retimed for it again
+            why = f"candidate ({trial.cand_timer}) and baseline ({trial.base_timer}) were timed differently"
+            trial.mixed = retried
+    elif trial.graph == "auto":
+        trial.graph = "on" if trial.cand_timer == GRAPH_TIMER else "off"
+    if why is None and ctx.telemetry is not None and record.gpu:
+        throttle = window_throttled(record.gpu[-1])
+        if throttle:
+            why = f"gpu_throttled: {throttle}"
+            if retried and "gpu_throttled" not in record.flags:
+                record.flags.append("gpu_throttled")  # recorded, never failed, like timed_under_load
+    if why and retried:
+        record.notes.append(f"kept a window timed again: {why}")
+    return why
+
+
+def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chunk: list[int], warmup: int,
+                  worker: CandidateWorker, ctx: PerfContext, record: CaseTiming, got: _Samples) -> CaseOutcome | None:
+    """:func:`_window`, timed again once on fresh input sets (never the ones the candidate has seen) when the
+    window cannot be trusted: the GPU throttled, its CUDA-graph timing fell back, or the candidate and its
+    baseline were timed in different modes. The second attempt's samples are kept either way."""
+    for attempt in (0, 1):
+        trial = _Samples(problems=got.problems, graph=got.graph, mixed=got.mixed)
+        failure = _window(source, ref, refs, chunk, warmup, worker, ctx, record, trial)
+        if failure is not None:
+            return failure
+        why = _distrust(ctx, record, trial, retried=attempt == 1)
+        got.graph, got.mixed = trial.graph, trial.mixed
+        if why is not None and attempt == 0:
+            try:
+                with ctx.fence.shared(record.accuracy_spans):
+                    refs = {i: source.prepare(source.timed_seed(RETRY_SEED_BASE + i)) for i in chunk}
+            except GoldenFailure as exc:
+                record.notes.append(f"window not timed again ({why}): the {source.golden_noun} failed: {exc}")
+            else:
+                record.notes.append(f"window timed again on fresh input sets: {why}")
+                warmup = max(1, warmup)
+                continue
+        if FALLBACK_TIMER in (trial.cand_timer, trial.base_timer):  # its times include the clear: never kept
+            record.notes.append("a window whose CUDA-graph timing fell back was dropped")
+            return None
+        got.add(trial)
+        got.cand_timer, got.base_timer = trial.cand_timer, trial.base_timer
+        return None
     return None
 
 
@@ -186,7 +277,8 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
     started = time.monotonic()
     seed = bootstrap_seed(s.secret, s.seed, source.key)
     record = CaseTiming(measured=True, device=ctx.device.label)
-    got = _Samples()
+    cuda = ctx.device.kind == "cuda"
+    got = _Samples(graph=s.cuda_graph if cuda else "off")
     per_call = _tensor_bytes(ref.kwargs()) + ref.out_bytes()
     done, want, stop = 0, s.repeat, "fixed"
     speedup: Interval | None = None
@@ -200,12 +292,14 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
                     return (not_measured(f"the {source.golden_noun} failed on timed input set {index + 1}: {exc}"),
                             None)
         for n, chunk in enumerate(_chunks(list(range(done, want)), per_call)):
-            failure = _window(source, ref, refs, chunk, s.warmup if done == 0 and n == 0 else 1, worker, ctx,
-                              record, got)
+            failure = _timed_window(source, ref, refs, chunk, s.warmup if done == 0 and n == 0 else 1, worker,
+                                    ctx, record, got)
             if failure is not None:
                 return not_measured(record.reason), failure
         done = want
         del refs
+        if not got.cand:
+            return not_measured("no window of the case could be timed in a way that can be trusted (notes)"), None
         speedup, cand_iv = _precision(got, seed)
         if not s.repeat_auto:
             break
@@ -231,6 +325,10 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
     if why:  # recorded, never failed: the case's numbers are as trustworthy as the machine was quiet
         record.flags.append("timed_under_load")
         record.notes.append(f"timed under load: {why}")
+    if ctx.telemetry is not None and ctx.telemetry.backend is None:
+        record.notes.append(f"GPU telemetry unavailable: {ctx.telemetry.reason}")
+    if cuda:
+        record.cuda_graph = {"mode": s.cuda_graph, "used": got.cand_timer == GRAPH_TIMER}
     extra = _summarise(source, ref, ctx, record, got)
     cand_iv = median_interval(got.cand, seed)
     record.cand_interval = cand_iv.to_dict()

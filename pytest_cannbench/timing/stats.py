@@ -117,6 +117,9 @@ class CaseTiming:
     windows: list[list[float]] = field(default_factory=list)  # time.monotonic() spans the device lock was held
     # per window: {"start": {...}, "end": {...}} of timing.isolation.load_sample (load average, CPU pressure)
     load: list[dict[str, Any]] = field(default_factory=list)
+    # CUDA, per window: {"start": reading, "end": reading} of timing.gpu_telemetry (clocks, temperature, power)
+    gpu: list[dict[str, Any]] = field(default_factory=list)
+    cuda_graph: dict[str, Any] | None = None  # CUDA: {"mode": auto|on|off, "used": whether graphs timed the case}
     accuracy_spans: list[list[float]] = field(default_factory=list)  # time.monotonic() spans of fenced accuracy work
     speedup: dict[str, Any] | None = None  # Interval of T_base / T_cand, calls paired on the same input sets
     cand_interval: dict[str, Any] | None = None  # Interval of T_cand's median (µs)

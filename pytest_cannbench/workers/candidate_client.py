@@ -352,14 +352,14 @@ class CandidateWorker(WorkerClient):
     def time_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
                    expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
                    npu: dict | None = None, case_log: Path | None = None,
-                   judge_flush: Callable[[], None] | None = None) -> BatchResult:
+                   judge_flush: Callable[[], None] | None = None, graph: str = "off") -> BatchResult:
         """``warmup`` calls on set 0, then one timed call per entry of ``call_sets``, each set written into the
         region only when its call is next; never raises for the candidate. ``judge_flush`` (CPU) evicts the
         shared cache after each write. The judge's wall clock brackets the exchange, for the plausibility
         check. :meth:`open_batch` and :meth:`run_call` interleave several workers' batches."""
         batch = self.open_batch(target, kwargs_sets, call_sets, warmup=warmup, expected_out_bytes=expected_out_bytes,
                                 timeout=timeout, flush=flush, timer=timer, npu=npu, case_log=case_log,
-                                judge_flushes=judge_flush is not None)
+                                judge_flushes=judge_flush is not None, graph=graph)
         while batch.waiting:
             self.run_call(batch, judge_flush)
         assert batch.result is not None
@@ -368,9 +368,10 @@ class CandidateWorker(WorkerClient):
     def open_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
                    expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
                    npu: dict | None = None, case_log: Path | None = None,
-                   judge_flushes: bool = False) -> StreamedBatch:
+                   judge_flushes: bool = False, graph: str = "off") -> StreamedBatch:
         """Start a streamed batch: only the warm-up set is in the region; the worker warms up and waits, frozen,
-        for timed call 0 (``batch.waiting``), or has already ended (``batch.result``)."""
+        for timed call 0 (``batch.waiting``), or has already ended (``batch.result``). ``graph``: the CUDA-graph
+        mode (``timing/cuda_graph.py``; ``off`` off CUDA)."""
         layout, _ = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
         self.log_mark = procs.log_size(self.log_path)
         self.wipe_tmp(str(target.get("rel_path") or target.get("name")))
@@ -387,7 +388,8 @@ class CandidateWorker(WorkerClient):
                        "calls": [{"set": i, "out_offset": c.out_offset, "out_capacity": c.out_capacity}
                                  for i, c in zip(call_sets, layout.calls)],
                        "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer, "npu": npu,
-                       "stream": True, "judge_flushes": judge_flushes, "threads": self.batch_threads}
+                       "stream": True, "judge_flushes": judge_flushes, "threads": self.batch_threads,
+                       "graph": graph if self.device.startswith("cuda") else "off"}
             batch.before = process_snapshot(self.pid)
             batch.cpu0 = thread_cpu(self.pid)
             self._arm()

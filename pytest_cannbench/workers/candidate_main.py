@@ -235,7 +235,7 @@ class Worker:
             with (self.guard.batch() if guarded else contextlib.nullcontext(lambda f: f)) as wrap:
                 times = run_batch(wrap(fn), warm, fetch, len(calls), req["warmup"], self.device, _clock,
                                   self.flusher if req.get("flush") else None, sink, req.get("timer", "auto"),
-                                  req.get("npu"), waits)
+                                  req.get("npu"), waits, str(req.get("graph") or "off"))
         except _Stopped as exc:
             return {"ok": False, "stage": "stopped", "error": str(exc), "guard": self._guard_report()}
         except BaseException as exc:  # noqa: BLE001 - the candidate's, or its output could not be written

@@ -332,12 +332,28 @@ def softplus(x, beta=1.0, threshold=20.0):
 '''
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the CUDA timer needs a CUDA GPU; none here")
 def test_cuda_side_stream_work_is_timed(pytester, capsys, task_tree):
     run = timed(pytester, capsys, task_tree, SIDE_STREAM, "--cann-device=cuda")
     t = run.cases["softplus[01]"].cann["timing"]
     assert t["device"] == "cuda:0" and t["timer"] in ("cuda_profiler", "cuda_events")
     assert t["t_cand_us"] > 20  # 200 dependent kernels cannot finish in microseconds
+    # issue 20 item 3: the judge read the card around every window (or says once why it could not)
+    assert len(t["gpu"]) == len(t["windows"]) or any("GPU telemetry unavailable" in n for n in t["notes"])
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA-graph timing needs a CUDA GPU; none here")
+def test_cuda_graph_timing_replays_verified_calls(pytester, capsys, task_tree):
+    """Issue 20 item 6: side-stream work joined back is captured, replayed on every fresh set and verified; the
+    baseline is timed the same way."""
+    run = timed(pytester, capsys, task_tree, SIDE_STREAM, "--cann-device=cuda", "--cann-cuda-graph=on")
+    case = run.cases["softplus[01]"].cann
+    t = case["timing"]
+    assert case["status"] == "passed", case
+    assert t["timer"] == "cuda_graph" and t["cuda_graph"] == {"mode": "on", "used": True}, t["notes"]
+    assert t["t_cand_us"] > 1 and any("subtracted" in n for n in t["notes"])
 
 
 def test_fence_keeps_accuracy_work_out_of_timed_windows_under_xdist(pytester, capsys, task_tree):
@@ -407,3 +423,17 @@ def test_timed_calls_run_with_the_same_threads_whatever_n_is(pytester, capsys, t
     timed_calls = case.cann["timing"]["repeat"]["count"]
     assert seen.count(want) >= timed_calls  # every timed call (and the warm-up) ran with the timed count
     assert correctness in seen[:2]  # the correctness call and the second pass ran with the process's share
+
+
+def test_cuda_graph_option_is_inert_on_the_cpu(pytester, capsys, task_tree):
+    """Issue 20 item 6: --cann-cuda-graph on changes nothing off CUDA (no telemetry, no graph fields)."""
+    run = timed(pytester, capsys, task_tree, HONEST, "--cann-cuda-graph=on", "-k", "softplus and 01")
+    case = run.cases["softplus[01]"]
+    assert case.outcome == "passed", case.longrepr
+    t = case.cann["timing"]
+    assert t["timer"] == "cpu_clock" and t["gpu"] == [] and t["cuda_graph"] is None
+    assert "gpu_throttled" not in t["flags"] and not any("graph" in n.lower() for n in t["notes"])
+    board = json.loads((run.root / "reports" / "leaderboard.json").read_text())
+    assert board["config"]["cuda_graph"] == "on"
+    entry = next(c for op in board["operators"] for c in op["cases"] if c["key"].endswith("softplus_1"))
+    assert entry["gpu"] is None

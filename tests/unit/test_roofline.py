@@ -234,6 +234,7 @@ def test_calibration_is_plausible() -> None:
     assert t_hw_us(2 * 64 * 2 ** 20, None, limits) > 1.0
 
 
+@pytest.mark.cuda
 def test_cuda_calibration() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
