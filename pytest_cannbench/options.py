@@ -72,7 +72,7 @@ def add_options(parser: pytest.Parser) -> None:
                 f"timeout (default {DEFAULT_CASE_TIMEOUT_S:g}).")
     option("worker-memory", type=float, metavar="GIB",
            help="resident memory a candidate worker may use before it is killed and the case fails as "
-                "oom_killed (default: half of RAM).")
+                "oom_killed (default: the session's memory plan, one case's share).")
     option("report-dir", metavar="DIR",
            help=f"directory for logs and reports (default {DEFAULT_REPORT_DIR}/ under the rootdir).")
     option("device", choices=("auto", "cpu", "cuda", "npu"),
@@ -130,8 +130,14 @@ def add_options(parser: pytest.Parser) -> None:
            help=f"seconds a golden may take for one case before it fails as golden_error "
                 f"(default {DEFAULT_GOLDEN_TIMEOUT_S:g}).")
     option("golden-memory", type=float, metavar="GIB",
-           help="address-space budget of each golden worker in GiB (default: 80%% of RAM; the kernel's "
-                "OOM killer is pointed at golden workers, never at pytest).")
+           help="address-space budget of each golden worker in GiB (default: the session's memory plan, one "
+                "case's share plus 2 GiB of unbacked mappings; the kernel's OOM killer is pointed at golden "
+                "workers, never at pytest).")
+    option("session-memory", type=float, metavar="GIB",
+           help="memory the whole session may use, split by the memory plan between its pytest workers and "
+                "their golden and candidate workers; a case whose estimated need does not fit its share is "
+                "too_large, not run (default: the least of MemAvailable at the start, the cgroup limit and "
+                "ulimit -v, less 10%%).")
     option("checker", choices=CHECKERS,
            help="accuracy checker: relative_error (the CANN precision standard, default) or allclose.")
     option("bench", choices=BENCHES,
@@ -247,6 +253,7 @@ class Settings:
     timing_target: float = DEFAULT_TIMING_TARGET_PCT / 100  # a fraction
     timing_budget_s: float = DEFAULT_TIMING_BUDGET_S
     timing_isolation: str = "fence"  # fence | off: the quiet-window fence of timing/isolation.py
+    session_memory_gib: float | None = None  # issue 22: the memory plan's total (None: what the machine has)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -421,7 +428,15 @@ def settings_from_config(config: pytest.Config) -> Settings:
         timing_target=target,
         timing_budget_s=budget,
         timing_isolation=_choice(config, "timing_isolation", ISOLATION_MODES),
+        session_memory_gib=_session_memory(config),
     )
+
+
+def _session_memory(config: pytest.Config) -> float | None:
+    value = _number(config, "session_memory", float, None)
+    if value is not None and value <= 0:
+        raise pytest.UsageError("--cann-session-memory must be positive")
+    return value
 
 
 def _hidden_options(config: pytest.Config) -> dict[str, Any]:

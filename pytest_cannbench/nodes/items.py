@@ -124,6 +124,10 @@ class SourceItem(_CannItem):
             self.build_failed = own_build(submission) if own_build is not None else None
             if self.build_failed:
                 return  # runtest fails the case as compile_failed; no golden is needed
+        too_large = self.too_large(st)
+        if too_large is not None:  # issue 22: never started, so never an OOM; not the candidate's fault
+            self._record(source.outcome(oc.TOO_LARGE, oc.TOO_LARGE, too_large))
+            pytest.skip(f"{oc.TOO_LARGE}: {too_large}")
         try:
             with st.fence().shared(self.spans):  # the golden: accuracy work, held off while another worker times
                 self.reference = source.prepare()
@@ -182,6 +186,10 @@ class SourceItem(_CannItem):
         if result.status != oc.PASSED:
             raise CaseFailed(f"{result.failure_type}: {result.message}")
 
+    def too_large(self, st: CannBenchState) -> str | None:
+        """Why the case cannot fit the session's memory plan, or None (sources without an estimate: None)."""
+        return None
+
     def recorded(self, result: CaseOutcome) -> None:
         """Called with the case's final outcome, before a failure is raised (extra report properties)."""
 
@@ -231,6 +239,13 @@ class CaseItem(SourceItem):
 
         return OperatorCase(task=self.task, case=self.case, settings=st.settings, service=st.golden_service,
                             candidate=self.candidate or "", memo=st.shared_reference if self.candidate else None)
+
+    def too_large(self, st: CannBenchState) -> str | None:
+        from pytest_cannbench.taskformat.memory_need import estimate
+        from pytest_cannbench.workers.memory_plan import too_large
+
+        need = estimate(self.task.spec, self.case)
+        return too_large(need.peak, need.describe(), st.memory_plan()) if need is not None else None
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         # A line number is required: Node.warn() asserts one, and a CannTaskWarning on a case
