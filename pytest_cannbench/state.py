@@ -103,6 +103,7 @@ class CannBenchState:
     owns_fence: bool = False  # made here (the controller, or the only process): removed here
     _fence: Fence | None = None
     _memory_plan: MemoryPlan | None = None
+    _memory_fence: Fence | None = None  # the memory plan's exclusive lane (issue 22); the lock file is the plan's
 
     @property
     def worker_id(self) -> str:
@@ -458,7 +459,22 @@ class CannBenchState:
                     int(s.golden_memory_gib * gib) if s.golden_memory_gib else None,
                     int(s.worker_memory_gib * gib) if s.worker_memory_gib else None,
                     int(s.session_memory_gib * gib) if s.session_memory_gib else None)
+                if workers > 1:  # the exclusive lane's lock: one file per session, like the timing fence
+                    from dataclasses import replace
+
+                    from pytest_cannbench.timing.isolation import new_fence_path
+
+                    self._memory_plan = replace(self._memory_plan, lock=str(new_fence_path()))
         return self._memory_plan
+
+    def memory_fence(self) -> Fence:
+        """Held shared by every case, exclusive by one over its slot (``MemoryPlan.alone``)."""
+        if self._memory_fence is None:
+            from pytest_cannbench.timing.isolation import Fence
+
+            lock = self.memory_plan().lock
+            self._memory_fence = Fence(Path(lock) if lock else None)
+        return self._memory_fence
 
     def _threads_of_workers(self) -> int:
         """The intra-op threads each pytest worker will use, seen from the xdist controller (or the only process)."""
@@ -487,6 +503,11 @@ class CannBenchState:
                 cleanup(sub)
             self.owns_submission = False
         self._references.clear()
+        plan = self._memory_plan
+        if plan is not None and plan.lock and not hasattr(self.config, "workerinput"):
+            from pytest_cannbench.timing.isolation import remove_fence
+
+            remove_fence(Path(plan.lock))
         if self._fence_path is not None and self.owns_fence:
             from pytest_cannbench.timing.isolation import remove_fence
 

@@ -49,6 +49,8 @@ class MemoryPlan:
     slot: int  # per pytest process: the share less every process's idle memory; one case's whole need
     golden: int  # the golden worker's RLIMIT_AS
     candidate: int  # the candidate (and baseline) worker's resident-memory watchdog limit
+    whole: int = 0  # one case running alone: usable less every other process's idle memory (>= slot)
+    lock: str | None = None  # the memory fence file under xdist (the exclusive lane); None: one judge
     asked_golden: bool = False  # --cann-golden-memory overrode the plan's golden budget
     asked_candidate: bool = False  # --cann-worker-memory overrode the plan's candidate budget
 
@@ -59,14 +61,35 @@ class MemoryPlan:
     def from_dict(cls, data: dict[str, Any]) -> MemoryPlan:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
+    def alone(self, need: int) -> bool:
+        """Whether a case of this need runs in the exclusive lane: over a slot, so only with the other judges
+        held off (the memory fence), with the whole session's memory and the budgets raised to it."""
+        return need > self.slot and self.lock is not None
+
+    @property
+    def largest(self) -> int:
+        """The most one case may need: the whole session's room where the exclusive lane exists, else a slot."""
+        return max(self.slot, self.whole) if self.lock is not None else self.slot
+
+    @property
+    def golden_whole(self) -> int:
+        """The golden worker's address-space budget for a case that runs alone."""
+        return self.golden if self.asked_golden else max(self.golden, self.whole + ADDRESS_SPACE_SLACK)
+
+    @property
+    def candidate_whole(self) -> int:
+        return self.candidate if self.asked_candidate else max(self.candidate, self.whole)
+
     def describe(self) -> str:
         """One line for the session header."""
         golden = f"golden {gib(self.golden)} address space{' (asked)' if self.asked_golden else ''}"
         candidate = f"candidate {gib(self.candidate)} resident{' (asked)' if self.asked_candidate else ''}"
+        alone = (f", up to {gib(self.whole)} alone (the other workers wait)" if self.lock is not None
+                 and self.whole > self.slot else "")
         kept = "" if self.bound == "--cann-session-memory" else f", {HEADROOM:.0%} kept free"
         return (f"cannbench: memory plan: {gib(self.usable)} usable ({self.bound}{kept}) / "
                 f"{self.workers} worker(s) = {gib(self.share)} each, {self.processes} processes each; a case may "
-                f"use {gib(self.slot)} ({golden}, {candidate}); larger cases are too_large")
+                f"use {gib(self.slot)} ({golden}, {candidate}){alone}; larger cases are too_large")
 
 
 def gib(value: int) -> str:
@@ -112,6 +135,7 @@ def make_plan(limits: Inherited, available: int | None, workers: int, processes:
     workers, processes = max(1, workers), max(2, processes)
     share = usable // workers
     slot = max(MIN_SLOT, share - (processes - 1) * IDLE_BYTES)
+    whole = max(slot, usable - (workers * processes - 1) * IDLE_BYTES)
     golden = asked_golden if asked_golden is not None else slot + ADDRESS_SPACE_SLACK
     if limits.address_space is not None:
         golden = min(golden, limits.address_space)
@@ -120,14 +144,15 @@ def make_plan(limits: Inherited, available: int | None, workers: int, processes:
     if ceiling:
         candidate = min(candidate, ceiling)
     return MemoryPlan(usable=usable, bound=bound, workers=workers, processes=processes, share=share, slot=slot,
-                      golden=golden, candidate=candidate, asked_golden=asked_golden is not None,
+                      golden=golden, candidate=candidate, whole=whole, asked_golden=asked_golden is not None,
                       asked_candidate=asked_candidate is not None)
 
 
 def too_large(need: int, detail: str, plan: MemoryPlan) -> str | None:
-    """The ``too_large`` message of a case needing at least ``need`` bytes, or None when it fits the slot."""
-    if need <= plan.slot:
+    """The ``too_large`` message of a case needing at least ``need`` bytes, or None when it fits (alone)."""
+    if need <= plan.largest:
         return None
-    return (f"the case needs at least {gib(need)} ({detail}), over the {gib(plan.slot)} one case may use under "
+    return (f"the case needs at least {gib(need)} ({detail}), over the {gib(plan.largest)} one "
+            f"case may use under "
             f"this session's memory plan ({gib(plan.usable)} usable, {plan.bound}, / {plan.workers} worker(s)); "
             "not graded: run it with fewer xdist workers or on a machine with more memory")

@@ -98,3 +98,75 @@ def test_resume_never_keeps_a_too_large_case(tmp_path: Path) -> None:
              {"run": "r", "outcome": {"key": "level2/a_2", "status": "too_large"}}]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert set(recorded(path, "r")) == {"level2/a_1"}
+
+
+class _Golden:
+    def __init__(self, memory_bytes: int) -> None:
+        self.memory_bytes, self.budgets = memory_bytes, []
+
+    def budget(self, memory_bytes: int) -> None:
+        self.budgets.append(memory_bytes)
+        self.memory_bytes = memory_bytes
+
+
+class _State:
+    """What nodes.memory.admit reads of the session state."""
+
+    def __init__(self, plan: mp.MemoryPlan) -> None:
+        from pytest_cannbench.timing.isolation import Fence
+
+        self.plan, self.golden = plan, _Golden(plan.golden)
+        self.fence = Fence(Path(plan.lock) if plan.lock else None)
+
+    def memory_plan(self) -> mp.MemoryPlan:
+        return self.plan
+
+    def memory_fence(self):
+        return self.fence
+
+    def golden_service(self):
+        return type("Service", (), {"worker": self.golden})()
+
+
+def _locked_out(path: Path, how: int) -> bool:
+    import fcntl
+
+    with open(path, "a") as fh:
+        try:
+            fcntl.flock(fh, how | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(fh, fcntl.LOCK_UN)
+        return False
+
+
+def test_a_case_over_its_slot_runs_alone_with_the_whole_sessions_budgets(tmp_path: Path) -> None:
+    import contextlib
+    import fcntl
+    from dataclasses import replace
+
+    from pytest_cannbench.nodes.memory import admit
+
+    lock = tmp_path / "memory.fence"
+    lock.touch()
+    plan = replace(mp.make_plan(machine(), None, 2, 3, asked_total=16 * GIB), lock=str(lock))
+    assert plan.slot < plan.whole < plan.usable and plan.largest == plan.whole
+    st, candidate = _State(plan), type("Worker", (), {"memory_bytes": plan.candidate})()
+    small, alone = MemoryNeed(GIB, GIB), MemoryNeed(plan.slot + GIB, plan.slot)
+    with contextlib.ExitStack() as hold:
+        assert admit(st, small, [candidate], hold) is None  # type: ignore[arg-type]
+        assert _locked_out(lock, fcntl.LOCK_EX) and not _locked_out(lock, fcntl.LOCK_SH)  # shared
+        assert st.golden.budgets == [] and candidate.memory_bytes == plan.candidate
+    with contextlib.ExitStack() as hold:
+        assert admit(st, alone, [candidate], hold) is None  # type: ignore[arg-type]
+        assert _locked_out(lock, fcntl.LOCK_SH)  # every other judge waits
+        assert st.golden.memory_bytes == plan.whole + mp.ADDRESS_SPACE_SLACK
+        assert candidate.memory_bytes == plan.whole
+    assert not _locked_out(lock, fcntl.LOCK_EX)
+    assert (st.golden.memory_bytes, candidate.memory_bytes) == (plan.golden, plan.candidate)  # restored
+    with contextlib.ExitStack() as hold:
+        message = admit(st, MemoryNeed(plan.whole + 1, 0), [candidate], hold)  # type: ignore[arg-type]
+        assert message is not None and f"over the {plan.whole / GIB:.1f} GiB" in message
+    assert "up to" in plan.describe() and "alone (the other workers wait)" in plan.describe()
+    single = mp.make_plan(machine(), None, 1, 3, asked_total=16 * GIB)  # one judge: no lane, no lock
+    assert single.largest == single.slot and not single.alone(single.slot + 1)
