@@ -52,6 +52,18 @@ def pss_bytes(pid: int) -> int:
     return 0
 
 
+def name(pid: int) -> str:
+    """A short label: the module a worker runs (``-m x.y``), else the command."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "?"
+    words = [w.decode(errors="replace") for w in argv if w]
+    if "-m" in words and words.index("-m") + 1 < len(words):
+        return words[words.index("-m") + 1].rsplit(".", 1)[-1]
+    return " ".join(words)[:60]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--interval", type=float, default=1.0)
@@ -62,16 +74,21 @@ def main() -> int:
     start = time.monotonic()
     proc = subprocess.Popen(command)
     samples: list[tuple[float, int, int]] = []
+    at_peak: list[tuple[int, str]] = []  # (PSS, what) of each process at the peak
     while proc.poll() is None:
-        pids = tree(proc.pid)
-        samples.append((round(time.monotonic() - start, 1), sum(pss_bytes(p) for p in pids), len(pids)))
+        each = [(pss_bytes(p), name(p)) for p in tree(proc.pid)]
+        samples.append((round(time.monotonic() - start, 1), sum(b for b, _ in each), len(each)))
+        if samples[-1][1] >= max(s[1] for s in samples):
+            at_peak = sorted(each, reverse=True)
         time.sleep(args.interval)
     peak = max(samples, key=lambda s: s[1]) if samples else (0.0, 0, 0)
+    for pss, what in at_peak[:6]:
+        print(f"memory_peak:   {pss / 2**30:6.2f} GiB  {what}", file=sys.stderr)
     print(f"memory_peak: rc {proc.returncode}, {time.monotonic() - start:.0f} s, peak PSS "
           f"{peak[1] / 2**30:.2f} GiB at {peak[0]} s over {peak[2]} processes", file=sys.stderr)
     if args.out:
         args.out.write_text(json.dumps({"rc": proc.returncode, "peak_bytes": peak[1], "peak_at_s": peak[0],
-                                        "samples": samples}))
+                                        "at_peak": at_peak, "samples": samples}))
     return proc.returncode
 
 
