@@ -462,9 +462,11 @@ class CannBenchState:
                 if workers > 1:  # the exclusive lane's lock: one file per session, like the timing fence
                     from dataclasses import replace
 
-                    from pytest_cannbench.timing.isolation import new_fence_path
+                    from pytest_cannbench.timing.devices import lock_dir
 
-                    self._memory_plan = replace(self._memory_plan, lock=str(new_fence_path()))
+                    lock = lock_dir() / f"memory-{os.getpid()}-{os.urandom(6).hex()}.lock"
+                    lock.touch()
+                    self._memory_plan = replace(self._memory_plan, lock=str(lock))
         return self._memory_plan
 
     def memory_fence(self) -> Fence:

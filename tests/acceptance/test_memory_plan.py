@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from inner import run_inner
@@ -31,6 +32,10 @@ def test_a_case_over_the_plan_is_too_large_with_its_size(xdist, pytester, capsys
     assert op["score"] == pytest.approx(50.0)  # compile 20 + function 30 over the one graded case
     plan = board["config"]["memory_plan"]
     assert (plan["usable"], plan["workers"], plan["slot"]) == (2 * GIB, workers, GIB)
+    if xdist:  # the exclusive lane's lock file: one per session, removed at its end
+        assert plan["lock"].endswith(".lock") and not Path(plan["lock"]).exists()
+    else:
+        assert plan["lock"] is None
     journal = [json.loads(line)["outcome"] for line in
                (run.root / "reports" / "results.jsonl").read_text().splitlines() if '"outcome"' in line]
     assert {o["key"]: o["status"] for o in journal} == {"level2/wide_add_1": "passed",
