@@ -3,9 +3,12 @@
 - its estimated need is over what one case may ever have (``MemoryPlan.largest``): ``too_large``, never started;
 - it fits a slot: it holds the memory fence *shared* from setup to teardown, as every case does;
 - it fits only the whole session's memory (under xdist): it holds the fence *exclusive*, so the other judges
-  finish their case and wait, and its golden and candidate workers get the budgets of the whole session for
-  this case (the golden worker is restarted with them, and again after it, since RLIMIT_AS cannot be raised
-  from outside). Lock order: the memory fence before the timing fence, never the other way round.
+  finish their case and wait; if the machine's other users have since taken that memory (MemAvailable now), it is
+  ``too_large`` after all, rather than a case for the OOM killer; else its golden and candidate workers get the
+  budgets of the whole session for this case (the golden worker is restarted with them, and again after it,
+  since RLIMIT_AS cannot be raised from outside).
+
+Lock order: the memory fence before the timing fence, never the other way round.
 """
 
 from __future__ import annotations
@@ -17,6 +20,26 @@ if TYPE_CHECKING:
     from pytest_cannbench.state import CannBenchState
     from pytest_cannbench.taskformat.memory_need import MemoryNeed
     from pytest_cannbench.workers.candidate_client import CandidateWorker
+    from pytest_cannbench.workers.memory_plan import MemoryPlan
+
+
+GIB = 1 << 30
+
+
+def available() -> int | None:
+    from pytest_cannbench.workers.memory_plan import mem_available
+
+    return mem_available()
+
+
+def room_now(plan: MemoryPlan, available_now: int | None) -> int:
+    """What a case running alone may have at this moment: the plan's whole room, less what the machine's other
+    users took since the plan was made (MemAvailable now, while this session's other processes idle)."""
+    from pytest_cannbench.workers.memory_plan import HEADROOM
+
+    if available_now is None or plan.bound == "--cann-session-memory":  # asked: the user vouches for it
+        return plan.whole
+    return min(plan.whole, int(available_now * (1 - HEADROOM)))
 
 
 def admit(st: CannBenchState, need: MemoryNeed | None, workers: list[CandidateWorker],
@@ -38,6 +61,10 @@ def admit(st: CannBenchState, need: MemoryNeed | None, workers: list[CandidateWo
         hold.enter_context(fence.shared())
         return None
     hold.enter_context(fence.exclusive())
+    room = room_now(plan, available())
+    if need is not None and peak > room:  # the machine's other users took what the plan saw at the start
+        hold.close()
+        return too_large(peak, need.describe() + f"; {room / GIB:.1f} GiB available now", plan, room)
     golden = st.golden_service().worker
     golden.budget(plan.golden_whole)
     hold.callback(golden.budget, plan.golden)

@@ -148,11 +148,13 @@ def make_plan(limits: Inherited, available: int | None, workers: int, processes:
                       asked_candidate=asked_candidate is not None)
 
 
-def too_large(need: int, detail: str, plan: MemoryPlan) -> str | None:
-    """The ``too_large`` message of a case needing at least ``need`` bytes, or None when it fits (alone)."""
-    if need <= plan.largest:
+def too_large(need: int, detail: str, plan: MemoryPlan, room: int | None = None) -> str | None:
+    """The ``too_large`` message of a case needing at least ``need`` bytes, or None when it fits (alone);
+    ``room``: what it may have now, when less than the plan's."""
+    room = plan.largest if room is None else room
+    if need <= room:
         return None
-    return (f"the case needs at least {gib(need)} ({detail}), over the {gib(plan.largest)} one "
+    return (f"the case needs at least {gib(need)} ({detail}), over the {gib(room)} one "
             f"case may use under "
             f"this session's memory plan ({gib(plan.usable)} usable, {plan.bound}, / {plan.workers} worker(s)); "
             "not graded: run it with fewer xdist workers or on a machine with more memory")

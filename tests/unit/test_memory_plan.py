@@ -170,3 +170,28 @@ def test_a_case_over_its_slot_runs_alone_with_the_whole_sessions_budgets(tmp_pat
     assert "up to" in plan.describe() and "alone (the other workers wait)" in plan.describe()
     single = mp.make_plan(machine(), None, 1, 3, asked_total=16 * GIB)  # one judge: no lane, no lock
     assert single.largest == single.slot and not single.alone(single.slot + 1)
+
+
+def test_a_case_running_alone_is_too_large_when_the_machine_has_since_filled(tmp_path: Path, monkeypatch) -> None:
+    """The plan saw MemAvailable at the start; another user took most of it since: too_large, not an OOM kill."""
+    import contextlib
+    import fcntl
+    from dataclasses import replace
+
+    from pytest_cannbench.nodes import memory
+
+    lock = tmp_path / "memory.lock"
+    lock.touch()
+    plan = replace(mp.make_plan(machine(), 20 * GIB, 2, 3), lock=str(lock))
+    st, candidate = _State(plan), type("Worker", (), {"memory_bytes": plan.candidate})()
+    need = MemoryNeed(plan.slot + GIB, 0)
+    monkeypatch.setattr(memory, "available", lambda: 4 * GIB)
+    with contextlib.ExitStack() as hold:
+        message = memory.admit(st, need, [candidate], hold)  # type: ignore[arg-type]
+        assert message is not None and "3.6 GiB available now" in message and "over the 3.6 GiB" in message
+        assert not _locked_out(lock, fcntl.LOCK_EX)  # let go at once: the case is not run
+    assert st.golden.budgets == [] and candidate.memory_bytes == plan.candidate
+    monkeypatch.setattr(memory, "available", lambda: 30 * GIB)
+    with contextlib.ExitStack() as hold:
+        assert memory.admit(st, need, [candidate], hold) is None  # type: ignore[arg-type]
+    assert memory.room_now(replace(plan, bound="--cann-session-memory"), GIB) == plan.whole  # asked: trusted
