@@ -73,7 +73,7 @@ def add_options(parser: pytest.Parser) -> None:
                 f"timeout (default {DEFAULT_CASE_TIMEOUT_S:g}).")
     option("worker-memory", type=float, metavar="GIB",
            help="resident memory a candidate worker may use before it is killed and the case fails as "
-                "oom_killed (default: half of RAM).")
+                "oom_killed (default: the session's memory plan, one case's share).")
     option("report-dir", metavar="DIR",
            help=f"directory for logs and reports (default {DEFAULT_REPORT_DIR}/ under the rootdir).")
     option("device", choices=("auto", "cpu", "cuda", "npu"),
@@ -131,8 +131,14 @@ def add_options(parser: pytest.Parser) -> None:
            help=f"seconds a golden may take for one case before it fails as golden_error "
                 f"(default {DEFAULT_GOLDEN_TIMEOUT_S:g}).")
     option("golden-memory", type=float, metavar="GIB",
-           help="address-space budget of each golden worker in GiB (default: 80%% of RAM; the kernel's "
-                "OOM killer is pointed at golden workers, never at pytest).")
+           help="address-space budget of each golden worker in GiB (default: the session's memory plan, one "
+                "case's share plus 2 GiB of unbacked mappings; the kernel's OOM killer is pointed at golden "
+                "workers, never at pytest).")
+    option("session-memory", type=float, metavar="GIB",
+           help="memory the whole session may use, split by the memory plan between its pytest workers and "
+                "their golden and candidate workers; a case whose estimated need does not fit its share is "
+                "too_large, not run (default: the least of MemAvailable at the start, the cgroup limit and "
+                "ulimit -v, less 10%%).")
     option("checker", choices=CHECKERS,
            help="accuracy checker: relative_error (the CANN precision standard, default) or allclose.")
     option("bench", choices=BENCHES,
@@ -259,6 +265,7 @@ class Settings:
     timing_isolation: str = "fence"  # fence | off: the quiet-window fence of timing/isolation.py
     timing_threads: int = 1  # threads of a timed call; 0: every usable core (state.timing_threads)
     cuda_graph: str = "off"  # off | auto | on: CUDA-graph timing (timing/cuda_graph.py), CUDA only
+    session_memory_gib: float | None = None  # issue 22: the memory plan's total (None: what the machine has)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -435,7 +442,15 @@ def settings_from_config(config: pytest.Config) -> Settings:
         timing_isolation=_choice(config, "timing_isolation", ISOLATION_MODES),
         timing_threads=_timing_threads(config),
         cuda_graph=_choice(config, "cuda_graph", CUDA_GRAPH_MODES),
+        session_memory_gib=_session_memory(config),
     )
+
+
+def _session_memory(config: pytest.Config) -> float | None:
+    value = _number(config, "session_memory", float, None)
+    if value is not None and value <= 0:
+        raise pytest.UsageError("--cann-session-memory must be positive")
+    return value
 
 
 def _hidden_options(config: pytest.Config) -> dict[str, Any]:

@@ -64,6 +64,9 @@ class XdistHooks:
 
         fence = st.fence_path()  # one per session: its workers fence each other, never another session's
         node.workerinput[FENCE_WORKERINPUT_KEY] = str(fence) if fence is not None else None
+        from pytest_cannbench.workers.memory_plan import WORKERINPUT_KEY as MEMORY_PLAN_KEY
+
+        node.workerinput[MEMORY_PLAN_KEY] = st.memory_plan().to_dict()  # one plan for the session
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -162,7 +165,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     cache = "off (secret seeds never repeat)" if settings.secret else settings.golden_cache or "off"
     lines = [f"cannbench: {mode}; {seed}, inputs {settings.input_dist}/{settings.input_compat}, "
              f"golden {settings.golden_precision}, checker {settings.checker}",
-             f"cannbench: golden cache {cache}; logs {st.log_dir}", st.budget_line()]
+             f"cannbench: golden cache {cache}; logs {st.log_dir}", st.budget_line(), st.memory_plan().describe()]
     if settings.source or settings.no_install:
         lines.append(f"cannbench: guard {settings.guard} (builtin compute, host libraries, tampering); "
                      "containment on (seccomp where available)")

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from pytest_cannbench.timing.isolation import Fence
     from pytest_cannbench.timing.perf import PerfContext
     from pytest_cannbench.workers.candidate_client import CandidateWorker
+    from pytest_cannbench.workers.memory_plan import MemoryPlan
 
 WORKERINPUT_KEY = "cannbench_submission"
 CANDIDATES_KEY = "_candidates"  # inside the submission's workerinput: every candidate of a multi-candidate run
@@ -114,6 +115,8 @@ class CannBenchState:
     _fence_path: Path | None = None  # the session's quiet-window fence (timing/isolation.py)
     owns_fence: bool = False  # made here (the controller, or the only process): removed here
     _fence: Fence | None = None
+    _memory_plan: MemoryPlan | None = None
+    _memory_fence: Fence | None = None  # the memory plan's exclusive lane (issue 22); the lock file is the plan's
 
     @property
     def worker_id(self) -> str:
@@ -270,7 +273,7 @@ class CannBenchState:
             from pytest_cannbench.judge.goldens import make_service
 
             torch.set_num_threads(cpu_threads())  # the judge's own comparisons
-            service = make_service(self.settings, self.log_dir, cpu_threads())
+            service = make_service(self.settings, self.log_dir, cpu_threads(), self.memory_plan().golden)
             service.worker.log_path = self.log_dir / f"golden-worker-{self.worker_id}.log"
             self._service = service
         return self._service
@@ -317,12 +320,9 @@ class CannBenchState:
                     guard_role: str | None = None) -> CandidateWorker:
         from pytest_cannbench.guard.policy import mode_for
         from pytest_cannbench.workers.candidate_client import CandidateWorker
-        from pytest_cannbench.workers.limits import candidate_memory_bytes
-
         s = self.settings
-        plan = self.device()
+        plan, memory = self.device(), self.memory_plan().candidate
         base = Path(tempfile.mkdtemp(prefix="cannbench-worker-"))  # the worker's empty, private cwd
-        memory = candidate_memory_bytes(asked=int(s.worker_memory_gib * (1 << 30)) if s.worker_memory_gib else None)
         return CandidateWorker(
             log_path=self.log_dir / f"{name}-worker-{self.worker_id}.log",
             workdir=base / f"work-{self.worker_id}", mode=mode,
@@ -456,12 +456,48 @@ class CannBenchState:
         """The effective memory and thread budgets of this run's workers, and the inherited limits behind them."""
         from pytest_cannbench.workers import limits
 
-        s, inherited = self.settings, limits.inherited()
-        golden = limits.golden_memory_bytes(inherited, int(s.golden_memory_gib * (1 << 30))
-                                            if s.golden_memory_gib else None)
-        candidate = limits.candidate_memory_bytes(inherited, int(s.worker_memory_gib * (1 << 30))
-                                                  if s.worker_memory_gib else None)
-        return limits.header_line(inherited, golden, candidate, self._threads_of_workers())
+        plan = self.memory_plan()
+        return limits.header_line(limits.inherited(), plan.golden, plan.candidate, self._threads_of_workers())
+
+    def memory_plan(self) -> MemoryPlan:
+        """The session's memory plan (issue 22): made once by the controller (or the only process), from
+        workerinput on xdist workers, so every judge plans with the same numbers."""
+        if self._memory_plan is None:
+            from pytest_cannbench.workers import limits, memory_plan
+
+            workerinput = getattr(self.config, "workerinput", None)
+            given = workerinput.get(memory_plan.WORKERINPUT_KEY) if workerinput is not None else None
+            if given:
+                self._memory_plan = memory_plan.MemoryPlan.from_dict(given)
+            else:
+                s, gib = self.settings, 1 << 30
+                workers = processes() if workerinput is not None or self.config.getoption("dist", "no") == "no" \
+                    else len(getattr(self.config.option, "tx", None) or []) or 1
+                candidates = min(len(self.candidate_names()) or 1, MAX_LIVE_WORKERS)
+                per_judge = 2 + candidates + (1 if s.perf else 0)  # judge, golden, candidate(s), baseline
+                self._memory_plan = memory_plan.make_plan(
+                    limits.inherited(), memory_plan.mem_available(), workers, per_judge,
+                    int(s.golden_memory_gib * gib) if s.golden_memory_gib else None,
+                    int(s.worker_memory_gib * gib) if s.worker_memory_gib else None,
+                    int(s.session_memory_gib * gib) if s.session_memory_gib else None)
+                if workers > 1:  # the exclusive lane's lock: one file per session, like the timing fence
+                    from dataclasses import replace
+
+                    from pytest_cannbench.timing.devices import lock_dir
+
+                    lock = lock_dir() / f"memory-{os.getpid()}-{os.urandom(6).hex()}.lock"
+                    lock.touch()
+                    self._memory_plan = replace(self._memory_plan, lock=str(lock))
+        return self._memory_plan
+
+    def memory_fence(self) -> Fence:
+        """Held shared by every case, exclusive by one over its slot (``MemoryPlan.alone``)."""
+        if self._memory_fence is None:
+            from pytest_cannbench.timing.isolation import Fence
+
+            lock = self.memory_plan().lock
+            self._memory_fence = Fence(Path(lock) if lock else None)
+        return self._memory_fence
 
     def _threads_of_workers(self) -> int:
         """The intra-op threads each pytest worker will use, seen from the xdist controller (or the only process)."""
@@ -497,6 +533,11 @@ class CannBenchState:
                 cleanup(sub)
             self.owns_submission = False
         self._references.clear()
+        plan = self._memory_plan
+        if plan is not None and plan.lock and not hasattr(self.config, "workerinput"):
+            from pytest_cannbench.timing.isolation import remove_fence
+
+            remove_fence(Path(plan.lock))
         if self._fence_path is not None and self.owns_fence:
             from pytest_cannbench.timing.isolation import remove_fence
 

@@ -168,11 +168,14 @@ class GoldenService:
             shutil.rmtree(self._scratch, ignore_errors=True)
 
 
-def make_service(settings: Settings, log_dir: Path, threads: int) -> GoldenService:
+def make_service(settings: Settings, log_dir: Path, threads: int, memory: int | None = None) -> GoldenService:
+    """The golden service; ``memory`` is the worker's address-space budget (the session's memory plan), else
+    --cann-golden-memory or the default share of :func:`~pytest_cannbench.workers.limits.golden_memory_bytes`."""
     from pytest_cannbench.workers.limits import golden_memory_bytes
 
-    memory = golden_memory_bytes(asked=int(settings.golden_memory_gib * (1 << 30)) if settings.golden_memory_gib
-                                 else None)
+    if memory is None:
+        memory = golden_memory_bytes(asked=int(settings.golden_memory_gib * (1 << 30))
+                                     if settings.golden_memory_gib else None)
     worker = GoldenWorker(log_path=log_dir / "golden-worker.log", memory_bytes=memory, threads=threads)
     # secret seeds never repeat, so their goldens would only fill the cache
     cache = GoldenCache(Path(settings.golden_cache)) if settings.golden_cache and not settings.secret else None

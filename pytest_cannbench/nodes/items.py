@@ -10,6 +10,7 @@ a broken case one failing item; neither stops the session.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
     from pytest_cannbench.judge.source import CaseSource, Reference
     from pytest_cannbench.state import CannBenchState
+    from pytest_cannbench.taskformat.memory_need import MemoryNeed
     from pytest_cannbench.taskformat.spec import CaseSpec, OperatorTask
     from pytest_cannbench.timing.perf import PerfContext
     from pytest_cannbench.workers.candidate_client import CandidateWorker
@@ -86,6 +88,7 @@ class SourceItem(_CannItem):
     build_failed: str | None = None  # this case's own module did not compile at build time (KernelBench JIT)
     candidate: str | None = None  # the candidate of a multi-candidate run (None: the session's one submission)
     spans: list[list[float]] | None = None  # monotonic spans of the case's fenced accuracy work (timing/isolation)
+    _memory_hold: contextlib.ExitStack  # the case's place in the memory plan, setup to teardown (nodes.memory)
 
     @property
     def timed(self) -> bool:
@@ -104,7 +107,7 @@ class SourceItem(_CannItem):
 
         st = state.of(self.config)
         source = self.source = self.make_source(st)
-        self.spans = []
+        self.spans, self._memory_hold = [], contextlib.ExitStack()
         submission = st.submission_of(self.candidate)
         if source.key in st.resume_keys():
             pytest.skip("already recorded in results.jsonl by an identical run (--cann-resume)")
@@ -124,6 +127,10 @@ class SourceItem(_CannItem):
             self.build_failed = own_build(submission) if own_build is not None else None
             if self.build_failed:
                 return  # runtest fails the case as compile_failed; no golden is needed
+        too_large = self.admit(st)
+        if too_large is not None:  # issue 22: never started, so never an OOM; not the candidate's fault
+            self._record(source.outcome(oc.TOO_LARGE, oc.TOO_LARGE, too_large))
+            pytest.skip(f"{oc.TOO_LARGE}: {too_large}")
         try:
             with st.fence().shared(self.spans):  # the golden: accuracy work, held off while another worker times
                 self.reference = source.prepare()
@@ -182,6 +189,18 @@ class SourceItem(_CannItem):
         if result.status != oc.PASSED:
             raise CaseFailed(f"{result.failure_type}: {result.message}")
 
+    def memory_need(self) -> MemoryNeed | None:
+        """The case's estimated memory need (taskformat.memory_need); None where a source has no estimate."""
+        return None
+
+    def admit(self, st: CannBenchState) -> str | None:
+        """Through the session's memory plan (nodes.memory): why the case is too large, or None once it holds
+        its place (released at teardown)."""
+        from pytest_cannbench.nodes.memory import admit
+
+        workers = [self.worker_for(st)] + ([st.worker("baseline")] if st.settings.perf and self.timed else [])
+        return admit(st, self.memory_need(), workers, self._memory_hold)
+
     def recorded(self, result: CaseOutcome) -> None:
         """Called with the case's final outcome, before a failure is raised (extra report properties)."""
 
@@ -213,6 +232,9 @@ class SourceItem(_CannItem):
 
     def teardown(self) -> None:
         self.reference = None  # outputs can be large; do not keep them for the whole session
+        hold = getattr(self, "_memory_hold", None)  # the memory fence and any raised budgets (nodes.memory)
+        if hold is not None:
+            hold.close()
 
 
 class CaseItem(SourceItem):
@@ -231,6 +253,11 @@ class CaseItem(SourceItem):
 
         return OperatorCase(task=self.task, case=self.case, settings=st.settings, service=st.golden_service,
                             candidate=self.candidate or "", memo=st.shared_reference if self.candidate else None)
+
+    def memory_need(self) -> MemoryNeed | None:
+        from pytest_cannbench.taskformat.memory_need import estimate
+
+        return estimate(self.task.spec, self.case)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         # A line number is required: Node.warn() asserts one, and a CannTaskWarning on a case

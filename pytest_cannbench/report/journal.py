@@ -17,6 +17,7 @@ from typing import Any
 
 from pytest_cannbench.guard.sandbox import SANDBOX_OFF_FLAG, SandboxChoice
 from pytest_cannbench.options import Settings
+from pytest_cannbench.outcome import TOO_LARGE
 from pytest_cannbench.timing.machine import cpu_model
 
 # Options that change a case's verdict, time or score: a resumed case must have been graded under the same.
@@ -104,7 +105,8 @@ class Journal:
 
 
 def recorded(path: Path, identity: str) -> dict[str, dict[str, Any]]:
-    """Outcomes a previous run with this identity recorded (the last line per case wins)."""
+    """Outcomes a previous run with this identity recorded (the last line per case wins); a ``too_large`` case
+    is never kept: the next run may have the memory to grade it."""
     found: dict[str, dict[str, Any]] = {}
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -117,6 +119,9 @@ def recorded(path: Path, identity: str) -> dict[str, dict[str, Any]]:
             continue
         outcome = entry.get("outcome") if isinstance(entry, dict) else None
         if entry.get("run") == identity and isinstance(outcome, dict) and "key" in outcome:
+            if outcome.get("status") == TOO_LARGE:
+                found.pop(outcome["key"], None)
+                continue
             found[outcome["key"]] = outcome
     return found
 
@@ -163,6 +168,7 @@ def finish(config: Any, collector: Any) -> None:
                               config={**s.as_dict(), "run_identity": collector.journal.identity,
                                       "sandbox": (sandbox_of(st.submission).to_dict() if st.submission is not None
                                                   else {"mode": "none", "reason": "no submission code runs"}),
+                                      "memory_plan": st.memory_plan().to_dict(),  # issue 22
                                       "resumed_cases": len(collector.resumed),
                                       "journal_rewritten": collector.journal.tampered,
                                       "selection": collector.selection},

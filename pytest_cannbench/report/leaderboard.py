@@ -17,7 +17,7 @@ from typing import Any
 
 from pytest_cannbench import __version__
 from pytest_cannbench.atomic import write_atomic
-from pytest_cannbench.outcome import BUILD_FAILURES, MISSING, TAINTING_FAILURES
+from pytest_cannbench.outcome import BUILD_FAILURES, MISSING, TAINTING_FAILURES, TOO_LARGE
 from pytest_cannbench.report import splits
 from pytest_cannbench.report.scoring import (
     WEIGHTS,
@@ -121,7 +121,8 @@ def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False, gate: 
                   for o in cases]
         score = operator_score(inputs, cap=cap)
         statuses = {o["status"] for o in cases}
-        status = (score.score_error if score.score_error in (*BUILD_FAILURES, *TAINTING_FAILURES, MISSING) else
+        whole = (*BUILD_FAILURES, *TAINTING_FAILURES, MISSING, TOO_LARGE)  # errors that decide the operator
+        status = (score.score_error if score.score_error in whole else
                   "passed" if statuses == {"passed"} else "partial" if "passed" in statuses else "failed")
         level = level_of(rel_path)
         operators.append({
@@ -135,6 +136,7 @@ def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False, gate: 
             "performance_score": score.performance_score,
             "cases_total": score.cases_total,
             "cases_passed": score.cases_passed,
+            "cases_not_graded": score.cases_not_graded,
             "compile_runtime_failures": score.compile_runtime_failures,
             "score_error": score.score_error,
             "speedup_geomean": geometric_mean_speedup(

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pytest_cannbench.outcome import BUILD_FAILURES, PRECISION, TAINTING_FAILURES
+from pytest_cannbench.outcome import BUILD_FAILURES, NOT_GRADED, PRECISION, TAINTING_FAILURES, TOO_LARGE
 
 W_COMPILE, W_FUNCTION, W_PERF = 0.2, 0.3, 0.5
 WEIGHTS = {"compile": W_COMPILE, "function": W_FUNCTION, "performance": W_PERF}
@@ -93,17 +93,22 @@ class OperatorScore:
     haps: list[float | None] = field(default_factory=list)  # per case, None when not passed or unmeasured
     hap_flags: list[list[str]] = field(default_factory=list)
     score_error: str | None = None  # why the whole operator is 0
+    cases_not_graded: int = 0  # too_large: in cases_total, but neither for nor against the score
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def operator_score(cases: list[CaseScore], *, cap: bool = False) -> OperatorScore:
-    """Eq.4 over the operator's cases (every collected case, whatever happened to it)."""
+    """Eq.4 over the operator's cases (every collected case, whatever happened to it), except the cases that were
+    never graded because they do not fit this machine (``too_large``): they neither count for nor against it. An
+    operator with no other case scores 0 with ``score_error`` too_large. ``haps`` and ``hap_flags`` still hold one
+    entry per case given."""
+    everything, cases = cases, [c for c in cases if c.status not in NOT_GRADED]
     n = max(len(cases), 1)
     haps: list[float | None] = []
     flags: list[list[str]] = []
-    for c in cases:
+    for c in everything:
         if c.status == "passed":
             value, why = hap(c.t_baseline_us, c.t_cand_us, c.t_hw_us, cap=cap)
         else:
@@ -111,21 +116,25 @@ def operator_score(cases: list[CaseScore], *, cap: bool = False) -> OperatorScor
         haps.append(value)
         flags.append(why)
     passed = sum(1 for c in cases if c.status == "passed")
+    total, skipped = len(everything), len(everything) - len(cases)
     build = next((c.status for c in cases if c.status in BUILD_FAILURES), None)
     if build is not None or not cases:
-        return OperatorScore(0.0, 0.0, 0.0, 0.0, len(cases), passed, len(cases), haps, flags,
-                             score_error=build or "no cases")
+        error = build or (TOO_LARGE if everything else "no cases")
+        return OperatorScore(0.0, 0.0, 0.0, 0.0, total, passed, len(cases), haps, flags, score_error=error,
+                             cases_not_graded=skipped)
     if all(c.status == "missing" for c in cases):
-        return OperatorScore(0.0, 0.0, 0.0, 0.0, len(cases), 0, len(cases), haps, flags, score_error="missing")
+        return OperatorScore(0.0, 0.0, 0.0, 0.0, total, 0, len(cases), haps, flags, score_error="missing",
+                             cases_not_graded=skipped)
     caught = next((ft for ft in TAINTING_FAILURES if any(c.failure_type == ft for c in cases)), None)
     if caught is not None:  # caught cheating on one case: the operator's other cases are not trusted either
-        return OperatorScore(0.0, 0.0, 0.0, 0.0, len(cases), passed, len(cases), haps, flags, score_error=caught)
+        return OperatorScore(0.0, 0.0, 0.0, 0.0, total, passed, len(cases), haps, flags, score_error=caught,
+                             cases_not_graded=skipped)
     runtime = sum(1 for c in cases if c.status != "passed" and c.failure_type not in PRECISION_FAILURES)
     compile_part = 100.0 * W_COMPILE * (n - runtime) / n
     function_part = 100.0 * W_FUNCTION * passed / n
     perf_part = min(100.0 * W_PERF, 100.0 * W_PERF * sum(h for h in haps if h is not None) / n)
     return OperatorScore(min(100.0, compile_part + function_part + perf_part), compile_part, function_part,
-                         perf_part, len(cases), passed, runtime, haps, flags)
+                         perf_part, total, passed, runtime, haps, flags, cases_not_graded=skipped)
 
 
 def hap_interval(t_base: float | None, t_hw: float | None, speedup: dict[str, Any] | None,

@@ -40,6 +40,13 @@ class GoldenWorker(WorkerClient):
                        f"golden worker did not start within {STARTUP_TIMEOUT_S:g} s; it was killed")
         return proc
 
+    def budget(self, memory_bytes: int) -> None:
+        """Another address-space budget from the next request on (issue 22: a case running alone gets the
+        session's memory). A running worker is closed: its RLIMIT_AS cannot be raised from outside."""
+        if memory_bytes != self.memory_bytes:
+            self.close()
+            self.memory_bytes = memory_bytes
+
     def request(self, message: dict, timeout: float) -> dict:
         """Send one request; a reply written to ``message["reply_file"]`` is mapped back from disk.
 

@@ -178,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             wire.send(out, _to_file(response, req.get("reply_file")) if response.get("ok") else response)
         except BaseException as exc:  # noqa: BLE001 - e.g. an output that cannot be pickled
             wire.send(out, _error("send result", exc))
+        del response
+        procs.give_back_freed_memory()  # idle between cases, as the memory plan counts it
 
 
 def _to_file(response: dict, path: str | None) -> dict:

@@ -1,0 +1,75 @@
+"""One case through the session memory plan (issue 22): refused, run beside the others, or run alone.
+
+- its estimated need is over what one case may ever have (``MemoryPlan.largest``): ``too_large``, never started;
+- it fits a slot: it holds the memory fence *shared* from setup to teardown, as every case does;
+- it fits only the whole session's memory (under xdist): it holds the fence *exclusive*, so the other judges
+  finish their case and wait; if the machine's other users have since taken that memory (MemAvailable now), it is
+  ``too_large`` after all, rather than a case for the OOM killer; else its golden and candidate workers get the
+  budgets of the whole session for this case (the golden worker is restarted with them, and again after it,
+  since RLIMIT_AS cannot be raised from outside).
+
+Lock order: the memory fence before the timing fence, never the other way round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pytest_cannbench.state import CannBenchState
+    from pytest_cannbench.taskformat.memory_need import MemoryNeed
+    from pytest_cannbench.workers.candidate_client import CandidateWorker
+    from pytest_cannbench.workers.memory_plan import MemoryPlan
+
+
+GIB = 1 << 30
+
+
+def available() -> int | None:
+    from pytest_cannbench.workers.memory_plan import mem_available
+
+    return mem_available()
+
+
+def room_now(plan: MemoryPlan, available_now: int | None) -> int:
+    """What a case running alone may have at this moment: the plan's whole room, less what the machine's other
+    users took since the plan was made (MemAvailable now, while this session's other processes idle)."""
+    from pytest_cannbench.workers.memory_plan import HEADROOM
+
+    if available_now is None or plan.bound == "--cann-session-memory":  # asked: the user vouches for it
+        return plan.whole
+    return min(plan.whole, int(available_now * (1 - HEADROOM)))
+
+
+def admit(st: CannBenchState, need: MemoryNeed | None, workers: list[CandidateWorker],
+          hold: contextlib.ExitStack) -> str | None:
+    """The ``too_large`` message, or None with the case's hold entered on ``hold`` (closed at teardown).
+
+    ``workers`` are the candidate-side workers the case will call (their watchdog limits are raised when it
+    runs alone)."""
+    from pytest_cannbench.workers.memory_plan import too_large
+
+    plan = st.memory_plan()
+    peak = need.peak if need is not None else 0
+    if need is not None:
+        message = too_large(peak, need.describe(), plan)
+        if message is not None:
+            return message
+    fence = st.memory_fence()
+    if not plan.alone(peak):
+        hold.enter_context(fence.shared())
+        return None
+    hold.enter_context(fence.exclusive())
+    room = room_now(plan, available())
+    if need is not None and peak > room:  # the machine's other users took what the plan saw at the start
+        hold.close()
+        return too_large(peak, need.describe() + f"; {room / GIB:.1f} GiB available now", plan, room)
+    golden = st.golden_service().worker
+    golden.budget(plan.golden_whole)
+    hold.callback(golden.budget, plan.golden)
+    for worker in workers:
+        before = worker.memory_bytes
+        worker.memory_bytes = plan.candidate_whole
+        hold.callback(setattr, worker, "memory_bytes", before)
+    return None

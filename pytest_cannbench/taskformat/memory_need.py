@@ -1,0 +1,68 @@
+"""A case's memory need, estimated from ``proto.yaml`` and ``cases.yaml`` alone, before anything runs (issue 22).
+
+The estimate is a floor: the bytes that must be held at once in the larger of a case's two phases, never the
+operator's temporaries (which no task file states). A case whose floor does not fit the memory plan's slot
+cannot be graded on this machine, so it is recorded ``too_large`` up front instead of starting a golden that the
+kernel would kill. One that fits the floor but not its real peak still fails as today (``golden_error`` or
+``out_of_memory``): one case, never the session.
+
+Outputs are not in the task files; each proto output is taken to be the size of the case's largest input tensor
+(true of element-wise, gather, scan and normalisation operators; generous for reductions).
+
+- golden phase (setup, in the golden worker): the native inputs, their fp64 up-cast copies, the fp64 golden
+  outputs and the native reference outputs;
+- candidate phase (call): the candidate's native inputs and outputs (the shared region) plus the judge's side:
+  the fp64 golden and native reference outputs it holds and the comparison's two fp64 temporaries per output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pytest_cannbench.taskformat.dtypes import DTYPE_INFO
+from pytest_cannbench.taskformat.errors import CaseFormatError
+from pytest_cannbench.taskformat.inputs import plan_inputs
+
+if TYPE_CHECKING:
+    from pytest_cannbench.taskformat.spec import CaseSpec, OperatorSpec
+
+GOLDEN_ITEMSIZE = 8  # the fp64 golden (and int64 indices)
+COMPARISON_COPIES = 2  # the candidate's output up-cast to fp64 and the error tensor
+
+
+@dataclass(frozen=True)
+class MemoryNeed:
+    """The two phases' floors, in bytes."""
+
+    golden: int  # the golden worker's own
+    candidate: int  # the candidate worker's and the judge's together
+
+    @property
+    def peak(self) -> int:
+        return max(self.golden, self.candidate)
+
+    def describe(self) -> str:
+        gib = 1 << 30
+        return f"golden phase {self.golden / gib:.1f} GiB, candidate phase {self.candidate / gib:.1f} GiB"
+
+
+def estimate(spec: OperatorSpec, case: CaseSpec) -> MemoryNeed | None:
+    """The case's floor; None when its inputs cannot be planned (the case fails with that error anyway)."""
+    raw = case.raw
+    try:
+        plans = plan_inputs(spec.input_names, raw.get("input_shape"), raw.get("dtype"), raw.get("value_range"))
+    except (CaseFormatError, KeyError, TypeError, ValueError):
+        return None
+    tensors = [t for plan in plans for t in plan.tensors if t.dtype in DTYPE_INFO]
+    if not tensors:
+        return MemoryNeed(0, 0)
+    native_in = sum(t.nbytes for t in tensors)
+    numel_in = sum(t.numel for t in tensors)
+    largest = max(tensors, key=lambda t: t.numel)
+    outputs = max(1, len(spec.outputs))
+    native_out = outputs * largest.nbytes
+    golden_out = outputs * largest.numel * GOLDEN_ITEMSIZE
+    golden = native_in + numel_in * GOLDEN_ITEMSIZE + golden_out + native_out
+    judge = golden_out + native_out + COMPARISON_COPIES * largest.numel * GOLDEN_ITEMSIZE
+    return MemoryNeed(golden=golden, candidate=native_in + native_out + judge)
