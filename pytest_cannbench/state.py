@@ -19,7 +19,7 @@ import pytest
 
 from pytest_cannbench.options import Settings
 from pytest_cannbench.submission.build import Box, SubmissionState
-from pytest_cannbench.workers.limits import usable_cores
+from pytest_cannbench.workers.limits import cpu_threads, processes, timing_threads, usable_cores
 
 if TYPE_CHECKING:
     from pytest_cannbench.guard.sandbox import SandboxChoice
@@ -46,34 +46,6 @@ WORKER_ROLES = {"candidate": ("candidate", "submission", True),  # CANN operator
 def worker_id(config: pytest.Config) -> str:
     workerinput = getattr(config, "workerinput", None)
     return workerinput["workerid"] if workerinput else "main"
-
-
-def processes() -> int:
-    """pytest processes of this run (xdist workers, or 1)."""
-    return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
-
-
-def cpu_threads() -> int:
-    """Intra-op threads per process: the cores shared by the run's processes, at least one.
-
-    Oversubscribed OpenMP pools are not just slower but pathological: on the 2-core CI
-    machine two busy processes with 2 threads each ran element-wise ops 8-15x slower
-    than with 1 thread each.
-    """
-    return max(1, usable_cores() // processes())
-
-
-def timing_threads(settings: Settings, workers: int | None = None) -> int:
-    """Intra-op threads of a timed call (``--cann-timing-threads``, default 1): the same count under ``-n 2`` as
-    serially, so the two modes time the same thing (issue 20: a serial run used to time with both cores and
-    ``-n 2`` with one, and their scores differed). ``all`` is every usable core, which a timed window has to itself
-    while the quiet-window fence holds the other xdist workers back; with the fence off, a window shares the
-    machine and gets at most the process's share. ``workers``: the run's pytest processes (default: this one's)."""
-    workers = processes() if workers is None else max(1, workers)
-    cores = usable_cores()
-    wanted = settings.timing_threads or cores
-    shared = workers > 1 and settings.timing_isolation != "fence"
-    return max(1, min(wanted, cores // workers if shared else cores))
 
 
 def cache_dir() -> Path:
@@ -328,7 +300,7 @@ class CannBenchState:
             workdir=base / f"work-{self.worker_id}", mode=mode,
             site_dir=submission.site_dir if submission is not None else None,
             env={**(submission.env if submission is not None else {}), **plan.env}, device=plan.worker_device,
-            threads=cpu_threads(), timing_threads=timing_threads(s), memory_bytes=memory,
+            threads=cpu_threads(), timing_threads=self.timed_threads(), memory_bytes=memory,
             startup_timeout_s=max(120.0, s.case_timeout_s),
             guard=mode_for(guard_role or name, s.guard, s.kb_guard), protect=self.protected_paths(),
             static_problems=submission.guard_problems if submission is not None else [],
@@ -409,7 +381,7 @@ class CannBenchState:
             s, plan = self.settings, self.device()
             self._perf = PerfContext(
                 settings=s, device=plan, baseline_worker=self.worker("baseline"),
-                anchors=make_anchor_source(s, plan, cache_dir(), timing_threads(s)), log_dir=self.log_dir,
+                anchors=make_anchor_source(s, plan, cache_dir(), self.timed_threads()), log_dir=self.log_dir,
                 npu=_npu_timer(s) if plan.kind == "npu" else None, fence=self.fence(),
                 telemetry=Telemetry() if plan.kind == "cuda" else None)
         return self._perf
@@ -511,8 +483,13 @@ class CannBenchState:
         """The threads of the workers' timed calls (:func:`timing_threads`), seen from the controller."""
         config = self.config
         if hasattr(config, "workerinput") or config.getoption("dist", "no") == "no":
-            return timing_threads(self.settings)
-        return timing_threads(self.settings, len(getattr(config.option, "tx", None) or []) or 1)
+            return self.timed_threads()
+        return self.timed_threads(len(getattr(config.option, "tx", None) or []) or 1)
+
+    def timed_threads(self, workers: int | None = None) -> int:
+        """Threads of a timed call under this run's options (:func:`workers.limits.timing_threads`)."""
+        s = self.settings
+        return timing_threads(s.timing_threads, s.timing_isolation == "fence", workers)
 
     def close(self) -> None:
         if self._service is not None:

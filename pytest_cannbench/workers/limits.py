@@ -189,3 +189,32 @@ def usable_cores() -> int:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     quota = cgroup_cpus()
     return min(cores, quota) if quota else cores
+
+
+def processes() -> int:
+    """pytest processes of this run (xdist workers, or 1)."""
+    return max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+
+
+def cpu_threads() -> int:
+    """Intra-op threads per process: the cores shared by the run's processes, at least one.
+
+    Oversubscribed OpenMP pools are not just slower but pathological: on the 2-core CI
+    machine two busy processes with 2 threads each ran element-wise ops 8-15x slower
+    than with 1 thread each.
+    """
+    return max(1, usable_cores() // processes())
+
+
+def timing_threads(asked: int, fenced: bool, workers: int | None = None) -> int:
+    """Intra-op threads of a timed call (``--cann-timing-threads``, default 1): the same count under ``-n 2`` as
+    serially, so the two modes time the same thing (issue 20: a serial run used to time with both cores and
+    ``-n 2`` with one, and their scores differed). ``all`` is every usable core, which a timed window has to itself
+    while the quiet-window fence holds the other xdist workers back; with the fence off, a window shares the
+    machine and gets at most the process's share. ``asked``: the option (0: all); ``fenced``: the fence is on;
+    ``workers``: the run's pytest processes (default: this one's)."""
+    workers = processes() if workers is None else max(1, workers)
+    cores = usable_cores()
+    wanted = asked or cores
+    shared = workers > 1 and not fenced
+    return max(1, min(wanted, cores // workers if shared else cores))
