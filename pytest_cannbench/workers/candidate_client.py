@@ -20,6 +20,7 @@ from typing import Any
 
 from pytest_cannbench.guard import sandbox
 from pytest_cannbench.guard.policy import guard_problems, guard_verdict
+from pytest_cannbench.phases import PhaseClock, peak_mib
 from pytest_cannbench.workers import procs, wire
 from pytest_cannbench.workers.client import WorkerClient
 from pytest_cannbench.workers.contract import Snapshot, cpu_used, escaped, mutated_inputs, process_snapshot, thread_cpu
@@ -54,6 +55,7 @@ class CandidateResult:
     log_tail: str = ""
     case_log: str | None = None
     flags: list[str] = field(default_factory=list)  # guard findings that did not decide the verdict (warn mode)
+    phases: dict[str, float] = field(default_factory=dict)  # the judge's account of the call (phases.PhaseClock)
 
 
 @dataclass
@@ -287,14 +289,27 @@ class CandidateWorker(WorkerClient):
     def call(self, target: dict, kwargs: dict[str, Any], *, expected_out_bytes: int, timeout: float,
              case_log: Path | None = None) -> CandidateResult:
         """Run one operator call; never raises for anything the candidate does."""
+        clock = PhaseClock()
+        result = self._call(target, kwargs, expected_out_bytes, timeout, case_log, clock)
+        result.phases = clock.seconds
+        return result
+
+    def _call(self, target: dict, kwargs: dict[str, Any], expected_out_bytes: int, timeout: float,
+              case_log: Path | None, clock: PhaseClock) -> CandidateResult:
         layout, writes = plan_call(kwargs, expected_out_bytes)
         self.log_mark = procs.log_size(self.log_path)
         self.wipe_tmp(str(target.get("rel_path") or target.get("name")))
         try:
-            self._ensure()
+            if self.proc is None or self.proc.poll() is not None:
+                with clock.phase("start"):
+                    self._ensure()
+            else:
+                self._ensure()
             assert self.proc is not None and self.region is not None  # _ensure started both
-            write_inputs(self.region, layout, writes)
+            with clock.phase("transfer"):
+                write_inputs(self.region, layout, writes)
             before = process_snapshot(self.pid)
+            cpu0, t0 = thread_cpu(self.pid), time.perf_counter()
             self._arm()
             reply = self._exchange({"op": "call", "target": target, "args": layout.args,
                                     "region_size": self.region.size, "out_offset": layout.out_offset,
@@ -305,6 +320,15 @@ class CandidateWorker(WorkerClient):
             self.kill()
             raise
         self._freeze()
+        clock.add("call", time.perf_counter() - t0, cpu_used(cpu0, thread_cpu(self.pid))[0],
+                  peak_mib(self.pid, "VmRSS"))  # the frozen worker's resident memory after its call
+        with clock.phase("contract"):
+            return self._judged(target, kwargs, reply, layout, before, case_log)
+
+    def _judged(self, target: dict, kwargs: dict[str, Any], reply: dict, layout: Any, before: Snapshot,
+                case_log: Path | None) -> CandidateResult:
+        """The judge's checks of a finished call, from outside the frozen worker, then its outputs decoded."""
+        assert self.region is not None
         sampled = self._observed(profile_keys(target, case_log), 1)
         problem = self._contract(before, layout.args, kwargs)
         if problem is not None:
