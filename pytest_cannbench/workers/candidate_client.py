@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -300,10 +301,7 @@ class CandidateWorker(WorkerClient):
         self.log_mark = procs.log_size(self.log_path)
         self.wipe_tmp(str(target.get("rel_path") or target.get("name")))
         try:
-            if self.proc is None or self.proc.poll() is not None:
-                with clock.phase("start"):
-                    self._ensure()
-            else:
+            with clock.phase("start") if self.proc is None or self.proc.poll() is not None else nullcontext():
                 self._ensure()
             assert self.proc is not None and self.region is not None  # _ensure started both
             with clock.phase("transfer"):
@@ -327,8 +325,7 @@ class CandidateWorker(WorkerClient):
 
     def _judged(self, target: dict, kwargs: dict[str, Any], reply: dict, layout: Any, before: Snapshot,
                 case_log: Path | None) -> CandidateResult:
-        """The judge's checks of a finished call, from outside the frozen worker, then its outputs decoded."""
-        assert self.region is not None
+        assert self.region is not None  # the judge's checks of a finished call, from outside the frozen worker
         sampled = self._observed(profile_keys(target, case_log), 1)
         problem = self._contract(before, layout.args, kwargs)
         if problem is not None:
