@@ -67,10 +67,14 @@ def analyse(actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | N
         nan_a, nan_g = torch.isnan(a), torch.isnan(g)
         inf_a, inf_g = torch.isinf(a), torch.isinf(g)
         both_inf = inf_a & inf_g
-        inf_sign_mismatch = both_inf & (torch.sign(a) != torch.sign(g))
+        # (each rewrite below is skipped when its mask is empty: the same values without a full-size pass)
+        inf_sign_mismatch = both_inf & (torch.sign(a) != torch.sign(g)) if bool(both_inf.any()) else both_inf
         # One-sided inf (e.g. fp16 saturation) -> +-dtype max, then compared numerically.
-        a = torch.where(inf_a & ~inf_g & ~nan_g, torch.sign(a) * fmax, a)
-        g = torch.where(inf_g & ~inf_a & ~nan_a, torch.sign(g) * fmax, g)
+        one_a, one_g = inf_a & ~inf_g & ~nan_g, inf_g & ~inf_a & ~nan_a
+        if bool(one_a.any()):
+            a = torch.where(one_a, torch.sign(a) * fmax, a)
+        if bool(one_g.any()):
+            g = torch.where(one_g, torch.sign(g) * fmax, g)
         valid = ~(nan_a | nan_g | both_inf)
         nan_mismatch = nan_a ^ nan_g
     diff = (a - g).abs_()
@@ -81,13 +85,15 @@ def analyse(actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | N
         n = native.detach().cpu().double()
         native_finite = all_finite(n)
         if not native_finite:
-            n = torch.where(torch.isinf(n) & torch.isfinite(g), torch.sign(n) * fmax, n)
+            one_n = torch.isinf(n) & torch.isfinite(g)
+            if bool(one_n.any()):
+                n = torch.where(one_n, torch.sign(n) * fmax, n)
         ndiff = (n - g).abs_()
         if not (native_finite and finite):
             # A native NaN is not counted as a native error (as officially: NaN compares False),
             # which keeps the candidate's allowance strict.
             ndiff = torch.nan_to_num_(ndiff, nan=0.0)
-        if not finite:
+        if not finite and not bool(valid.all()):
             ndiff = torch.where(valid, ndiff, 0.0)
         nrel = ndiff * inv
     else:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.phases import PhaseClock, measured
 
 if TYPE_CHECKING:
     from pytest_cannbench.submission.build import SubmissionState
@@ -135,10 +136,14 @@ class CandidateAnswer:
 
 
 def run_candidate(source: CaseSource[R], ref: R, worker: CandidateWorker, timeout_s: float,
-                  log_dir: Path) -> CandidateAnswer:
+                  log_dir: Path, clock: PhaseClock | None = None) -> CandidateAnswer:
     """One call of the candidate in its worker; any misbehaviour becomes a failure outcome."""
-    result = worker.call(source.candidate_target(ref), ref.kwargs(), expected_out_bytes=ref.out_bytes(),
+    clock = measured(clock)
+    with clock.phase("inputs_judge"):  # the judge's own copy of the inputs (generated on first use)
+        kwargs = ref.kwargs()
+    result = worker.call(source.candidate_target(ref), kwargs, expected_out_bytes=ref.out_bytes(),
                          timeout=timeout_s, case_log=case_log_path(log_dir, source.key))
+    clock.merge(result.phases)
     if result.status == "ok":
         return CandidateAnswer(outputs=result.outputs, failure=None, seconds=result.seconds, flags=result.flags)
     status, failure_type = fate(result.status)
@@ -150,7 +155,7 @@ def run_candidate(source: CaseSource[R], ref: R, worker: CandidateWorker, timeou
 
 
 def second_pass(source: CaseSource[Any], worker: CandidateWorker, timeout_s: float,
-                log_dir: Path) -> CaseOutcome | None:
+                log_dir: Path, clock: PhaseClock | None = None) -> CaseOutcome | None:
     """The candidate once more on inputs no call has seen (their own seed): a verdict that held on one input
     set must hold on another. Returns the failure, or None when it passed too (or the format has no such pass)."""
     from pytest_cannbench.judge.goldens import GoldenFailure
@@ -158,12 +163,18 @@ def second_pass(source: CaseSource[Any], worker: CandidateWorker, timeout_s: flo
     seed = source.check_seed()
     if seed is None:
         return None
+    clock = measured(clock)
     try:
         ref = source.prepare(seed)
     except GoldenFailure as exc:
         return source.outcome(oc.ERROR, oc.GOLDEN_ERROR, f"second correctness pass: {exc}")
-    answer = run_candidate(source, ref, worker, timeout_s, log_dir)
-    verdict = answer.failure or source.judge(answer.outputs or [], ref)
+    clock.merge(ref.seconds)
+    answer = run_candidate(source, ref, worker, timeout_s, log_dir, clock)
+    if answer.failure is not None:
+        verdict = answer.failure
+    else:
+        with clock.phase("compare"):
+            verdict = source.judge(answer.outputs or [], ref)
     if verdict.status == oc.PASSED:
         return None
     verdict.message = f"second correctness pass (new inputs): {verdict.message}"

@@ -19,6 +19,7 @@ import pytest
 from pytest_cannbench import outcome as oc
 from pytest_cannbench import state
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.phases import PhaseClock
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -89,6 +90,7 @@ class SourceItem(_CannItem):
     candidate: str | None = None  # the candidate of a multi-candidate run (None: the session's one submission)
     spans: list[list[float]] | None = None  # monotonic spans of the case's fenced accuracy work (timing/isolation)
     _memory_hold: contextlib.ExitStack  # the case's place in the memory plan, setup to teardown (nodes.memory)
+    clock: PhaseClock  # where the case's time goes (phases), made in setup
 
     @property
     def timed(self) -> bool:
@@ -108,6 +110,7 @@ class SourceItem(_CannItem):
         st = state.of(self.config)
         source = self.source = self.make_source(st)
         self.spans, self._memory_hold = [], contextlib.ExitStack()
+        self.clock = PhaseClock()
         submission = st.submission_of(self.candidate)
         if source.key in st.resume_keys():
             pytest.skip("already recorded in results.jsonl by an identical run (--cann-resume)")
@@ -134,6 +137,7 @@ class SourceItem(_CannItem):
         try:
             with st.fence().shared(self.spans):  # the golden: accuracy work, held off while another worker times
                 self.reference = source.prepare()
+            self.clock.merge(self.reference.seconds)
         except pytest.fail.Exception as exc:  # pytest-timeout during the golden: the case still counts
             self._record(source.outcome(oc.TIMEOUT, oc.PYTEST_TIMEOUT, f"in setup (golden): {exc}"))
             raise
@@ -168,7 +172,8 @@ class SourceItem(_CannItem):
         if result.status == oc.PASSED and settings.perf and self.timed:
             from pytest_cannbench.timing.perf import measure
 
-            timing, failure = measure(source, ref, worker, self.perf_for(st))
+            with self.clock.phase("timing"):
+                timing, failure = measure(source, ref, worker, self.perf_for(st))
             if failure is not None:
                 failure.accuracy = result.accuracy
                 result = failure
@@ -181,7 +186,7 @@ class SourceItem(_CannItem):
         if st.fence().active and result.timing:  # for the reports' account of isolation (never scored)
             result.timing["accuracy_spans"] = [*(self.spans or []), *result.timing.get("accuracy_spans", [])]
         result.golden_cached = ref.cached
-        result.seconds = dict(ref.seconds, candidate=candidate_s)
+        result.seconds = dict(self.clock.seconds, candidate=candidate_s)
         self._record(result)
         self.recorded(result)
         if result.status == oc.ERROR:
@@ -220,11 +225,15 @@ class SourceItem(_CannItem):
         from pytest_cannbench.judge.source import run_candidate, second_pass
 
         source, timeout_s, log_dir = self.source, st.settings.case_timeout_s, self.log_dir_for(st)
-        answer = run_candidate(source, ref, worker, timeout_s, log_dir)
-        result = answer.failure or source.judge(answer.outputs or [], ref)
+        answer = run_candidate(source, ref, worker, timeout_s, log_dir, self.clock)
+        if answer.failure is not None:
+            result = answer.failure
+        else:
+            with self.clock.phase("compare"):
+                result = source.judge(answer.outputs or [], ref)
         result.warnings += [f"guard (warn mode): {flag}" for flag in answer.flags]
         if result.status == oc.PASSED:
-            again = second_pass(source, worker, timeout_s, log_dir)
+            again = second_pass(source, worker, timeout_s, log_dir, self.clock)
             if again is not None:
                 again.accuracy = again.accuracy or result.accuracy
                 result = again

@@ -479,6 +479,9 @@ def _make_tensor(torch: Any, shape: tuple, dtype: str, rng: Range | None, gen: A
     return torch.randint(a, b + 1, shape, generator=gen, dtype=torch.int64).to(torch.bool)
 
 
+DRAW_CHUNK = 1 << 18  # float64 draws at a time (2 MiB, cache-sized)
+
+
 def _random_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen: Any, dist: str) -> Any:
     """Uniform (or clamped normal) draw in float64, clamped to the dtype, then cast."""
     fi = torch.finfo(tdt)
@@ -491,8 +494,17 @@ def _random_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen:
         x = torch.randn(shape, dtype=torch.float64, generator=gen) * sigma + mu
         x = torch.clamp(x, lo, hi)
         return torch.clamp(x, fi.min, fi.max).to(tdt)
-    x = torch.rand(shape, dtype=torch.float64, generator=gen) * span + lo
-    return torch.clamp(x, fi.min, fi.max).to(tdt)
+    # The same float64 draws, scaled, clamped and cast in the same order, chunk by chunk into the result: the
+    # generator is consumed element by element, so the bits match a whole-tensor draw, without its float64
+    # temporaries (three full-size copies, twice the size of a float32 input each) or their page faults.
+    out = torch.empty(shape, dtype=tdt)
+    flat = out.view(-1)
+    buf = torch.empty(min(DRAW_CHUNK, flat.numel()), dtype=torch.float64)
+    for start in range(0, flat.numel(), DRAW_CHUNK):
+        part = buf[:min(DRAW_CHUNK, flat.numel() - start)]
+        part.uniform_(0.0, 1.0, generator=gen).mul_(span).add_(lo).clamp_(fi.min, fi.max)
+        flat[start:start + part.numel()].copy_(part)
+    return out
 
 
 def _special_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen: Any) -> Any:

@@ -45,7 +45,8 @@ from pytest_cannbench.timing.stats import (
 from pytest_cannbench.workers.limits import usable_cores
 
 if TYPE_CHECKING:
-    from pytest_cannbench.workers.candidate_client import BatchResult, CandidateWorker, StreamedBatch
+    from pytest_cannbench.workers.batch import BatchResult, StreamedBatch
+    from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 BATCH_MEMORY_BYTES = 1 << 30  # input sets and output areas of one timed batch; larger cases are split
 RETRY_SEED_BASE = 1 << 20  # a retried window's fresh input sets: timed_seed(RETRY_SEED_BASE + index), never reused

@@ -14,19 +14,21 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_cannbench.guard import sandbox
 from pytest_cannbench.guard.policy import guard_problems, guard_verdict
+from pytest_cannbench.phases import PhaseClock, peak_mib
 from pytest_cannbench.workers import procs, wire
+from pytest_cannbench.workers.batch import BatchResult, StreamedBatch
 from pytest_cannbench.workers.client import WorkerClient
 from pytest_cannbench.workers.contract import Snapshot, cpu_used, escaped, mutated_inputs, process_snapshot, thread_cpu
 from pytest_cannbench.workers.env_scrub import scrubbed_environment
 from pytest_cannbench.workers.evidence import OutsideEvidence, profile_keys
 from pytest_cannbench.workers.tensor_wire import (
-    BatchLayout,
     Region,
     decode_outputs,
     plan_batch,
@@ -54,50 +56,7 @@ class CandidateResult:
     log_tail: str = ""
     case_log: str | None = None
     flags: list[str] = field(default_factory=list)  # guard findings that did not decide the verdict (warn mode)
-
-
-@dataclass
-class BatchResult:
-    """A timing batch as the judge sees it: per-call times and outputs, and what it observed itself."""
-
-    status: str
-    seconds: list[float] = field(default_factory=list)  # per timed call, as the worker reports them
-    outputs: list[list] = field(default_factory=list)  # per timed call: views of the region until the next request
-    phases: dict[str, float] = field(default_factory=dict)  # the worker's account of its time
-    wall_s: float = 0.0  # the judge's own clock around the whole exchange
-    cpu_s: float | None = None  # CPU time the worker process used during the exchange (from /proc)
-    busiest_cpu_s: float | None = None  # the same, of its busiest thread alone
-    timer: str = ""
-    notes: list[str] = field(default_factory=list)
-    message: str = ""
-    log_tail: str = ""
-    case_log: str | None = None
-    flags: list[str] = field(default_factory=list)
-
-
-@dataclass
-class StreamedBatch:
-    """A timing batch in progress (:meth:`CandidateWorker.open_batch`): the worker waits, frozen, for call
-    ``next``, whose set is not in the region yet; ``result`` once it ended."""
-
-    layout: BatchLayout
-    kwargs_sets: list[dict[str, Any]]
-    call_sets: list[int]
-    case_log: Path | None
-    deadline: float  # time.perf_counter() by which the whole batch must be over
-    timeout: float
-    before: Snapshot = (0, frozenset())
-    cpu0: dict[int, float] = field(default_factory=dict)
-    t0: float = 0.0
-    written: set[int] = field(default_factory=set)  # sets already in the region
-    next: int = 0
-    result: BatchResult | None = None
-    keys: tuple[str, ...] = ()  # the case and operator the judge's CPU samples are merged under
-    calls: int = 0  # warm-up and timed calls the worker makes in the batch
-
-    @property
-    def waiting(self) -> bool:
-        return self.result is None
+    phases: dict[str, float] = field(default_factory=dict)  # the judge's account of the call (phases.PhaseClock)
 
 
 class WorkerGone(Exception):
@@ -294,14 +253,24 @@ class CandidateWorker(WorkerClient):
     def call(self, target: dict, kwargs: dict[str, Any], *, expected_out_bytes: int, timeout: float,
              case_log: Path | None = None) -> CandidateResult:
         """Run one operator call; never raises for anything the candidate does."""
+        clock = PhaseClock()
+        result = self._call(target, kwargs, expected_out_bytes, timeout, case_log, clock)
+        result.phases = clock.seconds
+        return result
+
+    def _call(self, target: dict, kwargs: dict[str, Any], expected_out_bytes: int, timeout: float,
+              case_log: Path | None, clock: PhaseClock) -> CandidateResult:
         layout, writes = plan_call(kwargs, expected_out_bytes)
         self.log_mark = procs.log_size(self.log_path)
         self.wipe_tmp(str(target.get("rel_path") or target.get("name")))
         try:
-            self._ensure()
+            with clock.phase("start") if self.proc is None or self.proc.poll() is not None else nullcontext():
+                self._ensure()
             assert self.proc is not None and self.region is not None  # _ensure started both
-            write_inputs(self.region, layout, writes)
+            with clock.phase("transfer"):
+                write_inputs(self.region, layout, writes)
             before = process_snapshot(self.pid)
+            cpu0, t0 = thread_cpu(self.pid), time.perf_counter()
             self._arm()
             reply = self._exchange({"op": "call", "target": target, "args": layout.args,
                                     "region_size": self.region.size, "out_offset": layout.out_offset,
@@ -312,6 +281,14 @@ class CandidateWorker(WorkerClient):
             self.kill()
             raise
         self._freeze()
+        clock.add("call", time.perf_counter() - t0, cpu_used(cpu0, thread_cpu(self.pid))[0],
+                  peak_mib(self.pid, "VmRSS"))  # the frozen worker's resident memory after its call
+        with clock.phase("contract"):
+            return self._judged(target, kwargs, reply, layout, before, case_log)
+
+    def _judged(self, target: dict, kwargs: dict[str, Any], reply: dict, layout: Any, before: Snapshot,
+                case_log: Path | None) -> CandidateResult:
+        assert self.region is not None  # the judge's checks of a finished call, from outside the frozen worker
         sampled = self._observed(profile_keys(target, case_log), 1)
         problem = self._contract(before, layout.args, kwargs)
         if problem is not None:

@@ -7,6 +7,7 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
+from pytest_cannbench.phases import PhaseClock
 from pytest_cannbench.workers import procs
 from pytest_cannbench.workers.client import WorkerClient
 
@@ -52,16 +53,24 @@ class GoldenWorker(WorkerClient):
 
         With ``reply_keep`` false the file is removed once loaded (the mapping stays valid).
         """
-        proc = self.proc if self.proc and self.proc.poll() is None else self._start()
+        clock = PhaseClock()
+        if self.proc and self.proc.poll() is None:
+            proc = self.proc
+        else:
+            with clock.phase("start"):
+                proc = self._start()
         response = self._exchange(proc, message, timeout, f"golden did not finish within {timeout:g} s "
                                                           "(--cann-golden-timeout); its worker was killed")
         path = response.get("reply_file")
         if path is None:
+            _add_seconds(response, clock)
             return response
         import torch
 
+        clock.merge(response.get("seconds") or {})  # the worker's write
         try:
-            loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            with clock.phase("reply"):
+                loaded = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         finally:
             if not message.get("reply_keep"):
                 try:
@@ -69,6 +78,7 @@ class GoldenWorker(WorkerClient):
                 except OSError:
                     pass
         loaded["reply_file"] = path if message.get("reply_keep") else None
+        _add_seconds(loaded, clock)
         return loaded
 
     def _exchange(self, proc: subprocess.Popen, message: dict, timeout: float, timeout_message: str) -> dict:
@@ -91,3 +101,10 @@ class GoldenWorker(WorkerClient):
         data = procs.read_log_since(self.log_path, self.log_mark, 16 * chars)
         text = "\n".join(data.decode("utf-8", errors="replace").splitlines()[-lines:])[-chars:]
         return ("\n" + text) if text.strip() else ""
+
+
+def _add_seconds(response: dict, clock: PhaseClock) -> None:
+    """The judge's own phases of a request (a start, the reply's map) beside the worker's."""
+    if response.get("ok") and isinstance(response.get("seconds"), dict):
+        clock.merge(response["seconds"])
+        response["seconds"] = clock.seconds

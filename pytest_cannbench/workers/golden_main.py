@@ -14,11 +14,11 @@ import argparse
 import os
 import resource
 import sys
-import time
 import traceback
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench.phases import PhaseClock
 from pytest_cannbench.workers import limits, procs, wire
 
 
@@ -55,49 +55,50 @@ def prepare(req: dict) -> dict:
     from pytest_cannbench.taskformat.inputs import generate_inputs, plan_inputs
     from pytest_cannbench.workers.golden_binding import bind, call_get_input, flatten_outputs, load_golden, upcast
 
-    seconds: dict[str, float] = {}
+    clock = PhaseClock()
     stage = "import golden.py"
     try:
         gm = load_golden(Path(req["op_dir"]), req["rel_path"], req["function_name"], req["name_lower"],
                          str(req.get("golden_sha256") or ""))
         stage = "generate inputs"
-        t0 = time.perf_counter()
-        raw = req["case"]
-        plans = plan_inputs(req["input_names"], raw["input_shape"], raw["dtype"], raw.get("value_range"))
-        inputs = generate_inputs(plans, req["seed"], dist=req["dist"], compat=req["compat"])
-        attrs = dict(raw.get("attrs") or {})
-        hooked = None
-        if gm.get_input is not None:
-            stage = "get_input"
-            inputs = call_get_input(gm.get_input, req["input_names"], inputs, attrs)
-            hooked = inputs
-        stage = "bind parameters"
-        binding = bind(gm.main, inputs, attrs)
-        seconds["inputs"] = time.perf_counter() - t0
+        with clock.phase("inputs"):
+            raw = req["case"]
+            plans = plan_inputs(req["input_names"], raw["input_shape"], raw["dtype"], raw.get("value_range"))
+            inputs = generate_inputs(plans, req["seed"], dist=req["dist"], compat=req["compat"])
+            attrs = dict(raw.get("attrs") or {})
+            hooked = None
+            if gm.get_input is not None:
+                stage = "get_input"
+                inputs = call_get_input(gm.get_input, req["input_names"], inputs, attrs)
+                hooked = inputs
+            stage = "bind parameters"
+            binding = bind(gm.main, inputs, attrs)
 
         stage = "golden (oracle)" if gm.oracle else "golden"
         truth = gm.oracle or gm.main
-        t0 = time.perf_counter()
-        truth_inputs = upcast(inputs) if req["precision"] == "fp64_cpu" else _clone(inputs)
-        golden = flatten_outputs(truth(**bind(truth, truth_inputs, attrs).kwargs(truth_inputs)))
-        seconds["golden"] = time.perf_counter() - t0
+        with clock.phase("golden"):
+            truth_inputs = upcast(inputs) if req["precision"] == "fp64_cpu" else _clone(inputs)
+            golden = flatten_outputs(truth(**bind(truth, truth_inputs, attrs).kwargs(truth_inputs)))
+            del truth_inputs
     except BaseException as exc:  # noqa: BLE001 - every golden failure becomes a report
         return _error(stage, exc)
 
     native, native_error = None, None
-    t0 = time.perf_counter()
-    if req["precision"] == "native_cpu":
-        native = golden
-    else:
-        ref = gm.bench or gm.main
-        try:
-            native_inputs = _clone(inputs)
-            native = flatten_outputs(ref(**bind(ref, native_inputs, attrs).kwargs(native_inputs)))
-        except BaseException as exc:  # noqa: BLE001 - a missing reference only makes the check strict
-            native_error = _error("same-precision reference", exc)["error"]
-    seconds["native"] = time.perf_counter() - t0
-    if native is not None and gm.get_output is None:
-        golden = truncate_to_reference(golden, native)
+    with clock.phase("native"):
+        if req["precision"] == "native_cpu":
+            native = golden
+        else:
+            ref = gm.bench or gm.main
+            try:
+                # a copy only where the inputs are needed afterwards (hook-made ones go to the judge): the
+                # judge generates its own copy of generic inputs, so a golden writing into these changes nothing
+                native_inputs = _clone(inputs) if hooked is not None else inputs
+                native = flatten_outputs(ref(**bind(ref, native_inputs, attrs).kwargs(native_inputs)))
+            except BaseException as exc:  # noqa: BLE001 - a missing reference only makes the check strict
+                native_error = _error("same-precision reference", exc)["error"]
+        if native is not None and gm.get_output is None:
+            golden = truncate_to_reference(golden, native)
+    seconds = clock.seconds
     return {"ok": True, "binding": binding.entries, "hooked": hooked, "golden": golden, "native": native,
             "native_error": native_error, "has_get_output": gm.get_output is not None, "seconds": seconds}
 
@@ -195,17 +196,19 @@ def _to_file(response: dict, path: str | None) -> dict:
     import torch
 
     tmp = f"{path}.tmp-{os.getpid()}"
+    clock = PhaseClock()
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        torch.save(response, tmp)
-        os.replace(tmp, path)
+        with clock.phase("reply"):
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            torch.save(response, tmp)
+            os.replace(tmp, path)
     except OSError:  # disk full or unwritable: the pipe still works
         try:
             os.unlink(tmp)
         except OSError:
             pass
         return response
-    return {"ok": True, "reply_file": path}
+    return {"ok": True, "reply_file": path, "seconds": clock.seconds}  # the write's cost, beside the file
 
 
 if __name__ == "__main__":

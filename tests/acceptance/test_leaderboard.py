@@ -83,6 +83,11 @@ def test_results_jsonl_and_resume(pytester, capsys, task_tree, prebuilt):
     lines = [json.loads(line) for line in journal.read_text().splitlines()]
     assert {entry["outcome"]["key"] for entry in lines} == KEYS
     assert len({entry["run"] for entry in lines}) == 1
+    # each graded case says where its time went (pytest_cannbench.phases), measured where the work happened
+    seconds = next(e["outcome"]["seconds"] for e in lines if e["outcome"]["key"] == "level1/softplus_1")
+    for phase in ("inputs", "golden", "native", "inputs_judge", "transfer", "call", "contract", "compare", "timing"):
+        assert seconds[phase] >= 0 and seconds[f"{phase}_cpu"] >= 0, phase
+    assert seconds["timing"] > seconds["compare"] > 0 and seconds["golden_peak_mib"] > 0
     first_board = board_of(pytester.path)
 
     # a resumed identical run skips every recorded case and reports the same scores

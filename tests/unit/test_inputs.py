@@ -522,3 +522,22 @@ def test_case_format_error_is_a_value_error_and_pickles():
     assert isinstance(err, ValueError)
     back = pickle.loads(pickle.dumps(err))
     assert (back.field, back.message, str(back)) == (err.field, err.message, str(err))
+
+
+@pytest.mark.parametrize("numel", [0, 1, 17, (1 << 18) - 1, (1 << 18) + 5, 3 * (1 << 18)])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_chunked_uniform_draw_matches_one_whole_tensor_draw(numel: int, dtype: str) -> None:
+    """Inputs are drawn chunk by chunk into their own dtype: the bits, and the generator's state after, are
+    those of one float64 draw of the whole tensor, scaled, clamped and cast (the official algorithm)."""
+    plan = plan_inputs(["x", "y"], [[numel], [3]], [dtype, dtype], [[-2.5, 7.0], [0, 1]])
+    got = generate_inputs(plan, 1234)
+    gen = torch.Generator()
+    gen.manual_seed(1234)
+    tdt = getattr(torch, dtype)
+    fi = torch.finfo(tdt)
+    want = [torch.clamp(torch.rand([numel], dtype=torch.float64, generator=gen) * 9.5 - 2.5, fi.min, fi.max).to(tdt),
+            torch.clamp(torch.rand([3], dtype=torch.float64, generator=gen), fi.min, fi.max).to(tdt)]
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert torch.equal(g.view(torch.int16), w.view(torch.int16)) if g.element_size() == 2 else \
+            torch.equal(g.view(torch.int32), w.view(torch.int32))

@@ -1,0 +1,223 @@
+"""Phase profile of one grading run, beside the irreducible work for the same cases.
+
+Usage: python benchmarks/phases.py [--json OUT] [--no-floor] -- PYTEST_ARGS...
+e.g.   python benchmarks/phases.py -- --cann-tasks=/path/to/tasks/level1 --cann-self-check --cann-no-perf \\
+           --cann-golden-cache off -n 2
+
+The pytest session runs as a child process (its report directory is a fresh temporary one unless the arguments
+name one). Every ~0.2 s the summed PSS (``/proc/<pid>/smaps_rollup``) of the whole process tree is sampled, so
+the peak counts shared pages once, not once per process. Afterwards ``results.jsonl`` gives each case's phases
+(:mod:`pytest_cannbench.phases`: wall, CPU and peak resident memory, measured where the work happens), which are
+summed per phase; what the cases do not account for (process starts of pytest and xdist, collection, reporting)
+is the session's wall times its processes minus their sum.
+
+The irreducible work (the floor) is measured for the same cases in a separate, single-threaded process: inputs
+generated once, the fp64 golden once, a candidate once (the golden in the case's own dtypes, as under
+``--cann-self-check``), and one MERE/MARE comparison streamed in chunks, nothing else: no workers, no transfer,
+no second pass, no timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from pytest_cannbench.phases import PHASES  # noqa: E402  (the checkout's package, also when not installed)
+
+INTERVAL_S = 0.2
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        tree.setdefault(ppid, []).append(int(name))
+    return tree
+
+
+def tree_pss_kib(root: int) -> int:
+    """Summed PSS of ``root`` and all its descendants, in KiB (shared pages split among their sharers)."""
+    tree, todo, total = _children(), [root], 0
+    while todo:
+        pid = todo.pop()
+        todo.extend(tree.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/smaps_rollup") as fh:
+                for line in fh:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+                        break
+        except OSError:
+            continue
+    return total
+
+
+class Sampler(threading.Thread):
+    """The process tree's summed PSS every :data:`INTERVAL_S`, keeping the peak."""
+
+    def __init__(self, root: int) -> None:
+        super().__init__(daemon=True)
+        self.root, self.peak_kib, self.samples = root, 0, 0
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(INTERVAL_S):
+            self.peak_kib = max(self.peak_kib, tree_pss_kib(self.root))
+            self.samples += 1
+
+
+def run_session(pytest_args: list[str], report_dir: Path) -> dict[str, Any]:
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *pytest_args]
+    if not any(a.startswith("--cann-report-dir") for a in pytest_args):
+        args.append(f"--cann-report-dir={report_dir}")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    sampler = Sampler(proc.pid)
+    sampler.start()
+    assert proc.stdout is not None
+    tail = proc.stdout.read()[-3000:]
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    sampler.stop.set()
+    sampler.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return {"wall_s": wall, "user_s": usage.ru_utime, "sys_s": usage.ru_stime,
+            "peak_pss_gib": sampler.peak_kib / (1 << 20), "pss_samples": sampler.samples, "exit": proc.returncode,
+            "tail": tail}
+
+
+def read_cases(results: Path) -> list[dict[str, Any]]:
+    cases = []
+    for line in results.read_text().splitlines():
+        data = json.loads(line).get("outcome")  # journal lines: {"run": ..., "outcome": CaseOutcome}
+        if isinstance(data, dict) and "status" in data and "key" in data:
+            cases.append(data)
+    return cases
+
+
+def phase_totals(cases: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    totals: dict[str, dict[str, float]] = {}
+    for case in cases:
+        seconds = case.get("seconds") or {}
+        for name in [*PHASES, "candidate"]:
+            if name not in seconds:
+                continue
+            row = totals.setdefault(name, {"wall_s": 0.0, "cpu_s": 0.0, "peak_mib": 0.0})
+            row["wall_s"] += seconds[name]
+            row["cpu_s"] += seconds.get(f"{name}_cpu", 0.0)
+            row["peak_mib"] = max(row["peak_mib"], seconds.get(f"{name}_peak_mib", 0.0))
+    return totals
+
+
+def floor_cases(tasks: str, cases: list[dict[str, Any]]) -> list[list[Any]]:
+    """``[op_dir, case_id]`` of every graded case, for the floor process."""
+    from pytest_cannbench.taskformat.dirs import find_bench_root
+
+    root = find_bench_root(Path(tasks).resolve()) if (Path(tasks) / "proto.yaml").is_file() else None
+    if root is None:
+        probe = next(Path(tasks).resolve().rglob("proto.yaml"), None)
+        root = find_bench_root(probe.parent) if probe else Path(tasks).resolve()
+    return [[str(root / c["rel_path"]), c["case_id"]] for c in cases
+            if c.get("case_id") is not None and c["status"] in ("passed", "failed")]
+
+
+def measure_floor(todo: list[list[Any]]) -> dict[str, Any]:
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+        json.dump(todo, fh)
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "floor_work.py"), fh.name],
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, _, usage = os.wait4(proc.pid, 0)
+    proc.returncode = 0
+    wall = time.perf_counter() - t0
+    os.unlink(fh.name)
+    data = json.loads(out.strip().splitlines()[-1]) if out.strip() else {}
+    return {"wall_s": wall, "user_s": usage.ru_utime, "sys_s": usage.ru_stime, **data}
+
+
+def xdist_workers(args: list[str]) -> int:
+    """The judge processes a session runs (``-n N``, ``-nN``, ``--numprocesses=N``; 1 without xdist)."""
+    for i, arg in enumerate(args):
+        value = None
+        if arg in ("-n", "--numprocesses") and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith("--numprocesses="):
+            value = arg.split("=", 1)[1]
+        elif arg.startswith("-n") and arg[2:].isdigit():
+            value = arg[2:]
+        if value is not None and value.isdigit():
+            return max(1, int(value))
+    return 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, help="also write the figures as JSON")
+    parser.add_argument("--no-floor", action="store_true", help="skip the irreducible-work measurement")
+    parser.add_argument("pytest_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    pytest_args = [a for a in args.pytest_args if a != "--"]
+    with tempfile.TemporaryDirectory(prefix="cannbench-phases-") as tmp:
+        session = run_session(pytest_args, Path(tmp))
+        named = [a.split("=", 1)[1] for a in pytest_args if a.startswith("--cann-report-dir=")]
+        results = Path(named[0] if named else tmp) / "results.jsonl"
+        cases = read_cases(results) if results.is_file() else []
+    if not cases:
+        print(session["tail"])
+        return 1
+    totals = phase_totals(cases)
+    processes = xdist_workers(pytest_args)
+    in_cases = sum(c.get("seconds", {}).get(p, 0.0) for c in cases for p in PHASES)
+    statuses: dict[str, int] = {}
+    for c in cases:
+        statuses[c["status"]] = statuses.get(c["status"], 0) + 1
+    report: dict[str, Any] = {"session": {k: v for k, v in session.items() if k != "tail"}, "cases": len(cases),
+                              "statuses": statuses, "phases": totals,
+                              "outside_cases_s": session["wall_s"] * processes - in_cases, "processes": processes}
+    print(f"session: {len(cases)} cases {statuses}, wall {session['wall_s']:.1f} s, tree CPU user "
+          f"{session['user_s']:.1f} s + sys {session['sys_s']:.1f} s, peak summed PSS "
+          f"{session['peak_pss_gib']:.2f} GiB ({session['pss_samples']} samples), exit {session['exit']}")
+    print(f"{'phase':14} {'wall s':>9} {'CPU s':>9} {'peak MiB':>9}  what")
+    for name, what in [*PHASES.items(), ("candidate", "the candidate call as the worker reports it (untrusted)")]:
+        row = totals.get(name)
+        if row:
+            print(f"{name:14} {row['wall_s']:9.1f} {row['cpu_s']:9.1f} {row['peak_mib']:9.0f}  {what}")
+    print(f"{'outside cases':14} {report['outside_cases_s']:9.1f} {'':>9} {'':>9}  wall x {processes} process(es) "
+          "minus the phases: pytest/xdist starts, collection, per-item overhead, reporting")
+    if not args.no_floor:
+        tasks = next((a.split("=", 1)[1] for a in pytest_args if a.startswith("--cann-tasks=")), str(ROOT / "tasks"))
+        floor = report["floor"] = measure_floor(floor_cases(tasks, cases))
+        print(f"irreducible work for the same {floor.get('cases', 0)} cases (one process, one thread): wall "
+              f"{floor['wall_s']:.1f} s (inputs {floor.get('inputs_s', 0):.1f}, golden {floor.get('golden_s', 0):.1f}, "
+              f"candidate {floor.get('candidate_s', 0):.1f}, compare {floor.get('compare_s', 0):.1f}, torch import "
+              f"{floor.get('import_s', 0):.1f}), CPU user {floor['user_s']:.1f} s + sys {floor['sys_s']:.1f} s, peak "
+              f"RSS {floor.get('peak_gib', 0):.2f} GiB; run/floor: wall "
+              f"{session['wall_s'] / max(floor['wall_s'], 1e-9):.2f}x, CPU "
+              f"{(session['user_s'] + session['sys_s']) / max(floor['user_s'] + floor['sys_s'], 1e-9):.2f}x")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""The judge's records of a timing batch: one in progress (:class:`StreamedBatch`, streamed one set at a time by
+:meth:`~pytest_cannbench.workers.candidate_client.CandidateWorker.open_batch` and ``run_call``) and its result
+(:class:`BatchResult`), apart from the worker handle so that the timing loop can name them without it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pytest_cannbench.workers.contract import Snapshot
+from pytest_cannbench.workers.tensor_wire import BatchLayout
+
+
+@dataclass
+class BatchResult:
+    """A timing batch as the judge sees it: per-call times and outputs, and what it observed itself."""
+
+    status: str
+    seconds: list[float] = field(default_factory=list)  # per timed call, as the worker reports them
+    outputs: list[list] = field(default_factory=list)  # per timed call: views of the region until the next request
+    phases: dict[str, float] = field(default_factory=dict)  # the worker's account of its time
+    wall_s: float = 0.0  # the judge's own clock around the whole exchange
+    cpu_s: float | None = None  # CPU time the worker process used during the exchange (from /proc)
+    busiest_cpu_s: float | None = None  # the same, of its busiest thread alone
+    timer: str = ""
+    notes: list[str] = field(default_factory=list)
+    message: str = ""
+    log_tail: str = ""
+    case_log: str | None = None
+    flags: list[str] = field(default_factory=list)
+
+
+@dataclass
+class StreamedBatch:
+    """A timing batch in progress (:meth:`CandidateWorker.open_batch`): the worker waits, frozen, for call
+    ``next``, whose set is not in the region yet; ``result`` once it ended."""
+
+    layout: BatchLayout
+    kwargs_sets: list[dict[str, Any]]
+    call_sets: list[int]
+    case_log: Path | None
+    deadline: float  # time.perf_counter() by which the whole batch must be over
+    timeout: float
+    before: Snapshot = (0, frozenset())
+    cpu0: dict[int, float] = field(default_factory=dict)
+    t0: float = 0.0
+    written: set[int] = field(default_factory=set)  # sets already in the region
+    next: int = 0
+    result: BatchResult | None = None
+    keys: tuple[str, ...] = ()  # the case and operator the judge's CPU samples are merged under
+    calls: int = 0  # warm-up and timed calls the worker makes in the batch
+
+    @property
+    def waiting(self) -> bool:
+        return self.result is None
