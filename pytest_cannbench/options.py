@@ -190,9 +190,9 @@ def add_options(parser: pytest.Parser) -> None:
     option("repeat-max", type=int, metavar="N",
            help=f"--cann-repeat auto: timed calls no case goes beyond (default {DEFAULT_REPEAT_MAX}).")
     option("timing-threads", metavar="N|all",
-           help="intra-op threads of every timed call, candidate and baseline alike, whatever -n is (default 1; "
-                "all: every usable core, which the quiet-window fence gives a timed window). Correctness calls "
-                "keep each process's share of the cores.")
+           help="intra-op threads of the candidate and baseline workers, for their correctness and timed calls, "
+                "whatever -n is (default 1; all: every usable core, which the quiet-window fence gives a timed "
+                "window). Goldens and comparisons keep each process's share of the cores.")
     option("timing-isolation", choices=ISOLATION_MODES,
            help="fence (default): while a case is timed, the session's other xdist workers hold off their "
                 "accuracy work (goldens, candidate calls, comparisons); off lets them run alongside.")

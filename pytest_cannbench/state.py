@@ -300,7 +300,7 @@ class CannBenchState:
             workdir=base / f"work-{self.worker_id}", mode=mode,
             site_dir=submission.site_dir if submission is not None else None,
             env={**(submission.env if submission is not None else {}), **plan.env}, device=plan.worker_device,
-            threads=cpu_threads(), timing_threads=self.timed_threads(), memory_bytes=memory,
+            threads=self.timed_threads(), memory_bytes=memory,
             startup_timeout_s=max(120.0, s.case_timeout_s),
             guard=mode_for(guard_role or name, s.guard, s.kb_guard), protect=self.protected_paths(),
             static_problems=submission.guard_problems if submission is not None else [],

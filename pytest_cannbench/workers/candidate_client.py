@@ -36,6 +36,12 @@ from pytest_cannbench.workers.tensor_wire import (
     write_inputs,
 )
 
+# glibc's allocator in a steady state: blocks up to 32 MiB (its largest mmap threshold) come from the heap, and freed
+# heap is kept rather than returned to the kernel. With the defaults the dynamic thresholds made an output's memory
+# sometimes reused and sometimes fresh, page-faulted and zeroed inside the timed call: the honest C++ clamp on 8 MiB
+# timed 1.0-1.4 ms or 5-6.5 ms in one batch (a speed-up interval of +-118%), and the page faults in the kernel were
+# sampled as foreign code (one builtin_compute). Candidate and baseline workers get the same setting.
+STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 CASE_LOG_BYTES = 1 << 20  # kept per case: the end of what the submission printed
 POLL_S = 0.05  # memory watchdog period while a call runs
 EXIT_GRACE_POLLS, EXIT_GRACE_S = 4, 0.025  # how long a finished thread may take to disappear from /proc
@@ -75,8 +81,7 @@ class CandidateWorker(WorkerClient):
     mode: str = "submission"
     site_dir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
-    threads: int = 1  # intra-op threads of the correctness calls
-    timing_threads: int = 0  # of the timed calls (state.timing_threads); 0: as many as ``threads``
+    threads: int = 1
     device: str = "cpu"
     memory_bytes: int = 0
     startup_timeout_s: float = 300.0
@@ -105,8 +110,7 @@ class CandidateWorker(WorkerClient):
         if self.region is None:
             self.region = Region()
         judge_pid = 0 if self.sandboxed else os.getpid()  # inside a pid namespace the judge has no pid
-        args = ["--region-fd", str(self.region.fd), "--threads", str(self.threads),
-                "--timing-threads", str(self.batch_threads), "--device", self.device,
+        args = ["--region-fd", str(self.region.fd), "--threads", str(self.threads), "--device", self.device,
                 "--workdir", str(self.workdir), "--judge-pid", str(judge_pid)]
         if self.site_dir:
             args += ["--site", self.site_dir]
@@ -128,6 +132,7 @@ class CandidateWorker(WorkerClient):
         # waits for its next set, which the judge's CPU-time floor reads as a slow clock (an honest serial run
         # with two threads failed as timing_implausible), and it steals cycles from the other worker's calls
         env["OMP_WAIT_POLICY"] = "PASSIVE"
+        env.update(STEADY_MALLOC)
         module = "pytest_cannbench.workers.candidate_main"
         if not self.sandboxed:
             proc = self._spawn(module, args, env, pass_fds=(self.region.fd,), cwd=str(self.workdir))
@@ -137,11 +142,6 @@ class CandidateWorker(WorkerClient):
         self.frozen, self._killed_for = False, None
         self._open_sampler()
         return proc
-
-    @property
-    def batch_threads(self) -> int:
-        """The intra-op threads a timed batch runs with, and the budget the judge's CPU floor divides by."""
-        return max(1, self.timing_threads or self.threads)
 
     def _open_sampler(self) -> None:
         """The judge's own evidence, for submission code under an active guard (KernelBench keeps builtin ops
@@ -365,7 +365,7 @@ class CandidateWorker(WorkerClient):
                        "calls": [{"set": i, "out_offset": c.out_offset, "out_capacity": c.out_capacity}
                                  for i, c in zip(call_sets, layout.calls)],
                        "warmup": warmup, "warmup_set": 0, "flush": flush, "timer": timer, "npu": npu,
-                       "stream": True, "judge_flushes": judge_flushes, "threads": self.batch_threads,
+                       "stream": True, "judge_flushes": judge_flushes,
                        "graph": graph if self.device.startswith("cuda") else "off"}
             batch.before = process_snapshot(self.pid)
             batch.cpu0 = thread_cpu(self.pid)

@@ -55,10 +55,6 @@ class Worker:
         self.flusher: Any = None
         self.flusher_private = False
         self.out: Any = None  # the frame stream, for the streamed batch's handshakes
-        # correctness calls use ``threads``; a timed batch as many as the judge asks, up to ``timing_threads`` (the
-        # pools' size since start-up); ``set_threads`` is torch.set_num_threads bound before the submission loaded
-        self.threads = self.timing_threads = 1
-        self.set_threads: Callable[[int], None] | None = None
 
     def map_region(self, size: int) -> None:
         """Map the judge's region; pre-faulted, so first touches of fresh inputs are not timed."""
@@ -224,14 +220,10 @@ class Worker:
             poison(flat, outputs[i])
             inputs[i] = None
 
-        asked = req.get("threads")
-        batch_threads = asked if isinstance(asked, int) and 1 <= asked <= self.timing_threads else self.threads
         try:
             # On the CPU the whole batch runs under the guard's profiler; the CUDA and NPU timers run their own
             # profiler sessions, so there the guard covers the correctness calls and timed outputs are verified.
             guarded = self.guard is not None and self.device == "cpu"
-            if self.set_threads is not None and batch_threads != self.threads:
-                self.set_threads(batch_threads)
             with (self.guard.batch() if guarded else contextlib.nullcontext(lambda f: f)) as wrap:
                 times = run_batch(wrap(fn), warm, fetch, len(calls), req["warmup"], self.device, _clock,
                                   self.flusher if req.get("flush") else None, sink, req.get("timer", "auto"),
@@ -240,9 +232,6 @@ class Worker:
             return {"ok": False, "stage": "stopped", "error": str(exc), "guard": self._guard_report()}
         except BaseException as exc:  # noqa: BLE001 - the candidate's, or its output could not be written
             return self._failure("call", exc)
-        finally:
-            if self.set_threads is not None and batch_threads != self.threads:
-                self.set_threads(self.threads)
         report = self._guard_report()
         # the guard's own work after the loop (profiler teardown and trace, the checks): CPU time the judge sees
         guard_s = max(0.0, _clock() - times.started - times.phases.get("total", 0.0))
@@ -284,7 +273,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--region-fd", type=int, required=True)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--timing-threads", type=int, default=0, help="threads of timed batches (0: --threads)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--site", default="")
     parser.add_argument("--workdir", default="")
@@ -309,11 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     from pytest_cannbench.timing import in_worker  # noqa: F401 - bound before any submission code runs
     from pytest_cannbench.workers import tensor_wire  # noqa: F401
 
-    threads = max(1, args.threads)
-    timing_threads = max(threads, args.timing_threads)
-    torch.set_num_threads(timing_threads)  # the pools at their largest size now, before any submission code
+    torch.set_num_threads(max(1, args.threads))
     _warm_thread_pools(args.device)
-    torch.set_num_threads(threads)
     if args.site:
         sys.path.insert(0, args.site)
     if args.guard:  # before the guard and the submission: load_inline/load load only what the build stage built
@@ -321,7 +306,6 @@ def main(argv: list[str] | None = None) -> int:
 
         route_from_environment()
     worker = Worker(args.region_fd, args.device)
-    worker.threads, worker.timing_threads, worker.set_threads = threads, timing_threads, torch.set_num_threads
     worker.out = out
     if args.guard:
         from pytest_cannbench.guard import containment

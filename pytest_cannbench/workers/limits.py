@@ -207,12 +207,14 @@ def cpu_threads() -> int:
 
 
 def timing_threads(asked: int, fenced: bool, workers: int | None = None) -> int:
-    """Intra-op threads of a timed call (``--cann-timing-threads``, default 1): the same count under ``-n 2`` as
-    serially, so the two modes time the same thing (issue 20: a serial run used to time with both cores and
-    ``-n 2`` with one, and their scores differed). ``all`` is every usable core, which a timed window has to itself
-    while the quiet-window fence holds the other xdist workers back; with the fence off, a window shares the
-    machine and gets at most the process's share. ``asked``: the option (0: all); ``fenced``: the fence is on;
-    ``workers``: the run's pytest processes (default: this one's)."""
+    """Intra-op threads of the candidate and baseline workers (``--cann-timing-threads``, default 1), for all their
+    calls: the same count under ``-n 2`` as serially, so the two modes time the same thing (issue 20: a serial run
+    used to time with both cores and ``-n 2`` with one, and their scores differed). One count for every call: a
+    worker switching counts between its correctness calls and its timed batch failed honest batches as
+    ``timing_implausible`` (CPU outside the phases it reported). ``all`` is every usable core, which a timed window
+    has to itself while the quiet-window fence holds the other xdist workers back; with the fence off, a window
+    shares the machine and gets at most the process's share. ``asked``: the option (0: all); ``fenced``: the fence
+    is on; ``workers``: the run's pytest processes (default: this one's)."""
     workers = processes() if workers is None else max(1, workers)
     cores = usable_cores()
     wanted = asked or cores
