@@ -402,7 +402,7 @@ class CannBenchState:
                  else "L2 flush" if plan.kind == "cuda" else "cache-clean kernel")
         repeat = (f"repeat auto ({s.repeat}-{s.repeat_max} calls, speed-up to +-{s.timing_target * 100:g}% or "
                   f"{s.timing_budget_s:g} s a case)" if s.repeat_auto else f"repeat {s.repeat}")
-        threads = self._timing_threads_of_workers()
+        threads = self.timed_threads()
         lines = [f"cannbench: timing on {plan.label}: {threads} thread{'s' if threads > 1 else ''} per timed call, "
                  f"warmup {s.warmup}, {repeat} on fresh verified inputs streamed "
                  f"one call at a time, candidate and baseline interleaved (ABBA), {flush}; T_baseline = the golden "
@@ -420,7 +420,7 @@ class CannBenchState:
             return lines
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         announce = reporter.write_line if reporter is not None else None
-        limits = roofline_limits(cache_dir(), plan, self._timing_threads_of_workers(), announce)
+        limits = roofline_limits(cache_dir(), plan, self.timed_threads(), announce)
         lines.append(f"cannbench: T_HW from the {limits.describe()}")
         return lines
 
@@ -443,8 +443,7 @@ class CannBenchState:
                 self._memory_plan = memory_plan.MemoryPlan.from_dict(given)
             else:
                 s, gib = self.settings, 1 << 30
-                workers = processes() if workerinput is not None or self.config.getoption("dist", "no") == "no" \
-                    else len(getattr(self.config.option, "tx", None) or []) or 1
+                workers = self.run_processes()
                 candidates = min(len(self.candidate_names()) or 1, MAX_LIVE_WORKERS)
                 per_judge = 2 + candidates + (1 if s.perf else 0)  # judge, golden, candidate(s), baseline
                 self._memory_plan = memory_plan.make_plan(
@@ -472,24 +471,24 @@ class CannBenchState:
         return self._memory_fence
 
     def _threads_of_workers(self) -> int:
-        """The intra-op threads each pytest worker will use, seen from the xdist controller (or the only process)."""
-        config = self.config
-        if hasattr(config, "workerinput") or config.getoption("dist", "no") == "no":
-            return cpu_threads()
-        workers = len(getattr(config.option, "tx", None) or []) or 1
-        return max(1, usable_cores() // workers)
+        """The intra-op threads each pytest process will use (goldens, comparisons), seen from any of them."""
+        return max(1, usable_cores() // self.run_processes())
 
-    def _timing_threads_of_workers(self) -> int:
-        """The threads of the workers' timed calls (:func:`timing_threads`), seen from the controller."""
-        config = self.config
-        if hasattr(config, "workerinput") or config.getoption("dist", "no") == "no":
-            return self.timed_threads()
-        return self.timed_threads(len(getattr(config.option, "tx", None) or []) or 1)
+    def run_processes(self) -> int:
+        """The run's pytest processes, from this session's own config: an xdist worker's ``workercount``, the
+        controller's ``tx`` count, 1 without xdist. Not the environment: an inline session (pytester) inside an
+        xdist worker inherits ``PYTEST_XDIST_WORKER_COUNT`` without being one of its workers."""
+        workerinput = getattr(self.config, "workerinput", None)
+        if workerinput is not None:
+            return max(1, int(workerinput.get("workercount") or processes()))
+        if self.config.getoption("dist", "no") == "no":
+            return 1
+        return len(getattr(self.config.option, "tx", None) or []) or 1
 
-    def timed_threads(self, workers: int | None = None) -> int:
-        """Threads of a timed call under this run's options (:func:`workers.limits.timing_threads`)."""
+    def timed_threads(self) -> int:
+        """Threads of the candidate and baseline workers under this run's options (:func:`limits.timing_threads`)."""
         s = self.settings
-        return timing_threads(s.timing_threads, s.timing_isolation == "fence", workers)
+        return timing_threads(s.timing_threads, s.timing_isolation == "fence", self.run_processes())
 
     def close(self) -> None:
         if self._service is not None:
