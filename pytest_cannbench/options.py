@@ -16,6 +16,7 @@ from typing import Any, Literal
 import pytest
 
 from pytest_cannbench.guard.sandbox import SANDBOX_MODES
+from pytest_cannbench.judge.golden_cache import DEFAULT_MIN_FREE_GIB
 from pytest_cannbench.taskformat.inputs import INPUT_COMPAT_MODES, INPUT_DISTS
 
 ISOLATION_MODES = ("fence", "off")  # issue 20 item 3 (timing/isolation.py)
@@ -127,6 +128,9 @@ def add_options(parser: pytest.Parser) -> None:
     option("golden-cache", metavar="DIR",
            help=f"directory caching golden outputs across runs (default {DEFAULT_GOLDEN_CACHE} under the "
                 "rootdir; 'off' disables).")
+    option("golden-cache-min-free", type=float, metavar="GIB",
+           help=f"the cache stops writing (with a warning, grading goes on) once its disk has less than this "
+                f"much free space (default {DEFAULT_MIN_FREE_GIB:g} GiB; 0 writes until the disk is full).")
     option("golden-timeout", type=float, metavar="SEC",
            help=f"seconds a golden may take for one case before it fails as golden_error "
                 f"(default {DEFAULT_GOLDEN_TIMEOUT_S:g}).")
@@ -266,6 +270,7 @@ class Settings:
     timing_threads: int = 1  # threads of a timed call; 0: every usable core (state.timing_threads)
     cuda_graph: str = "off"  # off | auto | on: CUDA-graph timing (timing/cuda_graph.py), CUDA only
     session_memory_gib: float | None = None  # issue 22: the memory plan's total (None: what the machine has)
+    golden_cache_min_free_gib: float = DEFAULT_MIN_FREE_GIB  # the cache's free-disk floor
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -443,7 +448,15 @@ def settings_from_config(config: pytest.Config) -> Settings:
         timing_threads=_timing_threads(config),
         cuda_graph=_choice(config, "cuda_graph", CUDA_GRAPH_MODES),
         session_memory_gib=_session_memory(config),
+        golden_cache_min_free_gib=_cache_min_free(config),
     )
+
+
+def _cache_min_free(config: pytest.Config) -> float:
+    value = _number(config, "golden_cache_min_free", float, DEFAULT_MIN_FREE_GIB)
+    if value < 0:
+        raise pytest.UsageError("--cann-golden-cache-min-free must be >= 0 (GiB left free on the cache's disk)")
+    return float(value)
 
 
 def _session_memory(config: pytest.Config) -> float | None:

@@ -33,13 +33,21 @@ class GoldenCacheWarning(UserWarning):
     """The cache stopped writing; grading goes on without it."""
 
 
-MIN_FREE_BYTES = 4 << 30  # never fill the disk with cache entries
+DEFAULT_MIN_FREE_GIB = 4.0  # never fill the disk with cache entries (--cann-golden-cache-min-free)
 
 
 @dataclass
 class GoldenCache:
     root: Path
+    min_free_bytes: int = int(DEFAULT_MIN_FREE_GIB * (1 << 30))  # stop writing below this much free disk
     disabled_reason: str | None = None  # set once the cache stops writing (disk full, unwritable)
+
+    def _low_disk(self, where: Path) -> str | None:
+        free = shutil.disk_usage(where).free
+        if free >= self.min_free_bytes:
+            return None
+        return (f"{free / (1 << 30):.1f} GiB free on {where}, under the {self.min_free_bytes / (1 << 30):g} GiB "
+                "floor (--cann-golden-cache-min-free)")
 
     def path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.pt"
@@ -50,8 +58,7 @@ class GoldenCache:
             return False
         probe = self.root if self.root.exists() else self.root.parent
         try:
-            if shutil.disk_usage(probe).free < MIN_FREE_BYTES:
-                self.disabled_reason = f"less than {MIN_FREE_BYTES >> 30} GiB free on {probe}"
+            self.disabled_reason = self._low_disk(probe)
         except OSError:
             pass
         return self.disabled_reason is None
@@ -77,9 +84,8 @@ class GoldenCache:
         tmp = None
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            free = shutil.disk_usage(path.parent).free
-            if free < MIN_FREE_BYTES:
-                self.disabled_reason = f"less than {MIN_FREE_BYTES >> 30} GiB free on {path.parent}"
+            self.disabled_reason = self._low_disk(path.parent)
+            if self.disabled_reason:
                 return False
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".pt")
             with os.fdopen(fd, "wb") as fh:

@@ -178,5 +178,7 @@ def make_service(settings: Settings, log_dir: Path, threads: int, memory: int | 
                                      if settings.golden_memory_gib else None)
     worker = GoldenWorker(log_path=log_dir / "golden-worker.log", memory_bytes=memory, threads=threads)
     # secret seeds never repeat, so their goldens would only fill the cache
-    cache = GoldenCache(Path(settings.golden_cache)) if settings.golden_cache and not settings.secret else None
+    floor = int(settings.golden_cache_min_free_gib * (1 << 30))
+    cache = (GoldenCache(Path(settings.golden_cache), min_free_bytes=floor)
+             if settings.golden_cache and not settings.secret else None)
     return GoldenService(settings=settings, worker=worker, cache=cache)

@@ -64,8 +64,9 @@ def test_ini_keys_configure_the_run(pytester: pytest.Pytester, task_tree) -> Non
 def test_golden_cache_second_run_computes_no_golden(pytester: pytest.Pytester, task_tree) -> None:
     tasks = task_tree("basic")
     cache = pytester.path / "gcache"
+    # the floor at 0: the test must not depend on how full the disk of the machine running it is
     args = ("--cann-tasks=tasks", "--cann-self-check", f"--cann-golden-cache={cache}", "-p", "no:cacheprovider",
-            "--cann-no-perf")
+            "--cann-no-perf", "--cann-golden-cache-min-free=0")
     first = pytester.runpytest(*args)
     first.assert_outcomes(passed=3)
     first.stdout.no_fnmatch_line("golden outputs from cache*")
@@ -85,6 +86,15 @@ def test_golden_cache_second_run_computes_no_golden(pytester: pytest.Pytester, t
     fourth = pytester.runpytest(*args)
     fourth.assert_outcomes(passed=3)
     assert len(list(cache.rglob("*.pt"))) == 6
+
+    # a floor above what the disk has: the cache stops writing with a warning naming the option, cases pass
+    floor = pytester.runpytest(*args[:-1], "--cann-golden-cache-min-free=1e9", f"--cann-golden-cache={cache}2")
+    floor.assert_outcomes(passed=3, warnings=1)
+    floor.stdout.fnmatch_lines(["*GoldenCacheWarning: golden cache stopped writing: * GiB free on *, under the "
+                                "1e+09 GiB floor (--cann-golden-cache-min-free)*"])
+    assert not list((pytester.path / "gcache2").rglob("*.pt"))
+    bad = pytester.runpytest(*args[:-1], "--cann-golden-cache-min-free=-1")
+    bad.stderr.fnmatch_lines(["*--cann-golden-cache-min-free must be >= 0*"])
 
 
 @pytest.mark.parametrize("extra", [["--cann-golden-precision=native_cpu"], ["--cann-checker=allclose"],

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_cannbench.judge import golden_cache
 from pytest_cannbench.judge.golden_cache import GoldenCache, cache_key
 from pytest_cannbench.workers.golden_main import truncate_to_reference
 
@@ -26,7 +25,7 @@ def test_key_changes_with_every_ingredient() -> None:
 
 
 def test_round_trip_and_damaged_entry(tmp_path: Path) -> None:
-    cache = GoldenCache(tmp_path)
+    cache = GoldenCache(tmp_path, min_free_bytes=0)  # whatever the disk of the machine running the tests has
     entry = {"binding": [["x", "input", 0], ["alpha", "attr", 2.0]], "hooked": None,
              "golden": [torch.arange(4.0)], "native": [torch.arange(4.0).half()], "native_error": None,
              "has_get_output": False}
@@ -40,11 +39,10 @@ def test_round_trip_and_damaged_entry(tmp_path: Path) -> None:
     assert not list(tmp_path.rglob(".tmp-*"))
 
 
-def test_low_disk_stops_writing_without_raising(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(golden_cache, "MIN_FREE_BYTES", 1 << 62)
-    cache = GoldenCache(tmp_path)
+def test_low_disk_stops_writing_without_raising(tmp_path: Path) -> None:
+    cache = GoldenCache(tmp_path, min_free_bytes=1 << 62)
     assert cache.store("k" * 64, {"golden": []}) is False
-    assert "GiB free" in cache.disabled_reason
+    assert "GiB free" in cache.disabled_reason and "--cann-golden-cache-min-free" in cache.disabled_reason
     assert cache.store("j" * 64, {"golden": []}) is False
     assert not list(tmp_path.rglob("*.pt"))
 
@@ -53,7 +51,7 @@ def test_low_disk_stops_writing_without_raising(tmp_path: Path, monkeypatch: pyt
 def test_unwritable_directory_stops_writing(tmp_path: Path) -> None:
     tmp_path.chmod(0o500)
     try:
-        cache = GoldenCache(tmp_path / "sub")
+        cache = GoldenCache(tmp_path / "sub", min_free_bytes=0)
         assert cache.store("k" * 64, {"golden": []}) is False
         assert "cannot write" in cache.disabled_reason
     finally:
