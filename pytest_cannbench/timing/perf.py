@@ -166,7 +166,8 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
     # The plausibility bound guards against a submission's clock; a golden (self-check) is trusted task code.
     # (Its streamed batches also show more CPU than their phases account for, not yet understood: docs/timing.md.)
     why = None if worker.mode == "golden" else implausible(batch.seconds, batch.phases, batch.wall_s, batch.timer,
-                                                            batch.cpu_s, worker.threads, batch.busiest_cpu_s)
+                                                            batch.cpu_s, worker.threads, batch.busiest_cpu_s,
+                                                            handshakes=len(calls))
     if why:
         record.reason = "implausible timing"
         return source.outcome(oc.FAILED, oc.TIMING_IMPLAUSIBLE, f"timing implausible: {why}")

@@ -23,6 +23,11 @@ from typing import Any
 # at most 0.5 ms per batch; docs/timing.md.
 CPU_SLACK_S = 0.003
 CPU_SLACK_FRACTION = 0.05
+# Each streamed call's handshake (send "ready", the judge's SIGSTOP and SIGCONT, the wake-up, read "go") costs the
+# worker's thread CPU time inside its "wait" phase, which the floor otherwise counts as free. Measured in the
+# worker with thread_time() around the handshake: HANDSHAKE_NOTE in docs/timing.md. The judge counts the
+# handshakes itself (one per timed call), so a worker cannot claim more of this allowance.
+HANDSHAKE_CPU_S = 0.0005
 UNACCOUNTED_S = 1e-4  # the phases of the timed loop tile it: only float rounding may separate their sum from it
 
 
@@ -54,7 +59,7 @@ def summarize(seconds: list[float]) -> TimingSummary:
 
 def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, timer: str,
                 cpu_s: float | None = None, threads: int = 1,
-                busiest_s: float | None = None) -> str | None:
+                busiest_s: float | None = None, handshakes: int = 0) -> str | None:
     """Why the worker's account of a batch cannot be true, or None.
 
     The worker's clock runs in the submission's process, so a submission could slow it down or
@@ -65,7 +70,8 @@ def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, t
     the worker's thread budget is another; a clock slowed down reports less than either. Scheduling
     delays on a loaded machine inflate wall time, never CPU time, so the floor holds there too. The
     slack covers only what the worker does outside its reported phases (reading the request,
-    encoding the reply). The phases must also account for the worker's own total.
+    encoding the reply) and, per streamed call, the handshake's own CPU (``handshakes``: counted by the
+    judge). The phases must also account for the worker's own total.
     """
     if not seconds or any(not math.isfinite(s) or s <= 0 for s in seconds):
         return f"non-positive or non-finite call times {seconds[:5]}"
@@ -79,7 +85,7 @@ def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, t
     bounds = [b for b in (None if cpu_s is None else cpu_s / max(1, threads), busiest_s) if b is not None]
     if bounds:
         used = max(bounds)
-        if busy < used - (CPU_SLACK_S + CPU_SLACK_FRACTION * used):
+        if busy < used - (CPU_SLACK_S + CPU_SLACK_FRACTION * used + HANDSHAKE_CPU_S * handshakes):
             return (f"the worker accounts for {busy * 1e3:.2f} ms of a batch whose busiest thread alone "
                     f"ran {used * 1e3:.2f} ms on the CPU (its clock runs slow)")
     if timer in ("cpu_clock", "host_clock"):

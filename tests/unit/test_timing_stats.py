@@ -75,6 +75,24 @@ def test_a_streamed_batch_is_plausible_however_long_the_judge_held_it():
     assert implausible([0.001] * 3, STREAMED, 0.215, "cpu_clock", 0.012, busiest_s=0.012) is None
 
 
+def test_each_handshake_may_cost_the_worker_cpu_inside_its_wait():
+    """Recorded on this machine (gelu case 5, 56 streamed calls of ~0.2 ms): the worker's phases outside its wait
+    came to 55.3 ms, its thread ran 66.0 ms; the handshakes cost 10.0 ms (0.18 ms each) in its wait. Before the
+    allowance this honest batch failed as timing_implausible."""
+    phases = {"prepare": 0.00767, "warmup": 0.00027, "flush": 0.01324, "wait": 0.38755, "calls": 0.01183,
+              "write": 0.00887, "total": 0.42176, "guard": 0.01346}
+    seconds = [0.01183 / 56] * 56
+    assert implausible(seconds, phases, 0.4464, "cpu_clock", 0.0678, busiest_s=0.066, handshakes=56) is None
+    why = implausible(seconds, phases, 0.4464, "cpu_clock", 0.0678, busiest_s=0.066, handshakes=0)
+    assert why is not None and "its clock runs slow" in why
+    # the allowance is the judge's count of handshakes, bounded: a clock slowed 2x still shows
+    slowed = {k: v / 2 if k != "wait" else v for k, v in phases.items()}
+    slowed["total"] = sum(slowed[k] for k in ("warmup", "flush", "wait", "calls", "write"))
+    why = implausible([s / 2 for s in seconds], slowed, 0.4464, "cpu_clock", 0.0678, busiest_s=0.066,
+                      handshakes=56)
+    assert why is not None and "its clock runs slow" in why
+
+
 def test_claiming_a_longer_wait_cannot_hide_cpu_time():
     """A forged account moves call time into the wait (during which the worker is frozen): the CPU time the
     kernel charged to its threads no longer fits in what it says it did besides waiting."""
