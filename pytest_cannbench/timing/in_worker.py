@@ -48,8 +48,16 @@ class Flusher:
         self.buffer = torch.empty(size // 4, dtype=torch.float32, device=device if device != "cpu" else "cpu")
         self.buffer.zero_()
         self.bytes = size
+        # The worker's own flush (private caches, in the process the judge samples) reads its buffer through
+        # libc: a torch op here would count as the submission's builtin compute (workers/raw_memory.py).
+        self._read_only = device == "cpu" and private_only
 
     def flush(self) -> None:
+        if self._read_only:
+            from pytest_cannbench.workers.raw_memory import read_every_line
+
+            read_every_line(self.buffer)
+            return
         self.buffer.add_(1.0)  # reads and writes every line
 
 

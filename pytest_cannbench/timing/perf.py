@@ -167,7 +167,7 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
     # (Its streamed batches also show more CPU than their phases account for, not yet understood: docs/timing.md.)
     why = None if worker.mode == "golden" else implausible(batch.seconds, batch.phases, batch.wall_s, batch.timer,
                                                             batch.cpu_s, worker.threads, batch.busiest_cpu_s,
-                                                            handshakes=len(calls))
+                                                            handshakes=len(calls), held_s=batch.held_s)
     if why:
         record.reason = "implausible timing"
         return source.outcome(oc.FAILED, oc.TIMING_IMPLAUSIBLE, f"timing implausible: {why}")

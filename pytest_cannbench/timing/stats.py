@@ -27,7 +27,12 @@ CPU_SLACK_FRACTION = 0.05
 # worker's thread CPU time inside its "wait" phase, which the floor otherwise counts as free. Measured in the
 # worker with thread_time() around the handshake: HANDSHAKE_NOTE in docs/timing.md. The judge counts the
 # handshakes itself (one per timed call), so a worker cannot claim more of this allowance.
-HANDSHAKE_CPU_S = 0.0005
+HANDSHAKE_CPU_S = 0.00035
+# The judge holds a streamed worker between the "ready" it receives and the "go" it sends; that interval lies
+# inside the worker's own "wait" (sent ready ... received go), on the same monotonic clock, so a worker whose wait
+# is shorter than the judge's hold has a clock running slow. Only the clock reads' rounding separates them.
+HELD_SLACK_S = 0.0005
+HELD_SLACK_FRACTION = 0.01
 UNACCOUNTED_S = 1e-4  # the phases of the timed loop tile it: only float rounding may separate their sum from it
 
 
@@ -59,7 +64,7 @@ def summarize(seconds: list[float]) -> TimingSummary:
 
 def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, timer: str,
                 cpu_s: float | None = None, threads: int = 1,
-                busiest_s: float | None = None, handshakes: int = 0) -> str | None:
+                busiest_s: float | None = None, handshakes: int = 0, held_s: float = 0.0) -> str | None:
     """Why the worker's account of a batch cannot be true, or None.
 
     The worker's clock runs in the submission's process, so a submission could slow it down or
@@ -71,7 +76,9 @@ def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, t
     delays on a loaded machine inflate wall time, never CPU time, so the floor holds there too. The
     slack covers only what the worker does outside its reported phases (reading the request,
     encoding the reply) and, per streamed call, the handshake's own CPU (``handshakes``: counted by the
-    judge). The phases must also account for the worker's own total.
+    judge). The phases must also account for the worker's own total, and a streamed worker's wait must cover the
+    time the judge held it (``held_s``, the judge's clock): a clock slowed however selectively during the calls
+    still has to run at full speed through the waits, where most of a streamed batch's time goes.
     """
     if not seconds or any(not math.isfinite(s) or s <= 0 for s in seconds):
         return f"non-positive or non-finite call times {seconds[:5]}"
@@ -79,9 +86,13 @@ def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, t
     reported = prepare + total + phases.get("guard", 0.0)
     if reported > wall_s + 0.002:
         return f"the worker reports {reported * 1e3:.2f} ms for a batch the judge saw take {wall_s * 1e3:.2f} ms"
+    wait = max(0.0, phases.get("wait", 0.0))
+    if held_s > 0 and wait < held_s - (HELD_SLACK_S + HELD_SLACK_FRACTION * held_s):
+        return (f"the worker reports {wait * 1e3:.2f} ms of waiting for the judge, who held it "
+                f"{held_s * 1e3:.2f} ms by its own clock (its clock runs slow)")
     # While it waits for the judge to write a streamed call's set the worker is frozen: no CPU time, so the
     # floor holds against what it says it did besides waiting (claiming a longer wait only lowers that).
-    busy = reported - max(0.0, phases.get("wait", 0.0))
+    busy = reported - wait
     bounds = [b for b in (None if cpu_s is None else cpu_s / max(1, threads), busiest_s) if b is not None]
     if bounds:
         used = max(bounds)

@@ -23,6 +23,7 @@ class BatchResult:
     wall_s: float = 0.0  # the judge's own clock around the whole exchange
     cpu_s: float | None = None  # CPU time the worker process used during the exchange (from /proc)
     busiest_cpu_s: float | None = None  # the same, of its busiest thread alone
+    held_s: float = 0.0  # streamed: the judge's own clock from each "ready" it received to the "go" it sent
     timer: str = ""
     notes: list[str] = field(default_factory=list)
     message: str = ""
@@ -50,6 +51,8 @@ class StreamedBatch:
     result: BatchResult | None = None
     keys: tuple[str, ...] = ()  # the case and operator the judge's CPU samples are merged under
     calls: int = 0  # warm-up and timed calls the worker makes in the batch
+    ready_at: float | None = None  # the judge's clock when the last "ready" arrived (the worker waits from then)
+    held: float = 0.0  # summed from ready_at to each "go": inside the worker's wait, by the judge's clock
 
     @property
     def waiting(self) -> bool:

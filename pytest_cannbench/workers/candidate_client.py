@@ -397,6 +397,9 @@ class CandidateWorker(WorkerClient):
                 self.kill()
                 raise WorkerGone(TIMEOUT, f"no answer within {batch.timeout:g} s; the worker's process group "
                                           "was killed")
+            if batch.ready_at is not None:
+                batch.held += time.perf_counter() - batch.ready_at
+                batch.ready_at = None
             reply = self._exchange({"op": "go", "call": batch.next}, remaining)
         except WorkerGone as exc:
             batch.result = self._finish(BatchResult(exc.status, message=str(exc)), batch.case_log)
@@ -420,9 +423,11 @@ class CandidateWorker(WorkerClient):
 
     def _frame(self, batch: StreamedBatch, reply: dict) -> None:
         """A frame of a streamed batch: ``{"ready": next}`` (the worker waits, now frozen) or its final reply."""
+        received = time.perf_counter()
         self._freeze()
         ready = reply.get("ready")
         if set(reply) == {"ready"} and type(ready) is int and ready == batch.next < len(batch.call_sets):
+            batch.ready_at = received
             return
         if "ready" in reply or "ok" not in reply:
             self.kill()
@@ -467,7 +472,7 @@ class CandidateWorker(WorkerClient):
         notes = [str(n)[:300] for n in reply.get("notes") or []][:10]
         return self._finish(BatchResult(OK, seconds=[float(v) for v in seconds], outputs=decoded,
                                         phases={str(k)[:20]: float(v) for k, v in phases.items()}, wall_s=wall,
-                                        cpu_s=cpu_s, busiest_cpu_s=busiest_s,
+                                        cpu_s=cpu_s, busiest_cpu_s=busiest_s, held_s=batch.held,
                                         timer=str(reply.get("timer"))[:40], notes=notes, flags=flags), case_log)
 
     def _finish(self, result: Any, case_log: Path | None) -> Any:

@@ -21,6 +21,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_cannbench.workers.raw_memory import copy_into, fill
+
 ALIGN = 64
 MIN_REGION = 1 << 20
 MAX_OUTPUTS = 4096
@@ -274,6 +276,11 @@ def poison(outputs: list, descriptions: list[dict]) -> None:
         if desc.get("kind") != "tensor":
             continue
         if type(value) is torch.Tensor and value.layout == torch.strided and value.numel():
+            base = torch._C.TensorBase
+            if (value.device.type == "cpu" and value.dtype != torch.bool and base.is_contiguous(value)):
+                # libc memset (workers/raw_memory.py): all-ones bytes are NaN in every float format
+                fill(value, 0xFF if value.is_floating_point() or value.is_complex() else 0x4D)
+                continue
             try:
                 if value.is_floating_point() or value.is_complex():
                     torch._C.TensorBase.fill_(value, float("nan"))
@@ -337,9 +344,10 @@ def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: i
                                  "stride": list(t.stride()), "device": str(t.device), "offset": offset,
                                  "nbytes": t.numel() * t.element_size(), "written": False}
         if entry["nbytes"] and offset + entry["nbytes"] <= end:
-            src = t.contiguous() if t.device.type == "cpu" else t.cpu().contiguous()
-            torch.frombuffer(region_mm, dtype=torch.uint8, count=entry["nbytes"],
-                             offset=offset).copy_(src.reshape(-1).view(torch.uint8))
+            src = (t if t.device.type == "cpu" else t.cpu()).resolve_conj().resolve_neg().contiguous()
+            # libc, not a torch copy: the judge's sampler would count a torch copy as the submission's builtin
+            # compute (workers/raw_memory.py)
+            copy_into(region_mm, offset, src)
             entry["written"] = True
             offset = _aligned(offset + entry["nbytes"])
         elif not entry["nbytes"]:

@@ -93,6 +93,18 @@ def test_each_handshake_may_cost_the_worker_cpu_inside_its_wait():
     assert why is not None and "its clock runs slow" in why
 
 
+def test_a_wait_shorter_than_the_judges_hold_is_a_slow_clock():
+    """The judge holds a streamed worker from each "ready" to its "go" (0.36 s here, its own clock); that lies
+    inside the worker's wait, so a clock slowed even only 10% shows there, however the CPU floor's slack is."""
+    phases = {"prepare": 0.00767, "warmup": 0.00027, "flush": 0.01324, "wait": 0.38755, "calls": 0.01183,
+              "write": 0.00887, "total": 0.42176, "guard": 0.01346}
+    seconds = [0.01183 / 56] * 56
+    assert implausible(seconds, phases, 0.4464, "cpu_clock", handshakes=56, held_s=0.3801) is None
+    slowed = {k: v * 0.9 for k, v in phases.items()}
+    why = implausible([s * 0.9 for s in seconds], slowed, 0.4464, "cpu_clock", handshakes=56, held_s=0.3801)
+    assert why is not None and "who held it 380.10 ms" in why and "its clock runs slow" in why
+
+
 def test_claiming_a_longer_wait_cannot_hide_cpu_time():
     """A forged account moves call time into the wait (during which the worker is frozen): the CPU time the
     kernel charged to its threads no longer fits in what it says it did besides waiting."""
