@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 
 from pytest_cannbench.options import Settings
+from pytest_cannbench.scratch import make_dir
 from pytest_cannbench.submission.build import Box, SubmissionState
 from pytest_cannbench.workers.limits import cpu_threads, processes, timing_threads, usable_cores
 
@@ -103,6 +104,13 @@ class CannBenchState:
         return self.report_dir / "logs"
 
     # ------------------------------------------------------------ the submission
+
+    def reap_scratch(self) -> None:
+        """Remove what killed sessions left in the temporary directory (scratch.reap); the controller only."""
+        if self.settings.active and getattr(self.config, "workerinput", None) is None:
+            from pytest_cannbench.scratch import reap
+
+            reap()
 
     def start_submission(self, announce: Callable[[str], None] | None = None) -> None:
         """Build, install and discover once: on the controller (before xdist starts workers) or from workerinput."""
@@ -294,7 +302,7 @@ class CannBenchState:
         from pytest_cannbench.workers.candidate_client import CandidateWorker
         s = self.settings
         plan, memory = self.device(), self.memory_plan().candidate
-        base = Path(tempfile.mkdtemp(prefix="cannbench-worker-"))  # the worker's empty, private cwd
+        base = make_dir("worker")  # the worker's empty, private cwd
         return CandidateWorker(
             log_path=self.log_dir / f"{name}-worker-{self.worker_id}.log",
             workdir=base / f"work-{self.worker_id}", mode=mode,
@@ -345,7 +353,7 @@ class CannBenchState:
     def kb_state_dir(self) -> Path:
         """Judge-owned directory of KernelBench reference state dicts (one file per problem and init seed)."""
         if self._kb_state_dir is None:
-            self._kb_state_dir = Path(tempfile.mkdtemp(prefix="cannbench-kb-state-"))
+            self._kb_state_dir = make_dir("kb-state")
         return self._kb_state_dir
 
     def fence_path(self) -> Path | None:

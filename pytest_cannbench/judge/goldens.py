@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any
 
 from pytest_cannbench.judge.golden_cache import GoldenCache, GoldenCacheWarning, cache_key
 from pytest_cannbench.options import Settings
+from pytest_cannbench.scratch import make_dir
 from pytest_cannbench.taskformat.spec import CaseSpec, OperatorTask
 from pytest_cannbench.workers.golden_client import GoldenWorker, GoldenWorkerFailure
 
@@ -129,7 +129,7 @@ class GoldenService:
         if self.cache and key and self.cache.writable():
             return str(self.cache.path(key)), True
         if self._scratch is None:
-            self._scratch = tempfile.mkdtemp(prefix="cannbench-golden-")
+            self._scratch = str(make_dir("golden"))
         self._replies += 1
         return os.path.join(self._scratch, f"reply-{self._replies}.pt"), False
 

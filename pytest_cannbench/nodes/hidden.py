@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import shutil
-import tempfile
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -25,6 +24,7 @@ from pytest_cannbench import outcome as oc
 from pytest_cannbench import state
 from pytest_cannbench.nodes.items import OUTCOME_KEY, CaseFailed, CaseItem, OperatorFile
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.scratch import make_dir
 
 if TYPE_CHECKING:
     from pytest_cannbench.judge.goldens import GoldenService
@@ -74,7 +74,7 @@ class HiddenServices:
     """One pytest process's golden service and candidate workers for hidden cases, logging privately."""
 
     st: CannBenchState
-    root: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="cannbench-hidden-")))
+    root: Path = field(default_factory=lambda: make_dir("hidden"))
     _service: GoldenService | None = None
     _workers: dict[str, CandidateWorker] = field(default_factory=dict)
     _perf: PerfContext | None = None

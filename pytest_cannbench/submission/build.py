@@ -22,7 +22,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -31,6 +30,7 @@ from typing import Any
 
 from pytest_cannbench.guard import sandbox
 from pytest_cannbench.outcome import BUILD_OK, COMPILE_FAILED, IMPORT_FAILED, INSTALL_FAILED
+from pytest_cannbench.scratch import make_dir
 from pytest_cannbench.workers.env_scrub import scrubbed_environment
 
 INSTALL_TIMEOUT_S = 300.0
@@ -374,7 +374,7 @@ def prepare(source: str | None, *, no_install: bool, report_dir: Path, build_tim
             announce: Callable[[str], None] | None = None) -> SubmissionState:
     """Build, install and discover the submission, each inside ``box``; the returned state holds a private
     session directory that :func:`cleanup` removes."""
-    work = Path(tempfile.mkdtemp(prefix="cannbench-session-"))
+    work = make_dir("session")
     log_dir = report_dir / "logs"
     state = SubmissionState(status=BUILD_OK, source=source, installed=not no_install, session_dir=str(work),
                             sandbox=box.choice.to_dict(), protect=list(box.hidden))

@@ -14,12 +14,12 @@ from __future__ import annotations
 import functools
 import re
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from pytest_cannbench.outcome import BUILD_OK, IMPORT_FAILED
+from pytest_cannbench.scratch import make_dir
 from pytest_cannbench.submission.build import NO_BOX, Box, SubmissionState, _build_env, _run, check_symbols
 from pytest_cannbench.submission.generations import generation_files, sample_module
 from pytest_cannbench.submission.jit_build import needs_jit, run_jit_build
@@ -65,7 +65,7 @@ def prepare(source: str, log_dir: Path | None = None, build_timeout: float = 600
     """Copy the directory privately, list its modules (only ``sample``'s, for a generation directory) and compile
     those that compile at import; a directory without any module is ``import_failed``."""
     t0 = time.perf_counter()
-    session_dir = Path(tempfile.mkdtemp(prefix="cannbench-kb-submission-"))
+    session_dir = make_dir("kb-submission")
     copy = session_dir / "src"
     shutil.copytree(source, copy, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc", ".venv", "venv"))
     found = modules(copy)

@@ -169,3 +169,34 @@ def test_no_home_and_the_c_locale_grade_as_usual(pytester: pytest.Pytester, task
                           cwd=pytester.path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "3 passed" in done.stdout
+
+
+def test_a_killed_sessions_scratch_is_reaped_and_a_finished_one_leaves_none(pytester: pytest.Pytester,
+                                                                            task_tree) -> None:
+    """Scratch directories carry their maker's pid (scratch.py): a session killed outright leaves its own behind,
+    the next session removes them; a session that ends leaves nothing in the temporary directory."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    task_tree("basic")
+    tmp = pytester.path / "tmp"
+    tmp.mkdir()
+    env = dict(os.environ, TMPDIR=str(tmp))
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--cann-tasks=tasks", "--cann-self-check",
+            "--cann-golden-cache=off", "--cann-no-perf"]
+    killed = subprocess.Popen(args, cwd=pytester.path, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(p.name.startswith("cannbench-worker-") for p in tmp.iterdir()):
+        time.sleep(0.05)
+    os.killpg(killed.pid, signal.SIGKILL)
+    killed.wait()
+    left = sorted(p.name for p in tmp.iterdir() if p.name.startswith("cannbench-"))
+    assert any(name.startswith(f"cannbench-worker-p{killed.pid}n") for name in left), left
+    done = subprocess.run(args, cwd=pytester.path, env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert sorted(p.name for p in tmp.iterdir() if p.name.startswith("cannbench-")) == []
