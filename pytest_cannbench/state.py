@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 
 from pytest_cannbench.options import Settings
-from pytest_cannbench.scratch import make_dir
+from pytest_cannbench.scratch import make_dir, reap
 from pytest_cannbench.submission.build import Box, SubmissionState
 from pytest_cannbench.workers.limits import cpu_threads, processes, timing_threads, usable_cores
 
@@ -108,8 +108,6 @@ class CannBenchState:
     def reap_scratch(self) -> None:
         """Remove what killed sessions left in the temporary directory (scratch.reap); the controller only."""
         if self.settings.active and getattr(self.config, "workerinput", None) is None:
-            from pytest_cannbench.scratch import reap
-
             reap()
 
     def start_submission(self, announce: Callable[[str], None] | None = None) -> None:

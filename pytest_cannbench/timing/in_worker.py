@@ -26,6 +26,7 @@ from typing import Any
 
 from pytest_cannbench.timing.cuda_graph import graph_batch
 from pytest_cannbench.timing.machine import last_level_cache_bytes, private_cache_bytes
+from pytest_cannbench.workers.raw_memory import read_every_line
 
 MAX_FLUSH_BYTES = 128 << 20  # virtual machines report the host's whole L3 (480 MiB here: 94 ms a flush)
 
@@ -54,8 +55,6 @@ class Flusher:
 
     def flush(self) -> None:
         if self._read_only:
-            from pytest_cannbench.workers.raw_memory import read_every_line
-
             read_every_line(self.buffer)
             return
         self.buffer.add_(1.0)  # reads and writes every line

@@ -164,7 +164,7 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
         record.reason = f"the candidate failed while timed ({batch.status})"
         return source.outcome(status, failure, message)
     # The plausibility bound guards against a submission's clock; a golden (self-check) is trusted task code.
-    # (Its streamed batches also show more CPU than their phases account for, not yet understood: docs/timing.md.)
+    # (Its streamed batches show more CPU than their phases too: each handshake's own, docs/timing.md.)
     why = None if worker.mode == "golden" else implausible(batch.seconds, batch.phases, batch.wall_s, batch.timer,
                                                             batch.cpu_s, worker.threads, batch.busiest_cpu_s,
                                                             handshakes=len(calls), held_s=batch.held_s)
