@@ -27,7 +27,7 @@ CPU_SLACK_FRACTION = 0.05
 # worker's thread CPU time inside its "wait" phase, which the floor otherwise counts as free. Measured in the
 # worker with thread_time() around the handshake (docs/timing.md, "The handshake itself is not free"). The judge
 # counts the handshakes itself (one per timed call), so a worker cannot claim more of this allowance.
-HANDSHAKE_CPU_S = 0.00035
+HANDSHAKE_CPU_S = 0.0006
 # The judge holds a streamed worker between the "ready" it receives and the "go" it sends; that interval lies
 # inside the worker's own "wait" (sent ready ... received go), on the same monotonic clock, so a worker whose wait
 # is shorter than the judge's hold has a clock running slow. Only the clock reads' rounding separates them.
