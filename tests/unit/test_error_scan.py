@@ -1,0 +1,146 @@
+"""The comparison's fast path against its general path: the same counts, sums and maxima, bit for bit.
+
+The fast path (``error_scan._fast_chunk``) is an optimisation of the general one (issue 22); a verdict may not
+move by a single bit because of it. Each case builds outputs with the features the rules look at (small-value
+and cancellation regions, errors over MARE, NaN/Inf in one chunk only, untruncated fp64 goldens, a native of
+another dtype, no native), across chunk and sub-chunk boundaries, and compares the two paths' Stats with ``==``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from pytest_cannbench.judge import error_scan
+from pytest_cannbench.judge.error_scan import CHUNK, SUB, scan
+from pytest_cannbench.judge.thresholds import thresholds_for
+
+F64 = torch.float64
+
+
+def _same(x: dict, y: dict) -> bool:
+    """Dict equality where NaN equals NaN (a NaN maximum is a value the general path can report)."""
+    if x.keys() != y.keys():
+        return False
+    return all(a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+               for a, b in ((x[k], y[k]) for k in x))
+
+
+def assert_paths_agree(actual, golden, native, dtype, tolerances=None):
+    th = thresholds_for(dtype)
+    general = scan(actual, golden, native, th, tolerances, fast=False)
+    fast = scan(actual, golden, native, th, tolerances)
+    assert _same(general.count, fast.count), (general.count, fast.count)
+    assert _same(general.total, fast.total), (general.total, fast.total)
+    assert _same(general.top, fast.top), (general.top, fast.top)
+    return fast
+
+
+def _outputs(n: int, dtype: torch.dtype, kind: str, seed: int = 0):
+    """(candidate, fp64 golden, native) with the features ``kind`` names."""
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.randn(n, dtype=F64, generator=gen)
+    th = thresholds_for(dtype)
+    if kind in ("near_zero", "mixed"):  # a share of points in the small-value and cancellation regions
+        pick = torch.rand(n, generator=gen)
+        g = torch.where(pick < 0.05, g * th.small_threshold, g)
+        g = torch.where((pick >= 0.05) & (pick < 0.15), g * th.cancel_boundary, g)
+        g = torch.where((pick >= 0.15) & (pick < 0.17), torch.zeros_like(g), g)
+    if kind == "all_small":
+        g = g * th.small_threshold * 0.5
+    noise = 1 + (2e-3 if kind == "mixed" else 1e-4) * torch.randn(n, dtype=F64, generator=gen)
+    a = (g * noise).to(dtype)
+    if kind == "mixed":  # a few gross errors, and some candidates pulled off zero
+        a[::997] = (g[::997] * 3 + 1).to(dtype)
+        a[5::1013] = 0.5
+    native = (g * (1 + 1e-4 * torch.randn(n, dtype=F64, generator=gen))).to(dtype)
+    return a, g, native
+
+
+SIZES = [1, 100, SUB - 1, SUB + 1, 3 * SUB + 7]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("kind", ["plain", "near_zero", "mixed", "all_small"])
+@pytest.mark.parametrize("n", SIZES)
+def test_fast_path_matches_general(dtype, kind, n):
+    a, g, native = _outputs(n, dtype, kind, seed=n)
+    assert_paths_agree(a, g.to(dtype), native, dtype)  # the golden truncated, as the worker sends it
+    assert_paths_agree(a, g, native, dtype)  # an fp64 golden, truncated by the scan
+    assert_paths_agree(a, g, None, dtype)  # no same-precision reference
+    assert_paths_agree(a, g, native, dtype, tolerances=(1e-3, 1e-5))  # the allclose rule's far count
+
+
+def test_native_of_another_dtype_and_several_chunks():
+    n = CHUNK + 2 * SUB + 5
+    a, g, native = _outputs(n, torch.float16, "mixed", seed=7)
+    st = assert_paths_agree(a, g, native.float(), torch.float16)
+    assert st.count["valid"] == n and st.count["small"] > 0 and st.count["cancel"] > 0
+
+
+@pytest.mark.parametrize("where", ["candidate_nan", "candidate_inf", "golden_inf", "native_inf", "native_nan",
+                                   "both_inf", "opposite_inf"])
+def test_a_non_finite_value_takes_the_masked_route_for_its_slice_only(where, monkeypatch):
+    n = CHUNK + SUB  # two chunks; the second holds the non-finite value
+    a, g, native = _outputs(n, torch.float16, "mixed", seed=3)
+    i = CHUNK + 11
+    if where == "candidate_nan":
+        a[i] = math.nan
+    elif where == "candidate_inf":
+        a[i] = math.inf
+    elif where == "golden_inf":
+        g[i] = 1e6  # overflows float16 when truncated: +inf
+    elif where == "native_inf":
+        native[i] = -math.inf
+    elif where == "native_nan":
+        native[i] = math.nan
+    elif where == "both_inf":
+        a[i], g[i] = math.inf, math.inf
+    else:
+        a[i], g[i] = math.inf, -math.inf
+    masked = []
+    real = error_scan._masked_slice
+    monkeypatch.setattr(error_scan, "_masked_slice", lambda *args: masked.append(args[6]) or real(*args))
+    st = assert_paths_agree(a, g, native, torch.float16)
+    assert masked == [0]  # one slice: the first of the second chunk (offsets are within a chunk)
+    candidate_special = where in ("candidate_nan", "candidate_inf", "both_inf", "opposite_inf")
+    assert ("nan" in st.count) == candidate_special  # the general path reports the raw candidate's NaN/Inf
+    if candidate_special:
+        assert st.count["nan"] + st.count["inf"] == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("share", [1e-5, 0.01, 0.5])
+def test_special_values_everywhere(dtype, share):
+    """Overflowing goldens (exp of large inputs), NaN inputs, saturating candidates: specials in every slice."""
+    n = CHUNK + 3 * SUB + 1
+    a, g, native = _outputs(n, dtype, "mixed", seed=int(share * 1e5))
+    gen = torch.Generator().manual_seed(5)
+    specials = torch.tensor([math.nan, math.inf, -math.inf, 1e39, -1e39, 0.0], dtype=F64)
+    for t in (a, g, native):
+        pick = torch.rand(n, generator=gen) < share
+        values = specials[torch.randint(len(specials), (n,), generator=gen)].to(t.dtype)
+        t[pick] = values[pick]
+    assert_paths_agree(a, g, native, dtype)
+    assert_paths_agree(a, g, None, dtype, tolerances=(1e-3, 1e-5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float8_e4m3fn])
+def test_other_dtypes_take_the_general_path(dtype, monkeypatch):
+    a = torch.randn(50, dtype=F64).to(dtype)
+    monkeypatch.setattr(error_scan, "_fast_chunk", lambda *a, **k: pytest.fail("fast path used"))
+    scan(a, a.double(), None, thresholds_for(dtype))
+
+
+def test_verdict_identical_on_a_failing_output():
+    """The fast path's figures feed the verdict unchanged: a candidate with systematic error fails the same."""
+    from pytest_cannbench.judge.precision import compare_output
+
+    n = 2 * SUB + 3
+    _, g, native = _outputs(n, torch.float32, "plain", seed=11)
+    bad = (g * (1 + 5e-3)).float()
+    verdict = compare_output(bad, g, native)
+    assert not verdict.passed
+    assert verdict.mere == pytest.approx(5e-3, rel=1e-2)
