@@ -249,7 +249,9 @@ class CannBenchState:
             import torch
 
             from pytest_cannbench.judge.goldens import make_service
+            from pytest_cannbench.workers.huge_pages import latch_in_judge
 
+            latch_in_judge()  # before the judge's first tensor: its inputs and comparisons fault in 512x fewer pages
             torch.set_num_threads(cpu_threads())  # the judge's own comparisons
             service = make_service(self.settings, self.log_dir, cpu_threads(), self.memory_plan().golden)
             service.worker.log_path = self.log_dir / f"golden-worker-{self.worker_id}.log"

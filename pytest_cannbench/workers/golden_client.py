@@ -8,7 +8,7 @@ import subprocess
 from dataclasses import dataclass
 
 from pytest_cannbench.phases import PhaseClock
-from pytest_cannbench.workers import procs
+from pytest_cannbench.workers import huge_pages, procs
 from pytest_cannbench.workers.client import WorkerClient
 
 STARTUP_TIMEOUT_S = 300.0  # python + torch import of a fresh worker, on a loaded machine
@@ -33,7 +33,7 @@ class GoldenWorker(WorkerClient):
         proc = self._spawn("pytest_cannbench.workers.golden_main",
                            ["--memory-bytes", str(self.memory_bytes), "--threads", str(self.threads),
                             "--judge-pid", str(os.getpid())],
-                           dict(os.environ, OMP_NUM_THREADS=str(self.threads)))
+                           huge_pages.worker_env(dict(os.environ, OMP_NUM_THREADS=str(self.threads))))
         # The worker imports torch before it reads a request. That start-up is not the golden's time:
         # wait for it here, under its own limit, so --cann-golden-timeout counts the golden alone
         # (a short timeout would otherwise fail the first case after every (re)start).

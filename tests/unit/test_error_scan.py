@@ -9,6 +9,7 @@ another dtype, no native), across chunk and sub-chunk boundaries, and compares t
 from __future__ import annotations
 
 import math
+import struct
 
 import pytest
 import torch
@@ -20,12 +21,14 @@ from pytest_cannbench.judge.thresholds import thresholds_for
 F64 = torch.float64
 
 
+def _bits(v: object) -> object:
+    """A float by its bits (so -0.0 differs from 0.0 and NaN equals NaN); anything else as it is."""
+    return struct.pack("<d", v) if isinstance(v, float) else v
+
+
 def _same(x: dict, y: dict) -> bool:
-    """Dict equality where NaN equals NaN (a NaN maximum is a value the general path can report)."""
-    if x.keys() != y.keys():
-        return False
-    return all(a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
-               for a, b in ((x[k], y[k]) for k in x))
+    """Equal keys and bit-identical values."""
+    return x.keys() == y.keys() and all(_bits(x[k]) == _bits(y[k]) and type(x[k]) is type(y[k]) for k in x)
 
 
 def assert_paths_agree(actual, golden, native, dtype, tolerances=None):
