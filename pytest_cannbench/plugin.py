@@ -75,6 +75,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     config = session.config
     reporter = config.pluginmanager.get_plugin("terminalreporter")
     announce = (lambda line: reporter.write_line(line)) if reporter is not None else None
+    state.of(config).prepare_judge_process()
     state.of(config).reap_scratch()
     state.of(config).start_submission(announce)
     collector = config.stash.get(COLLECTOR_KEY, None)

@@ -105,6 +105,14 @@ class CannBenchState:
 
     # ------------------------------------------------------------ the submission
 
+    def prepare_judge_process(self) -> None:
+        """Process-wide settings of this judge, before it allocates its first tensor (sessionstart, every
+        process of the session): huge pages for its inputs and comparisons (workers/huge_pages.py)."""
+        if self.settings.active:
+            from pytest_cannbench.workers.huge_pages import latch_in_judge
+
+            latch_in_judge()
+
     def reap_scratch(self) -> None:
         """Remove what killed sessions left in the temporary directory (scratch.reap); the controller only."""
         if self.settings.active and getattr(self.config, "workerinput", None) is None:
@@ -249,9 +257,6 @@ class CannBenchState:
             import torch
 
             from pytest_cannbench.judge.goldens import make_service
-            from pytest_cannbench.workers.huge_pages import latch_in_judge
-
-            latch_in_judge()  # before the judge's first tensor: its inputs and comparisons fault in 512x fewer pages
             torch.set_num_threads(cpu_threads())  # the judge's own comparisons
             service = make_service(self.settings, self.log_dir, cpu_threads(), self.memory_plan().golden)
             service.worker.log_path = self.log_dir / f"golden-worker-{self.worker_id}.log"
