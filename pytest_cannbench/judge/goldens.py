@@ -1,8 +1,10 @@
 """Golden data for a case, from the disk cache or the golden worker.
 
 The judge never imports a golden: it asks the worker, keeps the answer in the
-cache, and regenerates the generic inputs itself (they are deterministic), so
-cache entries hold only outputs, the parameter binding and hook-made inputs.
+cache, and takes the generic inputs the worker generated through a mapped file
+(workers/input_file.py), or regenerates them itself (they are deterministic) on
+a cache hit, so cache entries hold only outputs, the parameter binding and
+hook-made inputs.
 """
 
 from __future__ import annotations
@@ -111,9 +113,14 @@ class GoldenService:
         if entry is not None:
             return self._data(task, case, seed, entry, cached=True)
         reply, keep = self._reply_file(key)
-        response = self._call({**self._request(task, case, seed), "op": "prepare", "reply_file": reply,
-                               "reply_keep": keep})
-        data = self._data(task, case, seed, response, cached=False)
+        inputs_file = self._scratch_file("inputs")
+        try:
+            response = self._call({**self._request(task, case, seed), "op": "prepare", "reply_file": reply,
+                                   "reply_keep": keep, "inputs_file": inputs_file})
+            data = self._data(task, case, seed, response, cached=False, inputs_file=inputs_file)
+        finally:
+            if os.path.exists(inputs_file):  # not mapped (a failed golden, inputs kept in the reply): not kept
+                os.unlink(inputs_file)
         if self.cache and key and not response.get("reply_file"):  # not written by the worker: store here
             fields = ("hooked", "golden", "native", "native_error", "has_get_output")
             stored = self.cache.store(key, {"binding": [list(e) for e in data.binding],
@@ -128,14 +135,29 @@ class GoldenService:
         """Where the worker writes its answer: the cache entry itself when caching, else a scratch file."""
         if self.cache and key and self.cache.writable():
             return str(self.cache.path(key)), True
+        return self._scratch_file("reply"), False
+
+    def _scratch_file(self, kind: str) -> str:
+        """A new file name in this service's scratch directory (made on first use, removed at close)."""
         if self._scratch is None:
             self._scratch = str(make_dir("golden"))
         self._replies += 1
-        return os.path.join(self._scratch, f"reply-{self._replies}.pt"), False
+        return os.path.join(self._scratch, f"{kind}-{self._replies}.pt" if kind == "reply" else
+                            f"{kind}-{self._replies}.bin")
 
-    def _data(self, task: OperatorTask, case: CaseSpec, seed: int, source: dict, *, cached: bool) -> GoldenData:
-        """GoldenData from a worker response or a cache entry (the same fields)."""
-        return GoldenData(make_inputs=self._inputs_maker(task, case, seed, source["hooked"]),
+    def _data(self, task: OperatorTask, case: CaseSpec, seed: int, source: dict, *, cached: bool,
+              inputs_file: str | None = None) -> GoldenData:
+        """GoldenData from a worker response or a cache entry (the same fields). Inputs the worker wrote to
+        ``inputs_file`` are mapped now (the file is unlinked; the mapping lasts as long as the tensors)."""
+        layout = source.get("inputs_layout")
+        if inputs_file and layout is not None and source["hooked"] is None:
+            from pytest_cannbench.workers import input_file
+
+            shared = input_file.read(inputs_file, layout)
+            make_inputs: Callable[[], list] = lambda: shared  # noqa: E731 - the maker's signature
+        else:
+            make_inputs = self._inputs_maker(task, case, seed, source["hooked"])
+        return GoldenData(make_inputs=make_inputs,
                           binding=tuple(tuple(e) for e in source["binding"]), golden=source["golden"],
                           native=source["native"], native_error=source["native_error"],
                           has_get_output=source["has_get_output"], cached=cached, hooked=source["hooked"],

@@ -73,6 +73,11 @@ def prepare(req: dict) -> dict:
                 hooked = inputs
             stage = "bind parameters"
             binding = bind(gm.main, inputs, attrs)
+        inputs_layout = None
+        if hooked is None and req.get("inputs_file"):
+            stage = "hand the inputs to the judge"
+            with clock.phase("reply"):  # before the golden runs: one that writes into its inputs changes nothing
+                inputs_layout = _share_inputs(req["inputs_file"], inputs)
 
         stage = "golden (oracle)" if gm.oracle else "golden"
         truth = gm.oracle or gm.main
@@ -91,7 +96,8 @@ def prepare(req: dict) -> dict:
             ref = gm.bench or gm.main
             try:
                 # a copy only where the inputs are needed afterwards (hook-made ones go to the judge): the
-                # judge generates its own copy of generic inputs, so a golden writing into these changes nothing
+                # judge has its own copy of generic inputs (the file written before any golden ran, or
+                # regenerated), so a golden writing into these changes nothing
                 native_inputs = _clone(inputs) if hooked is not None else inputs
                 native = flatten_outputs(ref(**bind(ref, native_inputs, attrs).kwargs(native_inputs)))
             except BaseException as exc:  # noqa: BLE001 - a missing reference only makes the check strict
@@ -100,7 +106,19 @@ def prepare(req: dict) -> dict:
             golden = truncate_to_reference(golden, native)
     seconds = clock.seconds
     return {"ok": True, "binding": binding.entries, "hooked": hooked, "golden": golden, "native": native,
-            "native_error": native_error, "has_get_output": gm.get_output is not None, "seconds": seconds}
+            "native_error": native_error, "has_get_output": gm.get_output is not None, "seconds": seconds,
+            "inputs_layout": inputs_layout}
+
+
+def _share_inputs(path: str, inputs: list) -> list | None:
+    """The generated inputs into ``path`` for the judge (workers/input_file.py); None when they cannot go
+    through a file (the disk is full, an unusual input): the judge then generates its own copy, as before."""
+    from pytest_cannbench.workers import input_file
+
+    try:
+        return input_file.write(path, inputs)
+    except OSError:
+        return None
 
 
 def truncate_to_reference(golden: list, native: list) -> list:

@@ -1,0 +1,105 @@
+"""Inputs handed from the golden worker to the judge through a file (workers/input_file.py, issue 22)."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import torch
+
+from pytest_cannbench.taskformat.inputs import generate_inputs, plan_inputs
+from pytest_cannbench.workers import input_file
+from pytest_cannbench.workers.golden_main import prepare
+
+
+def _same(x: list, y: list) -> None:
+    assert len(x) == len(y)
+    for a, b in zip(x, y):
+        if a is None:
+            assert b is None
+        elif isinstance(a, list):
+            _same(a, b)
+        else:
+            assert a.dtype == b.dtype and a.shape == b.shape
+            assert torch.equal(a.view(torch.uint8) if a.dtype == torch.bool else a.reshape(-1).view(torch.uint8),
+                               b.view(torch.uint8) if b.dtype == torch.bool else b.reshape(-1).view(torch.uint8))
+
+
+def test_round_trip_keeps_every_bit_dtype_shape_and_list(tmp_path):
+    inputs = [
+        torch.randn(3, 5, dtype=torch.float32),
+        None,
+        [torch.randn(7, dtype=torch.bfloat16), torch.arange(11, dtype=torch.int64).reshape(1, 11)],
+        torch.tensor([True, False, True]),
+        torch.randn(4).to(torch.float8_e4m3fn),
+        torch.empty(0, 3, dtype=torch.float16),
+        torch.tensor(2.5, dtype=torch.float64),  # a 0-d tensor
+        torch.tensor([float("nan"), float("inf"), -0.0]),  # NaN payloads and the sign of zero travel as bytes
+    ]
+    path = str(tmp_path / "inputs.bin")
+    layout = input_file.write(path, inputs)
+    assert layout is not None
+    back = input_file.read(path, layout)
+    assert not os.path.exists(path)  # unlinked once mapped
+    _same(inputs, back)
+    assert isinstance(back[2], list)
+
+
+def test_the_judges_tensors_are_copy_on_write(tmp_path):
+    path = str(tmp_path / "inputs.bin")
+    layout = input_file.write(path, [torch.ones(1000), torch.zeros(10)])
+    assert layout is not None
+    first, second = input_file.read(path, layout)
+    first.fill_(7.0)  # writes land in private pages: the neighbour and nothing else changes
+    assert torch.equal(second, torch.zeros(10))
+    assert first.is_contiguous() and first.data_ptr() % 64 == 0
+
+
+def test_what_a_file_cannot_carry_falls_back(tmp_path):
+    path = str(tmp_path / "inputs.bin")
+    assert input_file.write(path, [torch.ones(2), 3.0]) is None  # not a tensor: the judge regenerates
+    assert not os.path.exists(path)
+    assert input_file.plan([torch.ones(4).to_sparse()]) is None
+
+
+def test_a_golden_writing_into_its_inputs_cannot_change_what_the_judge_gets(tmp_path):
+    """The worker writes the file before the golden and the native reference run."""
+    op = tmp_path / "scale"
+    op.mkdir()
+    (op / "golden.py").write_text(textwrap.dedent("""
+        import torch
+
+        def scale(x: torch.Tensor) -> torch.Tensor:
+            y = x * 2
+            x.zero_()  # an in-place golden: wipes its input after use
+            return y
+    """))
+    case = {"input_shape": [[64, 33]], "dtype": ["float32"], "value_range": [-1, 1]}
+    inputs_path = str(tmp_path / "inputs.bin")
+    reply = prepare({"op_dir": str(op), "rel_path": "level1/scale", "function_name": "scale", "name_lower": "scale",
+                     "golden_sha256": "", "input_names": ["x"], "output_names": ["y"], "case": case, "seed": 1234,
+                     "dist": "uniform", "compat": "fixed", "precision": "fp64_cpu", "inputs_file": inputs_path})
+    assert reply["ok"], reply
+    from_worker = input_file.read(inputs_path, reply["inputs_layout"])
+    plans = plan_inputs(["x"], case["input_shape"], case["dtype"], case["value_range"])
+    regenerated = generate_inputs(plans, 1234, dist="uniform", compat="fixed")
+    _same(from_worker, regenerated)  # the judge's old copy, bit for bit, although the golden zeroed its own
+    assert bool(from_worker[0].abs().sum() > 0)
+
+
+def test_without_a_file_the_reply_carries_no_layout(tmp_path):
+    op = tmp_path / "ident"
+    op.mkdir()
+    (op / "golden.py").write_text("import torch\n\ndef ident(x: torch.Tensor) -> torch.Tensor:\n    return x.clone()\n")
+    reply = prepare({"op_dir": str(op), "rel_path": "level1/ident", "function_name": "ident", "name_lower": "ident",
+                     "golden_sha256": "", "input_names": ["x"], "output_names": ["y"],
+                     "case": {"input_shape": [[8]], "dtype": ["float16"]}, "seed": 1, "dist": "uniform",
+                     "compat": "fixed", "precision": "fp64_cpu"})
+    assert reply["ok"] and reply["inputs_layout"] is None
+
+
+def test_a_write_error_falls_back_without_a_trace(tmp_path):
+    missing_dir = str(tmp_path / "gone" / "inputs.bin")  # the directory vanished: OSError, nothing written
+    from pytest_cannbench.workers.golden_main import _share_inputs
+
+    assert _share_inputs(missing_dir, [torch.ones(3)]) is None
