@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 PHASES = {
     "start": "process starts: golden and candidate workers (imports, torch)",
     "inputs": "input generation in the golden worker",
-    "inputs_judge": "the judge's own copy of the inputs for the candidate (generated again, same bits)",
+    "inputs_judge": "the judge's copy of the inputs: mapped from the golden worker's file, or generated again",
     "golden": "the fp64 golden (golden worker)",
     "native": "the native-dtype reference (golden worker)",
     "reply": "golden results to the judge (the worker's write, the judge's map)",

@@ -8,7 +8,9 @@ The worker writes the file right after generating the inputs, before the golden 
 golden that writes into its inputs changes nothing the judge sees. The judge maps the file copy-on-write and
 unlinks it at once: the mapping stays valid, nothing is left on disk, and nothing written into the mapped tensors
 reaches the file. Layout: each tensor's bytes at a 64-byte aligned offset; the layout travels in the reply.
-Hook-made inputs (``get_input``) keep travelling in the reply itself, and a golden-cache hit regenerates.
+Hook-made inputs (``get_input``) keep travelling in the reply itself, and a golden-cache hit regenerates. The file
+lives in the golden service's scratch directory beside the reply files (0600, created exclusively), which the
+sandbox does not show a candidate (docs/security.md), and only between the worker's write and the judge's map.
 """
 
 from __future__ import annotations
