@@ -257,6 +257,7 @@ class CannBenchState:
             import torch
 
             from pytest_cannbench.judge.goldens import make_service
+
             torch.set_num_threads(cpu_threads())  # the judge's own comparisons
             service = make_service(self.settings, self.log_dir, cpu_threads(), self.memory_plan().golden)
             service.worker.log_path = self.log_dir / f"golden-worker-{self.worker_id}.log"

@@ -174,12 +174,10 @@ def scan(actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | None
             _fast_chunk(a, g, n, th, tolerances, bufs).into(st)
             continue
         _general_chunk(st, analyse(a, g, n, th), th, lim, tolerances)
-        part = a
-        if part.dtype.itemsize == 1 and part.is_floating_point():
-            part = part.double()  # fp8 has no isnan/isinf kernels
-        if not all_finite(part):
-            st.add("nan", torch.isnan(part))
-            st.add("inf", torch.isinf(part))
+        raw = a.double() if a.dtype.itemsize == 1 and a.is_floating_point() else a  # fp8: no isnan/isinf kernels
+        if not all_finite(raw):
+            st.add("nan", torch.isnan(raw))
+            st.add("inf", torch.isinf(raw))
     return st
 
 
@@ -456,7 +454,7 @@ def _masked_slice(part: _Part, raw: torch.Tensor, an: Analysis, th: DtypeThresho
     count["cancel_native_err"] += int(torch.count_nonzero(cancel & nover))
     count["normal_err"] += int(torch.count_nonzero(normal & over))
     count["normal_native_err"] += int(torch.count_nonzero(normal & nover))
-    zero, neg = torch.zeros((), dtype=torch.float64), torch.full((), -math.inf, dtype=torch.float64)
+    zero, neg = b.zero, b.neg
     torch.where(valid, an.rel, zero, out=b.rel[s:e])
     torch.where(valid, an.diff, zero, out=b.diff[s:e])
     if b.nrel is not None and an.has_native:

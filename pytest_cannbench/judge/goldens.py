@@ -113,7 +113,7 @@ class GoldenService:
         if entry is not None:
             return self._data(task, case, seed, entry, cached=True)
         reply, keep = self._reply_file(key)
-        inputs_file = self._scratch_file("inputs")
+        inputs_file = self._scratch_file("inputs.bin")
         try:
             response = self._call({**self._request(task, case, seed), "op": "prepare", "reply_file": reply,
                                    "reply_keep": keep, "inputs_file": inputs_file})
@@ -135,15 +135,14 @@ class GoldenService:
         """Where the worker writes its answer: the cache entry itself when caching, else a scratch file."""
         if self.cache and key and self.cache.writable():
             return str(self.cache.path(key)), True
-        return self._scratch_file("reply"), False
+        return self._scratch_file("reply.pt"), False
 
-    def _scratch_file(self, kind: str) -> str:
+    def _scratch_file(self, suffix: str) -> str:
         """A new file name in this service's scratch directory (made on first use, removed at close)."""
         if self._scratch is None:
             self._scratch = str(make_dir("golden"))
         self._replies += 1
-        return os.path.join(self._scratch, f"{kind}-{self._replies}.pt" if kind == "reply" else
-                            f"{kind}-{self._replies}.bin")
+        return os.path.join(self._scratch, f"{self._replies}-{suffix}")
 
     def _data(self, task: OperatorTask, case: CaseSpec, seed: int, source: dict, *, cached: bool,
               inputs_file: str | None = None) -> GoldenData:

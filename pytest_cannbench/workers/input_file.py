@@ -15,6 +15,7 @@ sandbox does not show a candidate (docs/security.md), and only between the worke
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 from typing import Any
@@ -25,22 +26,21 @@ ALIGN = 64
 Layout = list
 
 
-def _entry(t: Any, offset: int) -> list:
-    return [str(t.dtype).removeprefix("torch."), list(t.shape), offset]
-
-
-def plan(inputs: list) -> tuple[Layout, int] | None:
-    """Offsets for every tensor, and the file's size; None when an input is of a kind the file cannot carry."""
+def plan(inputs: list) -> tuple[Layout, int, list[tuple[Any, int]]] | None:
+    """The layout, the file's size and every tensor with its offset; None when an input is of a kind the file
+    cannot carry."""
     import torch
 
     layout: Layout = []
+    placed: list[tuple[Any, int]] = []
     size = 0
 
     def place(t: Any) -> list | None:
         nonlocal size
         if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.is_sparse or t.is_quantized:
             return None
-        entry = _entry(t, size)
+        placed.append((t, size))
+        entry = [str(t.dtype).removeprefix("torch."), list(t.shape), size]
         size += -(-t.numel() * t.element_size() // ALIGN) * ALIGN
         return entry
 
@@ -57,7 +57,7 @@ def plan(inputs: list) -> tuple[Layout, int] | None:
             if entry is None:
                 return None
             layout.append(["t", entry])
-    return layout, size
+    return layout, size, placed
 
 
 def write(path: str, inputs: list) -> Layout | None:
@@ -68,14 +68,12 @@ def write(path: str, inputs: list) -> Layout | None:
     planned = plan(inputs)
     if planned is None:
         return None
-    layout, size = planned
-    tensors = [t for item in inputs if item is not None for t in (item if isinstance(item, (list, tuple)) else [item])]
-    entries = [e for item in layout if item is not None for e in (item[1] if item[0] == "l" else [item[1]])]
+    layout, size, placed = planned
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.ftruncate(fd, max(size, 1))
         with mmap.mmap(fd, max(size, 1)) as region:
-            for t, (_, _, offset) in zip(tensors, entries):
+            for t, offset in placed:
                 nbytes = t.numel() * t.element_size()
                 if nbytes:
                     dst = torch.frombuffer(region, dtype=torch.uint8, count=nbytes, offset=offset)
@@ -105,10 +103,7 @@ def read(path: str, layout: Layout) -> list:
     def tensor(entry: list) -> Any:
         dtype_name, shape, offset = entry
         dtype = getattr(torch, dtype_name)
-        count = 1
-        for d in shape:
-            count *= d
-        nbytes = count * torch.empty((), dtype=dtype).element_size()
+        nbytes = math.prod(shape) * dtype.itemsize
         return whole[offset:offset + nbytes].view(dtype).reshape(shape)
 
     out: list = []
