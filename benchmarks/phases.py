@@ -33,7 +33,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pytest_cannbench.phases import PHASES  # noqa: E402  (the checkout's package, also when not installed)
+from pytest_cannbench.phases import PHASES, TIMING_PARTS  # noqa: E402  (the checkout's package, also when not installed)
 
 INTERVAL_S = 0.2
 
@@ -116,7 +116,7 @@ def phase_totals(cases: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     totals: dict[str, dict[str, float]] = {}
     for case in cases:
         seconds = case.get("seconds") or {}
-        for name in [*PHASES, "candidate"]:
+        for name in [*PHASES, *TIMING_PARTS, "candidate"]:
             if name not in seconds:
                 continue
             row = totals.setdefault(name, {"wall_s": 0.0, "cpu_s": 0.0, "peak_mib": 0.0})
@@ -202,6 +202,11 @@ def main() -> int:
         row = totals.get(name)
         if row:
             print(f"{name:14} {row['wall_s']:9.1f} {row['cpu_s']:9.1f} {row['peak_mib']:9.0f}  {what}")
+        if name == "timing":  # its parts, indented: already inside it
+            for part, about in TIMING_PARTS.items():
+                sub = totals.get(part)
+                if sub:
+                    print(f"  {part:12} {sub['wall_s']:9.1f} {sub['cpu_s']:9.1f} {'':>9}  {about}")
     print(f"{'outside cases':14} {report['outside_cases_s']:9.1f} {'':>9} {'':>9}  wall x {processes} process(es) "
           "minus the phases: pytest/xdist starts, collection, per-item overhead, reporting")
     if not args.no_floor:

@@ -36,6 +36,7 @@ DEFAULT_WARMUP = 3
 DEFAULT_REPEAT = 10  # docs/timing.md: the median of 10 is within the 3% CV target from 200 us up
 DEFAULT_REPEAT_MAX = 100
 DEFAULT_TIMING_TARGET_PCT = 2.0
+DEFAULT_HAP_TARGET = 0.01  # docs/timing.md: +-0.01 of HAP moves an operator's score by at most 0.5 of 100
 DEFAULT_TIMING_BUDGET_S = 10.0
 PROFILER_LEVELS = ("Level1", "Level0", "Level2")
 DEFAULT_GOLDEN_CACHE = ".cannbench-cache/golden"
@@ -186,6 +187,9 @@ def add_options(parser: pytest.Parser) -> None:
     option("timing-target", type=float, metavar="PCT",
            help=f"--cann-repeat auto: stop once the 95%% interval of the paired speed-up is within +-PCT%% of it "
                 f"(default {DEFAULT_TIMING_TARGET_PCT:g}).")
+    option("hap-target", type=float, metavar="H",
+           help=f"--cann-repeat auto: also stop once the 95%% interval of the case's HAP score is within +-H "
+                f"(HAP runs 0..1; default {DEFAULT_HAP_TARGET:g}; 0: the speed-up target alone).")
     option("timing-budget", type=float, metavar="SEC",
            help=f"--cann-repeat auto: judge seconds one case's timing may take beyond its minimum count "
                 f"(default {DEFAULT_TIMING_BUDGET_S:g}).")
@@ -265,6 +269,7 @@ class Settings:
     repeat_auto: bool = True  # --cann-repeat auto: ``repeat`` is then the minimum count (issue 20)
     repeat_max: int = DEFAULT_REPEAT_MAX
     timing_target: float = DEFAULT_TIMING_TARGET_PCT / 100  # a fraction
+    hap_target: float = DEFAULT_HAP_TARGET  # absolute, on HAP's 0..1 scale; 0: off
     timing_budget_s: float = DEFAULT_TIMING_BUDGET_S
     timing_isolation: str = "fence"  # fence | off: the quiet-window fence of timing/isolation.py
     timing_threads: int = 1  # threads of a timed call; 0: every usable core (state.timing_threads)
@@ -368,6 +373,9 @@ def settings_from_config(config: pytest.Config) -> Settings:
     report_dir = os.path.abspath(str(report_dir)) if report_dir else str(Path(config.rootpath) / DEFAULT_REPORT_DIR)
     warmup = _number(config, "warmup", int, DEFAULT_WARMUP)
     repeat_auto, repeat, repeat_max, target, budget = _repeat(config)
+    hap_target = _number(config, "hap_target", float, DEFAULT_HAP_TARGET)
+    if not 0 <= hap_target < 0.5:
+        raise pytest.UsageError(f"--cann-hap-target {hap_target:g}: expected 0 (off) or a half-width below 0.5")
     if warmup < 0 or repeat < 1:
         raise pytest.UsageError("--cann-warmup must be >= 0 and --cann-repeat >= 1")
     from pytest_cannbench.timing.devices import parse_ids
@@ -443,6 +451,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         repeat_auto=repeat_auto,
         repeat_max=repeat_max,
         timing_target=target,
+        hap_target=hap_target,
         timing_budget_s=budget,
         timing_isolation=_choice(config, "timing_isolation", ISOLATION_MODES),
         timing_threads=_timing_threads(config),

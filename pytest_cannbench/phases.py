@@ -29,6 +29,13 @@ PHASES = {
     "compare": "the verdict: get_output hook, precision standard, index checks",
     "timing": "timed batches and anchors",
 }
+# parts of "timing" (already inside it: printed beneath it, never summed with the phases above)
+TIMING_PARTS = {
+    "timing_sets": "the timed input sets' references (golden worker: inputs, fp64 golden, native)",
+    "timing_wait": "waiting for the quiet-window fence and the device lock",
+    "timing_window": "inside the lock: flushes, streamed writes, candidate and baseline calls",
+    "timing_verify": "every timed output judged against its own set's reference",
+}
 SUFFIXES = ("", "_cpu", "_peak_mib")
 
 
@@ -86,6 +93,16 @@ class PhaseClock:
             yield
         finally:
             self.add(name, time.perf_counter() - t0, time.process_time() - c0, peak_mib() if reset else None)
+
+    @contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        """Time a part of an enclosing phase (wall and CPU only: resetting the peak would cut the enclosing
+        phase's)."""
+        t0, c0 = time.perf_counter(), time.process_time()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - t0, time.process_time() - c0)
 
 
 def measured(clock: PhaseClock | None) -> PhaseClock:

@@ -414,7 +414,8 @@ class CannBenchState:
         plan = self.device()
         flush = (f"cache flush {min(2 * last_level_cache_bytes(), MAX_FLUSH_BYTES) >> 20} MiB" if plan.kind == "cpu"
                  else "L2 flush" if plan.kind == "cuda" else "cache-clean kernel")
-        repeat = (f"repeat auto ({s.repeat}-{s.repeat_max} calls, speed-up to +-{s.timing_target * 100:g}% or "
+        hap = f", HAP to +-{s.hap_target:g}" if s.hap_target > 0 else ""
+        repeat = (f"repeat auto ({s.repeat}-{s.repeat_max} calls, speed-up to +-{s.timing_target * 100:g}%{hap} or "
                   f"{s.timing_budget_s:g} s a case)" if s.repeat_auto else f"repeat {s.repeat}")
         threads = self.timed_threads()
         lines = [f"cannbench: timing on {plan.label}: {threads} thread{'s' if threads > 1 else ''} per timed call, "

@@ -173,7 +173,7 @@ class SourceItem(_CannItem):
             from pytest_cannbench.timing.perf import measure
 
             with self.clock.phase("timing"):
-                timing, failure = measure(source, ref, worker, self.perf_for(st))
+                timing, failure = measure(source, ref, worker, self.perf_for(st), self.clock)
             if failure is not None:
                 failure.accuracy = result.accuracy
                 result = failure

@@ -25,6 +25,8 @@ from pytest_cannbench.judge.goldens import GoldenFailure
 from pytest_cannbench.judge.source import Anchors, CaseSource, Reference, case_log_path, fate
 from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.phases import PhaseClock, measured
+from pytest_cannbench.report.scoring import hap_interval
 from pytest_cannbench.timing.anchors import check_t_hw
 from pytest_cannbench.timing.cuda_graph import FALLBACK_TIMER, GRAPH_TIMER
 from pytest_cannbench.timing.devices import DevicePlan, timing_lock
@@ -109,7 +111,8 @@ class _Samples:
 
 
 def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chunk: list[int], warmup: int,
-            worker: CandidateWorker, ctx: PerfContext, record: CaseTiming, got: _Samples) -> CaseOutcome | None:
+            worker: CandidateWorker, ctx: PerfContext, record: CaseTiming, got: _Samples,
+            clock: PhaseClock) -> CaseOutcome | None:
     """One lock window: the candidate and the main baseline alternate call by call (ABBA) on the same sets, each
     set written only just before its calls; other baselines follow in the same window. Then every timed
     candidate output is judged. Returns the failure the window exposed, if any."""
@@ -126,8 +129,11 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
     bw = ctx.baseline_worker
     # the fence before the device lock, always (timing/isolation.py): no accuracy work of this session runs while
     # the window is timed, and none is held while waiting for the device
+    asked, cpu = time.monotonic(), time.process_time()
     with ctx.fence.exclusive(), timing_lock(ctx.device):
         window = [time.monotonic()]
+        clock.add("timing_wait", window[0] - asked, time.process_time() - cpu)
+        cpu = time.process_time()
         load = {"start": load_sample()}
         gpu = _gpu_reading(ctx)
         gpu = {"start": gpu} if gpu is not None else None
@@ -149,6 +155,7 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
         if gpu is not None:
             gpu["end"] = _gpu_reading(ctx) or {"unavailable": "no reading at the end"}
         window.append(time.monotonic())
+        clock.add("timing_window", window[1] - window[0], time.process_time() - cpu)
     record.windows.append(window)
     record.load.append(load)
     if gpu is not None:
@@ -171,7 +178,7 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
     if why:
         record.reason = "implausible timing"
         return source.outcome(oc.FAILED, oc.TIMING_IMPLAUSIBLE, f"timing implausible: {why}")
-    with ctx.fence.shared(record.accuracy_spans):  # judging the timed outputs is accuracy work
+    with ctx.fence.shared(record.accuracy_spans), clock.part("timing_verify"):  # judging them is accuracy work
         for j, index in enumerate(chunk):
             verdict = source.judge(batch.outputs[j], refs[index])
             if verdict.status != oc.PASSED:
@@ -232,20 +239,21 @@ def _distrust(ctx: PerfContext, record: CaseTiming, trial: _Samples, retried: bo
 
 
 def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chunk: list[int], warmup: int,
-                  worker: CandidateWorker, ctx: PerfContext, record: CaseTiming, got: _Samples) -> CaseOutcome | None:
+                  worker: CandidateWorker, ctx: PerfContext, record: CaseTiming, got: _Samples,
+                  clock: PhaseClock) -> CaseOutcome | None:
     """:func:`_window`, timed again once on fresh input sets (never the ones the candidate has seen) when the
     window cannot be trusted: the GPU throttled, its CUDA-graph timing fell back, or the candidate and its
     baseline were timed in different modes. The second attempt's samples are kept either way."""
     for attempt in (0, 1):
         trial = _Samples(problems=got.problems, graph=got.graph, mixed=got.mixed)
-        failure = _window(source, ref, refs, chunk, warmup, worker, ctx, record, trial)
+        failure = _window(source, ref, refs, chunk, warmup, worker, ctx, record, trial, clock)
         if failure is not None:
             return failure
         why = _distrust(ctx, record, trial, retried=attempt == 1)
         got.graph, got.mixed = trial.graph, trial.mixed
         if why is not None and attempt == 0:
             try:
-                with ctx.fence.shared(record.accuracy_spans):
+                with ctx.fence.shared(record.accuracy_spans), clock.part("timing_sets"):
                     refs = {i: source.prepare(source.timed_seed(RETRY_SEED_BASE + i)) for i in chunk}
             except GoldenFailure as exc:
                 record.notes.append(f"window not timed again ({why}): the {source.golden_noun} failed: {exc}")
@@ -262,20 +270,32 @@ def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference]
     return None
 
 
+def _hap_half_width(source: CaseSource, ref: Reference, ctx: PerfContext, got: _Samples,
+                    speedup: Interval | None) -> float | None:
+    """Half the width of the HAP interval the case would report if timing stopped now; None without one (no live
+    pairing, anchors that give no HAP, a KernelBench problem). Its anchors are worked out on a throwaway record."""
+    if speedup is None:
+        return None
+    probe = CaseTiming(measured=True)
+    _summarise(source, ref, ctx, probe, got)
+    ends = hap_interval(probe.t_baseline_us, probe.t_hw_us, speedup.to_dict())
+    return None if ends is None else (ends[1] - ends[0]) / 2
+
+
 def _precision(got: _Samples, seed: int) -> tuple[Interval | None, Interval]:
     """The paired speed-up's interval (None without a live baseline) and T_cand's own."""
     speedup = paired_speedup([b for b, _ in got.pairs], [c for _, c in got.pairs], seed) if got.pairs else None
     return speedup, median_interval(got.cand, seed)
 
 
-def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
-            ctx: PerfContext) -> tuple[dict[str, Any], CaseOutcome | None]:
+def measure(source: CaseSource, ref: Reference, worker: CandidateWorker, ctx: PerfContext,
+            clock: PhaseClock | None = None) -> tuple[dict[str, Any], CaseOutcome | None]:
     """The case's timing record, and a failure outcome when timing exposed the candidate.
 
     Fixed ``--cann-repeat N``: N input sets. ``auto``: the minimum count, then more rounds, each sized from
     the interval so far, until the paired speed-up's relative half-width is within the target, the budget is
     spent or the maximum count is reached."""
-    s = ctx.settings
+    s, clock = ctx.settings, measured(clock)
     started = time.monotonic()
     seed = bootstrap_seed(s.secret, s.seed, source.key)
     record = CaseTiming(measured=True, device=ctx.device.label)
@@ -284,9 +304,10 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
     per_call = _tensor_bytes(ref.kwargs()) + ref.out_bytes()
     done, want, stop = 0, s.repeat, "fixed"
     speedup: Interval | None = None
+    hap_achieved: float | None = None
     while True:
         refs: dict[int, Reference] = {}
-        with ctx.fence.shared(record.accuracy_spans):  # the timed sets' goldens: accuracy work, fenced
+        with ctx.fence.shared(record.accuracy_spans), clock.part("timing_sets"):  # accuracy work, fenced
             for index in range(done, want):
                 try:
                     refs[index] = source.prepare(source.timed_seed(index))
@@ -295,7 +316,7 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
                             None)
         for n, chunk in enumerate(_chunks(list(range(done, want)), per_call)):
             failure = _timed_window(source, ref, refs, chunk, s.warmup if done == 0 and n == 0 else 1, worker,
-                                    ctx, record, got)
+                                    ctx, record, got, clock)
             if failure is not None:
                 return not_measured(record.reason), failure
         done = want
@@ -306,9 +327,12 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
         if not s.repeat_auto:
             break
         achieved = (speedup or cand_iv).rel_half_width
+        hap_achieved = _hap_half_width(source, ref, ctx, got, speedup) if s.hap_target > 0 else None
         spent = time.monotonic() - started
         if achieved <= s.timing_target:
             stop = "precision"
+        elif hap_achieved is not None and hap_achieved <= s.hap_target:
+            stop = "hap_precision"
         elif done >= s.repeat_max:
             stop = "max"
         elif spent >= s.timing_budget_s:
@@ -316,8 +340,10 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
         else:
             per_set = spent / done
             affordable = done + max(1, int((s.timing_budget_s - spent) / per_set)) if per_set > 0 else s.repeat_max
-            want = min(s.repeat_max, affordable, max(done + max(2, done // 4),
-                                                     sets_needed(done, achieved, s.timing_target)))
+            needed = sets_needed(done, achieved, s.timing_target)
+            if hap_achieved is not None:
+                needed = min(needed, sets_needed(done, hap_achieved, s.hap_target))
+            want = min(s.repeat_max, affordable, max(done + max(2, done // 4), needed))
             want += (want - done) % 2  # whole ABBA quartets where the maximum allows
             want = min(want, s.repeat_max)
             continue
@@ -339,6 +365,8 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker,
                      "target": s.timing_target if s.repeat_auto else None,
                      "achieved": (speedup or cand_iv).rel_half_width,
                      "precision_of": "speedup" if speedup is not None else "t_cand",
+                     "hap_target": s.hap_target if s.repeat_auto and s.hap_target > 0 else None,
+                     "hap_achieved": hap_achieved if s.repeat_auto else None,
                      "budget_s": s.timing_budget_s if s.repeat_auto else None,
                      "spent_s": time.monotonic() - started}
     if record.t_hw_us is not None and record.t_cand_us is not None and record.t_cand_us < record.t_hw_us:

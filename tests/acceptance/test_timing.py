@@ -193,11 +193,28 @@ def test_repeat_auto_stops_at_its_target_budget_or_maximum(pytester, capsys, tas
     args = [a for a in TIMED if not a.startswith("--cann-repeat")]
     run = run_inner(pytester, capsys, tasks, *args, f"--cann-source={source}", "--cann-repeat=auto",
                     "--cann-repeat-min=4", "--cann-repeat-max=8", "--cann-timing-target=0.001",
-                    "--cann-timing-budget=60", "-k", "softplus and 04")
+                    "--cann-hap-target=0", "--cann-timing-budget=60", "-k", "softplus and 04")
     t = run.cases["softplus[04]"].cann["timing"]
     assert t["repeat"]["mode"] == "auto" and 4 <= t["repeat"]["count"] <= 8 and t["input_sets"] == t["repeat"]["count"]
     assert t["repeat"]["stopped"] in ("max", "budget")  # a 0.001% target is out of reach
     assert t["speedup"]["samples"] == t["repeat"]["count"] and t["repeat"]["achieved"] > 0
+    assert t["repeat"]["hap_target"] is None and t["repeat"]["hap_achieved"] is None  # off: never computed
+
+
+def test_repeat_auto_stops_once_the_hap_is_settled(pytester, capsys, task_tree):
+    """The score's own precision also ends the sampling: with an out-of-reach speed-up target, a HAP target of
+    +-0.45 (HAP runs 0..1) is met by the minimum count, and the record says which target stopped it and how the
+    reported HAP interval came out."""
+    tasks = task_tree("submission")
+    source = wheel_dir(Path(pytester.path) / "sub", HONEST)
+    args = [a for a in TIMED if not a.startswith("--cann-repeat")]
+    run = run_inner(pytester, capsys, tasks, *args, f"--cann-source={source}", "--cann-repeat=auto",
+                    "--cann-repeat-min=4", "--cann-repeat-max=8", "--cann-timing-target=0.001",
+                    "--cann-hap-target=0.45", "--cann-timing-budget=60", "-k", "softplus and 04")
+    t = run.cases["softplus[04]"].cann["timing"]
+    assert t["repeat"]["stopped"] == "hap_precision" and t["repeat"]["count"] == 4, t["repeat"]
+    assert 0 <= t["repeat"]["hap_achieved"] <= 0.45 and t["repeat"]["hap_target"] == 0.45
+    assert "HAP to +-0.45" in run.text
 
 
 def test_no_perf_means_not_measured(pytester, capsys, task_tree):

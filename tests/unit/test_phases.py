@@ -40,3 +40,22 @@ def test_a_phase_that_raises_is_still_recorded() -> None:
     except ValueError:
         pass
     assert "golden" in clock.seconds and "golden_cpu" in clock.seconds
+
+
+def test_a_part_inside_a_phase_keeps_the_phase_peak() -> None:
+    """A part (timing's sub-phases) records wall and CPU only: resetting the high-water mark inside the enclosing
+    phase would hide what the phase touched before the part began."""
+    clock = PhaseClock()
+    with clock.phase("timing"):
+        block = bytearray(64 << 20)
+        for i in range(0, len(block), 4096):
+            block[i] = 1
+        del block
+        with clock.part("timing_sets"):
+            end = time.process_time() + 0.02
+            while time.process_time() < end:
+                pass
+    assert set(clock.seconds) >= {"timing_sets", "timing_sets_cpu"} and "timing_sets_peak_mib" not in clock.seconds
+    assert clock.seconds["timing"] >= clock.seconds["timing_sets"] > 0
+    if reset_peak():
+        assert clock.seconds["timing_peak_mib"] >= 64
