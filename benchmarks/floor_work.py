@@ -1,11 +1,15 @@
 """The irreducible work of a list of cases, for benchmarks/phases.py (run as its own process, one thread).
 
-Usage: python benchmarks/floor_work.py CASES.json   (a JSON list of [op_dir, case_id]); prints one JSON line.
+Usage: python benchmarks/floor_work.py CASES.json   (a JSON list of [op_dir, case_id] or [op_dir, case_id, sets]);
+prints one JSON line.
 
 Per case, nothing beyond what any grader must do: the inputs generated once, the fp64 golden once, a candidate
 once (the golden on the case's own dtypes, as under --cann-self-check) and one MERE/MARE comparison of each float
-output, streamed in chunks so no full-size fp64 temporary is made. Task code runs here directly: this is a
-measurement of trusted goldens, never a grader.
+output, streamed in chunks so no full-size fp64 temporary is made. A case timed on ``sets`` fresh input sets adds,
+per set, what verifying a timed output needs: its inputs, its fp64 golden and one comparison (``timed_sets_s``),
+extrapolated from the case's own measured figures (every set has the case's shapes and dtypes). The timed calls
+themselves are the run's own measurements (benchmarks/phases.py adds them). Task code runs here directly: this is
+a measurement of trusted goldens, never a grader.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ def mere_mare(actual: Any, golden: Any) -> tuple[float, float]:
     return total / max(a.numel(), 1), worst
 
 
-def one_case(op_dir: Path, case_id: int, clocks: dict[str, float]) -> None:
+def one_case(op_dir: Path, case_id: int, clocks: dict[str, float], sets: int = 0) -> None:
     import torch
 
     from pytest_cannbench.taskformat.dirs import find_bench_root
@@ -72,6 +76,9 @@ def one_case(op_dir: Path, case_id: int, clocks: dict[str, float]) -> None:
     for name, seconds in (("inputs_s", t1 - t0), ("golden_s", t2 - t1), ("candidate_s", t3 - t2),
                           ("compare_s", t4 - t3)):
         clocks[name] = clocks.get(name, 0.0) + seconds
+    if sets:
+        clocks["timed_sets_s"] = clocks.get("timed_sets_s", 0.0) + sets * ((t1 - t0) + (t2 - t1) + (t4 - t3))
+        clocks["timed_sets"] = clocks.get("timed_sets", 0) + sets
 
 
 def main() -> int:
@@ -81,9 +88,9 @@ def main() -> int:
     torch.set_num_threads(1)
     clocks: dict[str, float] = {"import_s": time.perf_counter() - t0}
     done, errors = 0, 0
-    for op_dir, case_id in json.loads(Path(sys.argv[1]).read_text()):
+    for op_dir, case_id, *rest in json.loads(Path(sys.argv[1]).read_text()):
         try:
-            one_case(Path(op_dir), int(case_id), clocks)
+            one_case(Path(op_dir), int(case_id), clocks, int(rest[0]) if rest else 0)
             done += 1
         except Exception as exc:  # noqa: BLE001 - a golden that cannot run here is counted, not fatal
             errors += 1

@@ -270,6 +270,15 @@ def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference]
     return None
 
 
+WORK_PARTS = ("timing_sets", "timing_window", "timing_verify")  # phases.TIMING_PARTS less the waits
+
+
+def _work(clock: PhaseClock) -> float:
+    """Seconds of timing work the case's clock holds: what ``--cann-timing-budget`` counts. Under ``-n N`` a case
+    also waits for the other workers' windows; counting that would give it fewer sets than a serial run gets."""
+    return sum(clock.seconds.get(part, 0.0) for part in WORK_PARTS)
+
+
 def _hap_half_width(source: CaseSource, ref: Reference, ctx: PerfContext, got: _Samples,
                     speedup: Interval | None) -> float | None:
     """Half the width of the HAP interval the case would report if timing stopped now; None without one (no live
@@ -296,7 +305,7 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker, ctx: Pe
     the interval so far, until the paired speed-up's relative half-width is within the target, the budget is
     spent or the maximum count is reached."""
     s, clock = ctx.settings, measured(clock)
-    started = time.monotonic()
+    started, worked = time.monotonic(), _work(clock)
     seed = bootstrap_seed(s.secret, s.seed, source.key)
     record = CaseTiming(measured=True, device=ctx.device.label)
     cuda = ctx.device.kind == "cuda"
@@ -328,7 +337,7 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker, ctx: Pe
             break
         achieved = (speedup or cand_iv).rel_half_width
         hap_achieved = _hap_half_width(source, ref, ctx, got, speedup) if s.hap_target > 0 else None
-        spent = time.monotonic() - started
+        spent = _work(clock) - worked  # this case's own work: waiting on the other workers' windows is not spent
         if achieved <= s.timing_target:
             stop = "precision"
         elif hap_achieved is not None and hap_achieved <= s.hap_target:
@@ -368,7 +377,7 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker, ctx: Pe
                      "hap_target": s.hap_target if s.repeat_auto and s.hap_target > 0 else None,
                      "hap_achieved": hap_achieved if s.repeat_auto else None,
                      "budget_s": s.timing_budget_s if s.repeat_auto else None,
-                     "spent_s": time.monotonic() - started}
+                     "spent_s": _work(clock) - worked, "elapsed_s": time.monotonic() - started}
     if record.t_hw_us is not None and record.t_cand_us is not None and record.t_cand_us < record.t_hw_us:
         record.flags.append("implausible_time")  # faster than the hardware limit: the anchors or the timer lie
         return {**record.to_dict(), **extra}, source.outcome(
