@@ -11,8 +11,8 @@ same ``--cann-seed`` (the same inputs), then compares the leaderboards side by s
 * per case: the HAP of every run and its spread;
 * the total of every run;
 * the share of operator pairs whose order flips between two runs (any pair of runs);
-* the timing budget spent: judge seconds in timing per run (the sum of the cases' ``repeat.spent_s``), the timed
-  calls used, and the wall time of each session.
+* the timing budget spent: seconds of timing work per run, waits for the other worker excluded (the sum of the
+  cases' ``repeat.spent_s``), the timed calls used, and the wall time of each session.
 
 The figures are ratios measured in one run: a loaded machine moves all three runs, and only their differences
 are reported. Prints a table; ``--json PATH`` also writes the raw figures.
