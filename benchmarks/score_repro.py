@@ -1,7 +1,7 @@
 """Run-to-run reproducibility of the score: the same submission graded three times in one run (issue 20 item 5).
 
 Usage: python benchmarks/score_repro.py [--tasks tasks] [--source examples/cpp_cpu] [--runs n2,n2,serial]
-                                        [-- extra pytest arguments, e.g. -k "exp or softplus"]
+                                        [--keep DIR] [--json OUT] [-- extra pytest arguments, e.g. -k "exp or softplus"]
 
 Grades ``--source`` on ``--tasks`` (the README's main job) once per entry of ``--runs`` (``n2``: ``-n 2``;
 ``serial``: one process), one after the other on the same machine, each with its own report directory and the
@@ -13,6 +13,8 @@ same ``--cann-seed`` (the same inputs), then compares the leaderboards side by s
 * the share of operator pairs whose order flips between two runs (any pair of runs);
 * the timing budget spent: seconds of timing work per run, waits for the other worker excluded (the sum of the
   cases' ``repeat.spent_s``), the timed calls used, and the wall time of each session.
+* every case that did not pass in a run, with its failure: for an honest submission each one is a flake to explain
+  (``--keep DIR`` keeps the runs' report directories, logs included, to read them).
 
 The figures are ratios measured in one run: a loaded machine moves all three runs, and only their differences
 are reported. Prints a table; ``--json PATH`` also writes the raw figures.
@@ -21,6 +23,7 @@ are reported. Prints a table; ``--json PATH`` also writes the raw figures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import os
@@ -83,7 +86,10 @@ def summary(boards: list[dict[str, Any]], labels: list[str], walls: list[float])
     return {"runs": labels, "totals": [b["total_score"] for b in boards], "wall_s": walls, "timing_s": spent,
             "timed_calls": calls, "operators": per_op, "cases": per_case,
             "order_flips": {"pairs": pairs, "flipped": flips, "share": flips / pairs if pairs else 0.0},
-            "degenerate_anchors": [(b.get("degenerate_anchors") or {}).get("count") for b in boards]}
+            "degenerate_anchors": [(b.get("degenerate_anchors") or {}).get("count") for b in boards],
+            "failed": [[(c["key"], c.get("failure_type") or c.get("status"), c.get("message") or "")
+                        for op in b["operators"] for c in op["cases"] if c.get("status") not in ("passed", "missing")]
+                       for b in boards]}
 
 
 def show(result: dict[str, Any]) -> None:
@@ -104,6 +110,9 @@ def show(result: dict[str, Any]) -> None:
     print("timed calls per run:    " + ", ".join(f"{label} {n}" for label, n in zip(labels, result["timed_calls"])))
     print("wall seconds per run:   " + ", ".join(f"{label} {s:.0f}" for label, s in zip(labels, result["wall_s"])))
     print(f"degenerate anchors per run: {result['degenerate_anchors']}")
+    for label, failed in zip(labels, result["failed"]):
+        for key, kind, message in failed:  # an honest submission's failure that another run passed is a flake
+            print(f"{label} failed {key}: {kind}: {message[:300]}")
 
 
 def main() -> int:
@@ -113,15 +122,18 @@ def main() -> int:
                         help="a submission directory (build.sh, or a prebuilt dist/)")
     parser.add_argument("--runs", default="n2,n2,serial")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--keep", default=None, metavar="DIR",
+                        help="write each run's report directory under DIR and keep it (default: a temporary one)")
     parser.add_argument("extra", nargs="*", help="after --: more pytest arguments for every run")
     args = parser.parse_args()
     tasks, source = Path(args.tasks).resolve(), Path(args.source).resolve()
     modes = args.runs.split(",")
     boards, walls = [], []
-    with tempfile.TemporaryDirectory(prefix="cannbench-repro-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = args.keep or stack.enter_context(tempfile.TemporaryDirectory(prefix="cannbench-repro-"))
         for i, mode in enumerate(modes):
             out = Path(tmp) / f"run{i}-{mode}"
-            out.mkdir()
+            out.mkdir(parents=True)
             board, wall = grade(tasks, source, mode, out, args.extra)
             boards.append(board)
             walls.append(wall)
