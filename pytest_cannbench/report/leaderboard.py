@@ -28,6 +28,7 @@ from pytest_cannbench.report.scoring import (
     operator_score,
     totals,
 )
+from pytest_cannbench.timing.isolation import window_figures
 
 SCHEMA = "pytest-cannbench/leaderboard/1"
 DEGENERATE_FLAGS = frozenset({"baseline_below_t_hw", "degenerate_anchors"})  # the HAP of such a case says nothing
@@ -65,7 +66,8 @@ def _case_entry(outcome: dict[str, Any], hap: float | None, hap_flags: list[str]
 
 
 def _load(timing: dict[str, Any]) -> dict[str, Any] | None:
-    """The highest load average and CPU pressure seen at a timed window's start or end, and the flag."""
+    """The highest load average and CPU pressure seen at a timed window's start or end, the stall and steal inside
+    the windows (what decides the flag), and the flag."""
     samples = [sample for window in timing.get("load") or [] for sample in window.values()]
     if not samples:
         return None
@@ -75,6 +77,7 @@ def _load(timing: dict[str, Any]) -> dict[str, Any] | None:
         return max(values) if values else None
 
     return {"loadavg1_max": peak("loadavg1"), "cpu_some_avg10_max": peak("cpu_some_avg10"),
+            **window_figures(timing.get("load") or []),
             "timed_under_load": "timed_under_load" in (timing.get("flags") or [])}
 
 

@@ -11,9 +11,13 @@ fence, so new accuracy work queues behind it instead of starving it. Two session
 only its own workers (the device lock already serialises timing across sessions).
 ``--cann-timing-isolation off`` makes :class:`Fence` a no-op.
 
-**Load.** :func:`load_sample` reads the 1-minute load average and, where the kernel has PSI, the share of the
-last 10 s some task waited for a CPU (``/proc/pressure/cpu`` ``some avg10``); :func:`under_load` is the rule
-that flags a window ``timed_under_load`` (documented in docs/timing.md, "Isolation").
+**Load.** :func:`load_sample` reads the 1-minute load average, where the kernel has PSI the share of the last
+10 s some task waited for a CPU (``/proc/pressure/cpu`` ``some avg10``) and its running total, and the CPU time
+the hypervisor stole (``/proc/stat``). :func:`windows_under_load` is the rule that flags a case
+``timed_under_load``: the stall and the steal *inside* its windows (the totals' differences between each window's
+start and end), which only what competed with the timed call can cause. The averages at the edges are kept for
+the reports but no longer decide: they cover the minute or the 10 s before, when this session's own accuracy work
+ran (documented in docs/timing.md, "Isolation").
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from pytest_cannbench.timing.devices import lock_dir
 
@@ -33,6 +38,8 @@ FENCE_WORKERINPUT_KEY = "cannbench_fence"
 LOAD_FACTOR = 1.5  # 1-minute load average above 1.5x the session's usable cores
 PSI_SOME_AVG10 = 20.0  # or some task waited for a CPU during more than 20% of the last 10 s
 PSI_PATH = "/proc/pressure/cpu"
+STAT_PATH = "/proc/stat"
+STEAL_PCT = 20.0  # the hypervisor ran something else on this VM's CPUs for more than 20% of the windows' CPU time
 
 
 def new_fence_path() -> Path:
@@ -119,17 +126,41 @@ class Fence:
 # ---------------------------------------------------------------- machine load per timed window
 
 
-def cpu_pressure(path: str = PSI_PATH) -> float | None:
-    """``some avg10`` of the kernel's CPU pressure (percent), None where PSI is absent or unreadable."""
+def _psi_some(path: str) -> dict[str, str] | None:
     try:
         with open(path) as fh:
             for line in fh:
                 if line.startswith("some "):
-                    fields = dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
-                    return float(fields["avg10"])
-    except (OSError, ValueError, KeyError):
+                    return dict(part.split("=", 1) for part in line.split()[1:] if "=" in part)
+    except (OSError, ValueError):
         return None
     return None
+
+
+def cpu_pressure(path: str = PSI_PATH) -> float | None:
+    """``some avg10`` of the kernel's CPU pressure (percent), None where PSI is absent or unreadable."""
+    try:
+        return float((_psi_some(path) or {})["avg10"])
+    except (KeyError, ValueError):
+        return None
+
+
+def cpu_stall_us(path: str = PSI_PATH) -> float | None:
+    """``some total``: microseconds some task waited for a CPU since boot, None where PSI is absent."""
+    try:
+        return float((_psi_some(path) or {})["total"])
+    except (KeyError, ValueError):
+        return None
+
+
+def steal_s(path: str = STAT_PATH) -> float | None:
+    """CPU seconds the hypervisor stole from this machine since boot, all CPUs summed (``/proc/stat``)."""
+    try:
+        with open(path) as fh:
+            fields = fh.readline().split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK") if fields and fields[0] == "cpu" else None
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def load_sample() -> dict[str, float | None]:
@@ -137,7 +168,45 @@ def load_sample() -> dict[str, float | None]:
         load: float | None = os.getloadavg()[0]
     except OSError:
         load = None
-    return {"loadavg1": load, "cpu_some_avg10": cpu_pressure()}
+    return {"loadavg1": load, "cpu_some_avg10": cpu_pressure(), "cpu_some_total_us": cpu_stall_us(),
+            "steal_s": steal_s(), "cpus": os.cpu_count() or 1, "t": time.monotonic()}
+
+
+def _delta(window: dict[str, Any], name: str) -> float | None:
+    start, end = (window.get(edge) or {} for edge in ("start", "end"))
+    a, b = start.get(name), end.get(name)
+    return b - a if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b >= a else None
+
+
+def window_figures(windows: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Over a case's timed windows together: the share of their time some task waited for a CPU
+    (``cpu_stall_pct``) and the share of the machine's CPU time the hypervisor stole (``steal_pct``); None where
+    the totals could not be read."""
+    spans = [(_delta(w, "t"), _delta(w, "cpu_some_total_us"), _delta(w, "steal_s")) for w in windows]
+    cores = max([int((w.get("end") or {}).get("cpus") or 1) for w in windows] or [1])
+    stalled = [(dt, stall) for dt, stall, _ in spans if dt and stall is not None]
+    robbed = [(dt, steal) for dt, _, steal in spans if dt and steal is not None]
+    return {"cpu_stall_pct": 100.0 * sum(v for _, v in stalled) / 1e6 / sum(dt for dt, _ in stalled)
+            if stalled else None,
+            "steal_pct": 100.0 * sum(v for _, v in robbed) / (cores * sum(dt for dt, _ in robbed))
+            if robbed else None}
+
+
+def windows_under_load(windows: list[dict[str, Any]], cores: int) -> str | None:
+    """Why a case's timed windows (``{"start": load_sample(), "end": load_sample()}`` each) ran under load, or
+    None. The rule, over all its windows together (:func:`window_figures`): some task waited for a CPU during
+    more than ``PSI_SOME_AVG10`` percent of their time, or the hypervisor stole more than ``STEAL_PCT`` percent
+    of their CPU time. Where neither total can be read (no PSI and no ``/proc/stat``, or samples of an older
+    version), the edges' averages decide (:func:`under_load`, with ``cores`` the session's usable cores)."""
+    figures = window_figures(windows)
+    stall, steal = figures["cpu_stall_pct"], figures["steal_pct"]
+    if stall is None and steal is None:
+        return under_load([s for w in windows for s in w.values() if isinstance(s, dict)], cores)
+    if stall is not None and stall > PSI_SOME_AVG10:
+        return f"some task waited for a CPU during {stall:.1f}% of the timed windows"
+    if steal is not None and steal > STEAL_PCT:
+        return f"the hypervisor stole {steal:.1f}% of the CPU time during the timed windows"
+    return None
 
 
 def under_load(samples: list[dict[str, float | None]], cores: int) -> str | None:

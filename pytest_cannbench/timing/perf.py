@@ -32,7 +32,7 @@ from pytest_cannbench.timing.cuda_graph import FALLBACK_TIMER, GRAPH_TIMER
 from pytest_cannbench.timing.devices import DevicePlan, timing_lock
 from pytest_cannbench.timing.gpu_telemetry import Telemetry, window_throttled
 from pytest_cannbench.timing.in_worker import Flusher
-from pytest_cannbench.timing.isolation import Fence, load_sample, under_load
+from pytest_cannbench.timing.isolation import Fence, load_sample, windows_under_load
 from pytest_cannbench.timing.stats import (
     CaseTiming,
     Interval,
@@ -358,7 +358,7 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker, ctx: Pe
             continue
         break
     record.input_sets = done
-    why = under_load([sample for window in record.load for sample in window.values()], usable_cores())
+    why = windows_under_load(record.load, usable_cores())
     if why:  # recorded, never failed: the case's numbers are as trustworthy as the machine was quiet
         record.flags.append("timed_under_load")
         record.notes.append(f"timed under load: {why}")

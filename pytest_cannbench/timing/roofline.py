@@ -35,7 +35,7 @@ from typing import Any
 from pytest_cannbench.atomic import write_atomic
 from pytest_cannbench.timing.calibrate import CalibrationError, check_device
 from pytest_cannbench.timing.calibrate import main as measure_main
-from pytest_cannbench.timing.isolation import load_sample, under_load
+from pytest_cannbench.timing.isolation import load_sample, under_load, windows_under_load
 from pytest_cannbench.timing.machine import cpu_model
 
 METHOD_VERSION = 2  # 2: bandwidth by working-set size after the flush (issue 20)
@@ -203,7 +203,7 @@ def calibrate(device: str = "cpu", threads: int = 1, timeout_s: float = CALIBRAT
     key = machine_key(device, threads)
     details = dict(measured.get("details", {}))
     details["load"] = [before, load_sample()]
-    details["under_load"] = under_load(details["load"], key["usable_cpus"])
+    details["under_load"] = windows_under_load([{"start": before, "end": details["load"][1]}], key["usable_cpus"])
     details["calibrations"], details["quiet_calibrations"] = 1, 0 if details["under_load"] else 1
     return MachineLimits(bandwidth_gbs=bandwidth, peak_gflops=peak, key=key,
                          measured_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,11 +14,17 @@ import pytest
 from pytest_cannbench.timing.isolation import (
     LOAD_FACTOR,
     PSI_SOME_AVG10,
+    STEAL_PCT,
     Fence,
     cpu_pressure,
+    cpu_stall_us,
     gate_path,
+    load_sample,
     remove_fence,
+    steal_s,
     under_load,
+    window_figures,
+    windows_under_load,
 )
 
 
@@ -48,6 +55,61 @@ def test_cpu_pressure_parses_psi_and_tolerates_its_absence(tmp_path: Path):
     assert cpu_pressure(str(tmp_path / "missing")) is None
     psi.write_text("garbage\n")
     assert cpu_pressure(str(psi)) is None
+
+
+def window(seconds: float, stall_s: float | None = None, steal: float | None = None, cpus: int = 2,
+           edge_load: float | None = 0.5, edge_psi: float | None = 0.0, at: float = 100.0) -> dict:
+    """A timed window's two samples, with the totals moved by ``stall_s`` and ``steal`` CPU seconds."""
+    start = {"loadavg1": edge_load, "cpu_some_avg10": edge_psi, "cpus": cpus, "t": at,
+             "cpu_some_total_us": None if stall_s is None else 5e6, "steal_s": None if steal is None else 40.0}
+    end = dict(start, t=at + seconds,
+               cpu_some_total_us=None if stall_s is None else 5e6 + stall_s * 1e6,
+               steal_s=None if steal is None else 40.0 + steal)
+    return {"start": start, "end": end}
+
+
+@pytest.mark.parametrize("windows, fragment", [
+    # busy edges (this session's own accuracy work in the 10 s before) but a quiet window: not under load
+    ([window(0.5, stall_s=0.0, steal=0.0, edge_load=9.0, edge_psi=60.0)], None),
+    ([window(1.0, stall_s=0.25)], "waited for a CPU during 25.0%"),
+    # pooled over the case's windows: 0.3 s of stall in 2 s of windows is 15%, under the bound
+    ([window(1.0, stall_s=0.3), window(1.0, stall_s=0.0, at=200.0)], None),
+    ([window(1.0, stall_s=0.0, steal=0.5)], "stole 25.0%"),  # 0.5 CPU s of 2 cores x 1 s
+    ([window(1.0, stall_s=0.0, steal=0.3)], None),
+    # no totals (an older kernel, or an older version's samples): the edges decide as before
+    ([window(1.0, edge_load=9.0)], "load average 9.00"),
+    ([window(1.0, edge_psi=PSI_SOME_AVG10 + 5)], "CPU pressure"),
+    ([], None),
+], ids=["quiet-window-busy-edges", "stalled", "pooled", "stolen", "some-steal", "edges-load", "edges-psi", "none"])
+def test_windows_under_load_rule(windows, fragment):
+    why = windows_under_load(windows, 2)
+    assert (why is None) if fragment is None else (fragment in why), why
+
+
+def test_window_figures_pool_the_windows_and_skip_what_was_not_read():
+    figures = window_figures([window(1.0, stall_s=0.1, steal=0.2), window(3.0, stall_s=0.1, at=300.0)])
+    assert figures["cpu_stall_pct"] == pytest.approx(5.0)  # 0.2 s of 4 s
+    assert figures["steal_pct"] == pytest.approx(10.0)  # the second window read no steal: 0.2 of 2 cores x 1 s
+    assert window_figures([window(1.0)]) == {"cpu_stall_pct": None, "steal_pct": None}
+    assert STEAL_PCT == 20.0
+
+
+def test_the_totals_parse_and_tolerate_their_absence(tmp_path: Path):
+    psi = tmp_path / "cpu"
+    psi.write_text("some avg10=1.00 avg60=3.00 avg300=1.00 total=123456\nfull avg10=0.00 avg60=0.00 avg300=0.00 "
+                   "total=0\n")
+    assert cpu_stall_us(str(psi)) == 123456.0 and cpu_stall_us(str(tmp_path / "missing")) is None
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  3458491 433593 1126368 5613385 16536 0 2681 48058 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
+    assert steal_s(str(stat)) == pytest.approx(48058 / os.sysconf("SC_CLK_TCK"))
+    stat.write_text("intr 1 2 3\n")
+    assert steal_s(str(stat)) is None and steal_s(str(tmp_path / "missing")) is None
+    live = load_sample()  # this machine: every field there, the totals never going back
+    later = load_sample()
+    assert set(live) == {"loadavg1", "cpu_some_avg10", "cpu_some_total_us", "steal_s", "cpus", "t"}
+    for name in ("cpu_some_total_us", "steal_s", "t"):
+        if live[name] is not None:
+            assert later[name] >= live[name]
 
 
 def test_fence_off_is_a_no_op():
