@@ -62,6 +62,23 @@ def summarize(seconds: list[float]) -> TimingSummary:
                          spread=(p75 - p25) / median if median > 0 else math.inf, samples=len(us))
 
 
+def cpu_floor(phases: dict[str, float], cpu_s: float | None, threads: int, busiest_s: float | None,
+              handshakes: int) -> dict[str, float] | None:
+    """The CPU-time floor of a batch, in ms: what the worker accounts for besides waiting (``accounted_ms``),
+    the CPU its threads were charged (``used_ms``: the busiest thread, or all threads over the thread budget) and
+    the slack allowed (``slack_ms``). None without a reading from /proc. While it waits for the judge to write a
+    streamed call's set the worker is frozen: no CPU time, so the floor holds against what it says it did
+    besides waiting (claiming a longer wait only lowers that)."""
+    bounds = [b for b in (None if cpu_s is None else cpu_s / max(1, threads), busiest_s) if b is not None]
+    if not bounds:
+        return None
+    used = max(bounds)
+    reported = phases.get("prepare", 0.0) + phases.get("total", 0.0) + phases.get("guard", 0.0)
+    busy = reported - max(0.0, phases.get("wait", 0.0))
+    slack = CPU_SLACK_S + CPU_SLACK_FRACTION * used + HANDSHAKE_CPU_S * handshakes
+    return {"accounted_ms": busy * 1e3, "used_ms": used * 1e3, "slack_ms": slack * 1e3}
+
+
 def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, timer: str,
                 cpu_s: float | None = None, threads: int = 1,
                 busiest_s: float | None = None, handshakes: int = 0, held_s: float = 0.0) -> str | None:
@@ -90,15 +107,12 @@ def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, t
     if held_s > 0 and wait < held_s - (HELD_SLACK_S + HELD_SLACK_FRACTION * held_s):
         return (f"the worker reports {wait * 1e3:.2f} ms of waiting for the judge, who held it "
                 f"{held_s * 1e3:.2f} ms by its own clock (its clock runs slow)")
-    # While it waits for the judge to write a streamed call's set the worker is frozen: no CPU time, so the
-    # floor holds against what it says it did besides waiting (claiming a longer wait only lowers that).
-    busy = reported - wait
-    bounds = [b for b in (None if cpu_s is None else cpu_s / max(1, threads), busiest_s) if b is not None]
-    if bounds:
-        used = max(bounds)
-        if busy < used - (CPU_SLACK_S + CPU_SLACK_FRACTION * used + HANDSHAKE_CPU_S * handshakes):
-            return (f"the worker accounts for {busy * 1e3:.2f} ms of a batch whose busiest thread alone "
-                    f"ran {used * 1e3:.2f} ms on the CPU (its clock runs slow)")
+    floor = cpu_floor(phases, cpu_s, threads, busiest_s, handshakes)
+    if floor is not None and floor["accounted_ms"] < floor["used_ms"] - floor["slack_ms"]:
+        parts = ", ".join(f"{k} {v * 1e3:.2f}" for k, v in sorted(phases.items()))
+        return (f"the worker accounts for {floor['accounted_ms']:.2f} ms of a batch whose busiest thread alone "
+                f"ran {floor['used_ms']:.2f} ms on the CPU (its clock runs slow; allowed "
+                f"{floor['slack_ms']:.2f} ms for {handshakes} handshakes; its phases, ms: {parts})")
     if timer in ("cpu_clock", "host_clock"):
         inner = sum(phases.get(k, 0.0) for k in ("warmup", "flush", "wait", "calls", "write"))
         if abs(sum(seconds) - phases.get("calls", 0.0)) > 1e-6 + 1e-6 * abs(sum(seconds)):
@@ -141,6 +155,8 @@ class CaseTiming:
     speedup: dict[str, Any] | None = None  # Interval of T_base / T_cand, calls paired on the same input sets
     cand_interval: dict[str, Any] | None = None  # Interval of T_cand's median (µs)
     repeat: dict[str, Any] = field(default_factory=dict)  # mode, count used, target, achieved, budget, why it stopped
+    # per candidate window, the judge's CPU check (cpu_floor): accounted_ms, used_ms, slack_ms, and the handshakes
+    cpu_floor: list[dict[str, float]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
