@@ -186,15 +186,19 @@ def test_timed_windows_never_overlap_under_xdist(pytester, capsys, task_tree):
     assert all(a[1] <= b[0] for a, b in zip(windows, windows[1:])), windows
 
 
-def test_repeat_auto_stops_at_its_target_budget_or_maximum(pytester, capsys, task_tree):
-    """--cann-repeat auto: at least the minimum, never past the maximum, and the reason it stopped recorded."""
-    tasks = task_tree("submission")
+def auto_timed(pytester, capsys, task_tree, hap_target: str) -> tuple[InnerRun, dict]:
+    """softplus 04 under --cann-repeat auto, 4 to 8 sets, a speed-up target out of reach: the run and its timing."""
     source = wheel_dir(Path(pytester.path) / "sub", HONEST)
     args = [a for a in TIMED if not a.startswith("--cann-repeat")]
-    run = run_inner(pytester, capsys, tasks, *args, f"--cann-source={source}", "--cann-repeat=auto",
-                    "--cann-repeat-min=4", "--cann-repeat-max=8", "--cann-timing-target=0.001",
-                    "--cann-hap-target=0", "--cann-timing-budget=60", "-k", "softplus and 04")
-    t = run.cases["softplus[04]"].cann["timing"]
+    run = run_inner(pytester, capsys, task_tree("submission"), *args, f"--cann-source={source}",
+                    "--cann-repeat=auto", "--cann-repeat-min=4", "--cann-repeat-max=8", "--cann-timing-target=0.001",
+                    f"--cann-hap-target={hap_target}", "--cann-timing-budget=60", "-k", "softplus and 04")
+    return run, run.cases["softplus[04]"].cann["timing"]
+
+
+def test_repeat_auto_stops_at_its_target_budget_or_maximum(pytester, capsys, task_tree):
+    """--cann-repeat auto: at least the minimum, never past the maximum, and the reason it stopped recorded."""
+    _run, t = auto_timed(pytester, capsys, task_tree, "0")
     assert t["repeat"]["mode"] == "auto" and 4 <= t["repeat"]["count"] <= 8 and t["input_sets"] == t["repeat"]["count"]
     assert t["repeat"]["stopped"] in ("max", "budget")  # a 0.001% target is out of reach
     assert t["speedup"]["samples"] == t["repeat"]["count"] and t["repeat"]["achieved"] > 0
@@ -205,16 +209,11 @@ def test_repeat_auto_stops_once_the_hap_is_settled(pytester, capsys, task_tree):
     """The score's own precision also ends the sampling: with an out-of-reach speed-up target, a HAP target of
     +-0.45 (HAP runs 0..1) is met by the minimum count, and the record says which target stopped it and how the
     reported HAP interval came out."""
-    tasks = task_tree("submission")
-    source = wheel_dir(Path(pytester.path) / "sub", HONEST)
-    args = [a for a in TIMED if not a.startswith("--cann-repeat")]
-    run = run_inner(pytester, capsys, tasks, *args, f"--cann-source={source}", "--cann-repeat=auto",
-                    "--cann-repeat-min=4", "--cann-repeat-max=8", "--cann-timing-target=0.001",
-                    "--cann-hap-target=0.45", "--cann-timing-budget=60", "-k", "softplus and 04")
-    t = run.cases["softplus[04]"].cann["timing"]
+    run, t = auto_timed(pytester, capsys, task_tree, "0.45")
     assert t["repeat"]["stopped"] == "hap_precision" and t["repeat"]["count"] == 4, t["repeat"]
     assert 0 <= t["repeat"]["hap_achieved"] <= 0.45 and t["repeat"]["hap_target"] == 0.45
     assert "HAP to +-0.45" in run.text
+    assert t["cpu_floor"] and set(t["cpu_floor"][0]) == {"accounted_ms", "used_ms", "slack_ms", "handshakes"}
 
 
 def test_no_perf_means_not_measured(pytester, capsys, task_tree):
