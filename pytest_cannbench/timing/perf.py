@@ -25,7 +25,7 @@ from pytest_cannbench.judge.goldens import GoldenFailure
 from pytest_cannbench.judge.source import Anchors, CaseSource, Reference, case_log_path, fate
 from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import CaseOutcome
-from pytest_cannbench.phases import PhaseClock, measured
+from pytest_cannbench.phases import TIMING_PARTS, PhaseClock, measured
 from pytest_cannbench.report.scoring import hap_interval
 from pytest_cannbench.timing.anchors import check_t_hw
 from pytest_cannbench.timing.cuda_graph import FALLBACK_TIMER, GRAPH_TIMER
@@ -102,9 +102,9 @@ class _Samples:
     graph: str = "off"  # the CUDA-graph mode the next window asks for; pinned to on/off after the first
     mixed: bool = False  # candidate and baseline were timed in different modes even when timed again
     cand_timer: str = ""  # of the last window
+    base_timer: str = ""  # of the last window's main baseline
     may_retry_floor: bool = False  # a window short only of the CPU-time floor may be timed again, once
     floor_failure: CaseOutcome | None = None  # set instead of failing when it may
-    base_timer: str = ""  # of the last window's main baseline
 
     def add(self, other: _Samples) -> None:
         self.cand += other.cand
@@ -249,6 +249,13 @@ def _distrust(ctx: PerfContext, record: CaseTiming, trial: _Samples, retried: bo
     return why
 
 
+def _fresh_sets(source: CaseSource, chunk: list[int], ctx: PerfContext, record: CaseTiming,
+                clock: PhaseClock) -> dict[int, Reference]:
+    """References for a window timed again: input sets the candidate has never seen (raises GoldenFailure)."""
+    with ctx.fence.shared(record.accuracy_spans), clock.part("timing_sets"):  # accuracy work, fenced
+        return {i: source.prepare(source.timed_seed(RETRY_SEED_BASE + i)) for i in chunk}
+
+
 def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chunk: list[int], warmup: int,
                   worker: CandidateWorker, ctx: PerfContext, record: CaseTiming, got: _Samples,
                   clock: PhaseClock) -> CaseOutcome | None:
@@ -265,8 +272,7 @@ def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference]
             return failure
         if trial.floor_failure is not None:
             try:
-                with ctx.fence.shared(record.accuracy_spans), clock.part("timing_sets"):
-                    refs = {i: source.prepare(source.timed_seed(RETRY_SEED_BASE + i)) for i in chunk}
+                refs = _fresh_sets(source, chunk, ctx, record, clock)
             except GoldenFailure:
                 record.reason = "implausible timing"
                 return trial.floor_failure
@@ -277,8 +283,7 @@ def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference]
         got.graph, got.mixed = trial.graph, trial.mixed
         if why is not None and attempt == 0:
             try:
-                with ctx.fence.shared(record.accuracy_spans), clock.part("timing_sets"):
-                    refs = {i: source.prepare(source.timed_seed(RETRY_SEED_BASE + i)) for i in chunk}
+                refs = _fresh_sets(source, chunk, ctx, record, clock)
             except GoldenFailure as exc:
                 record.notes.append(f"window not timed again ({why}): the {source.golden_noun} failed: {exc}")
             else:
@@ -294,7 +299,7 @@ def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference]
     return None
 
 
-WORK_PARTS = ("timing_sets", "timing_window", "timing_verify")  # phases.TIMING_PARTS less the waits
+WORK_PARTS = tuple(part for part in TIMING_PARTS if part != "timing_wait")  # what the budget counts
 
 
 def _work(clock: PhaseClock) -> float:
@@ -326,8 +331,9 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker, ctx: Pe
     """The case's timing record, and a failure outcome when timing exposed the candidate.
 
     Fixed ``--cann-repeat N``: N input sets. ``auto``: the minimum count, then more rounds, each sized from
-    the interval so far, until the paired speed-up's relative half-width is within the target, the budget is
-    spent or the maximum count is reached."""
+    the interval so far, until the paired speed-up's relative half-width is within its target, the HAP
+    interval's half-width within ``--cann-hap-target``, the budget of the case's own timing work is spent or the
+    maximum count is reached."""
     s, clock = ctx.settings, measured(clock)
     started, worked = time.monotonic(), _work(clock)
     seed = bootstrap_seed(s.secret, s.seed, source.key)

@@ -202,8 +202,9 @@ def calibrate(device: str = "cpu", threads: int = 1, timeout_s: float = CALIBRAT
         raise CalibrationError(f"roofline calibration on {device} measured {bandwidth} GB/s, {peak} GFLOP/s")
     key = machine_key(device, threads)
     details = dict(measured.get("details", {}))
-    details["load"] = [before, load_sample()]
-    details["under_load"] = windows_under_load([{"start": before, "end": details["load"][1]}], key["usable_cpus"])
+    after = load_sample()
+    details["load"] = [before, after]
+    details["under_load"] = windows_under_load([{"start": before, "end": after}], key["usable_cpus"])
     details["calibrations"], details["quiet_calibrations"] = 1, 0 if details["under_load"] else 1
     return MachineLimits(bandwidth_gbs=bandwidth, peak_gflops=peak, key=key,
                          measured_at=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
