@@ -35,7 +35,7 @@ def mere_mare(actual: Any, golden: Any) -> tuple[float, float]:
     total, worst = 0.0, 0.0
     for start in range(0, a.numel(), CHUNK):
         ga = g[start:start + CHUNK].to(torch.float64)
-        err = (a[start:start + CHUNK].to(torch.float64) - ga).abs_().div_(ga.abs_().add_(1e-7))
+        err = (a[start:start + CHUNK].to(torch.float64) - ga).abs_().div_(ga.abs().add_(1e-7))  # ga may be g's own
         total += float(err.sum())
         worst = max(worst, float(err.max())) if err.numel() else worst
     return total / max(a.numel(), 1), worst

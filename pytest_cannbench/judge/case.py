@@ -158,9 +158,9 @@ class OperatorCase:
         golden = {"kind": "golden", **golden_ref(self.task)}
         return [Baseline("golden", "baseline (golden in native precision)", golden)]
 
-    def judge(self, outputs: list, ref: GoldenData) -> CaseOutcome:
+    def judge(self, outputs: list, ref: GoldenData, *, stats: bool = True) -> CaseOutcome:
         processed = apply_get_output(ref, outputs, lambda outs: self.service().postprocess(self.task, self.case, outs))
-        result = judge(self.task, self.case, ref, processed, self.settings)
+        result = judge(self.task, self.case, ref, processed, self.settings, stats=stats)
         if self.candidate:
             result.key, result.candidate = self.key, self.candidate
         return result
@@ -213,9 +213,10 @@ def apply_get_output(data: GoldenData, raw: list, postprocess: Callable[[dict], 
 
 
 def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, outputs: JudgedOutputs | list,
-          settings: CaseSettings) -> CaseOutcome:
+          settings: CaseSettings, *, stats: bool = True) -> CaseOutcome:
     """The precision standard on every output, then the index self-consistency checks. Pure: a task with a
-    ``get_output`` hook passes :func:`apply_get_output`'s result; any other task may pass the raw outputs."""
+    ``get_output`` hook passes :func:`apply_get_output`'s result; any other task may pass the raw outputs.
+    ``stats=False``: the verdict alone (``compare_output``), for outputs whose figures nobody reads."""
     from pytest_cannbench.judge.precision import compare_outputs
 
     if not isinstance(outputs, JudgedOutputs):
@@ -229,7 +230,8 @@ def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, outputs: JudgedO
     try:
         verdicts = compare_outputs(cand, golden, native, names=names, expected_dtypes=expected,
                                    overrides=task.spec.precision_thresholds,
-                                   compare_flags=compare_flags(task, count), checker=settings.checker)
+                                   compare_flags=compare_flags(task, count), checker=settings.checker,
+                                   stats=stats)
     except (TypeError, ValueError) as exc:  # the golden side returned something unusable
         return new_outcome(task, case, oc.ERROR, oc.GOLDEN_ERROR,
                            f"{task.op_dir / 'golden.py'}: case_id {case.case_id}: unusable reference: {exc}")

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from pytest_cannbench.judge.error_scan import Stats, chunks, scan
+from pytest_cannbench.judge.error_scan import Stats, chunks, relative_errors, scan
 from pytest_cannbench.judge.thresholds import (
     DtypeThresholds,
     allclose_tolerances,
@@ -317,8 +317,16 @@ def _judge_integer(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor,
 
 
 def _judge_relative(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor,
-                    native: torch.Tensor | None, th: DtypeThresholds) -> OutputVerdict:
+                    native: torch.Tensor | None, th: DtypeThresholds, stats: bool = True) -> OutputVerdict:
     v.threshold = th.mere
+    if not stats and not th.exact:  # the verdict alone: MERE and MARE decide it when both pass
+        quick = relative_errors(actual, golden, th.mare)
+        if quick is not None:
+            count, total, top = quick
+            if total / count < th.mere and top < th.mare:
+                v.total_count, v.mere, v.mare = actual.numel(), total / count, top
+                return _ok(v, "fast_path", f"MERE {_fmt(v.mere)} < {_fmt(th.mere)}, MARE {_fmt(v.mare)} < "
+                                           f"{_fmt(th.mare)}")
     st = scan(actual, golden, native, th)
     _record_stats(v, st, actual, native is not None)
     if th.exact:
@@ -379,8 +387,11 @@ _CHECKERS = {"relative_error": "relative_error", "cann_default": "relative_error
 
 def compare_output(actual: Any, golden: Any, native: Any = None, *, index: int = 0, name: str = "y",
                    expected_dtype: Any = None, overrides: Mapping[str, float] | None = None,
-                   checker: str = "relative_error", compare: bool = True) -> OutputVerdict:
+                   checker: str = "relative_error", compare: bool = True, stats: bool = True) -> OutputVerdict:
     """Judge one output: structure first, then numbers by its own dtype's rule.
+
+    ``stats=False`` asks for the verdict alone: an output that passes on MERE and MARE then carries only those
+    two figures (``error_scan.relative_errors``); any other gets the full statistics. The verdict is the same.
 
     ``golden`` is the fp64 truth (or an int/bool tensor); ``native`` the same-precision
     reference or None (then native error counts are 0, i.e. strict).  A golden that is
@@ -429,14 +440,14 @@ def compare_output(actual: Any, golden: Any, native: Any = None, *, index: int =
         return _judge_integer(v, actual, golden, th)
     if checker == "allclose":
         return _judge_allclose(v, actual, golden, native, th, overrides)
-    return _judge_relative(v, actual, golden, native, th)
+    return _judge_relative(v, actual, golden, native, th, stats)
 
 
 def compare_outputs(actual: Sequence[Any], golden: Sequence[Any], native: Sequence[Any] | None, *,
                     names: Sequence[str], expected_dtypes: Sequence[Any] | None = None,
                     overrides: Mapping[str, float] | None = None,
                     compare_flags: Sequence[bool] | None = None,
-                    checker: str = "relative_error") -> list[OutputVerdict]:
+                    checker: str = "relative_error", stats: bool = True) -> list[OutputVerdict]:
     """Judge already-flattened outputs position by position.
 
     A count mismatch yields one structural verdict (nothing can be paired safely).
@@ -460,5 +471,6 @@ def compare_outputs(actual: Sequence[Any], golden: Sequence[Any], native: Sequen
             overrides=overrides,
             checker=checker,
             compare=compare_flags[i] if compare_flags and i < len(compare_flags) else True,
+            stats=stats,
         ))
     return verdicts

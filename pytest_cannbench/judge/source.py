@@ -94,8 +94,9 @@ class CaseSource(Protocol[R]):
 
     def baselines(self, ref: R) -> list[Baseline]: ...
 
-    def judge(self, outputs: list, ref: R) -> CaseOutcome:
-        """The accuracy verdict on one set of candidate outputs for ``ref``'s input set."""
+    def judge(self, outputs: list, ref: R, *, stats: bool = True) -> CaseOutcome:
+        """The accuracy verdict on one set of candidate outputs for ``ref``'s input set; ``stats=False`` when
+        only the verdict is read (a timed output): the figures may then be left out, never the verdict."""
 
     def anchors(self, ref: R, live: Anchors) -> dict[str, Any]:
         """Hardware and metadata anchors of the timing record (empty: none)."""
@@ -174,7 +175,7 @@ def second_pass(source: CaseSource[Any], worker: CandidateWorker, timeout_s: flo
         verdict = answer.failure
     else:
         with clock.phase("compare"):
-            verdict = source.judge(answer.outputs or [], ref)
+            verdict = source.judge(answer.outputs or [], ref, stats=False)  # a pass keeps only its status
     if verdict.status == oc.PASSED:
         return None
     verdict.message = f"second correctness pass (new inputs): {verdict.message}"

@@ -147,3 +147,58 @@ def test_verdict_identical_on_a_failing_output():
     verdict = compare_output(bad, g, native)
     assert not verdict.passed
     assert verdict.mere == pytest.approx(5e-3, rel=1e-2)
+
+
+# --- the verdict alone (``stats=False``): MERE and MARE first, the full scan only when they do not pass ---
+
+def _verdict_fields(v) -> tuple:
+    return v.passed, v.rule, v.failure_type, v.message
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("kind", ["plain", "near_zero", "mixed", "all_small"])
+@pytest.mark.parametrize("n", [1, SUB + 1, CHUNK + 2 * SUB + 5])
+def test_relative_errors_are_scans_figures_bit_for_bit(dtype, kind, n):
+    a, g, native = _outputs(n, dtype, kind, seed=n + 1)
+    th = thresholds_for(dtype)
+    full = scan(a, g, native, th)
+    quick = error_scan.relative_errors(a, g)
+    assert quick is not None  # finite values of a fast dtype, no limit
+    count, total, top = quick
+    assert count == full.count["valid"]
+    assert _bits(total) == _bits(full.total["rel"]) and _bits(top) == _bits(full.top["rel"])
+    over = error_scan.relative_errors(a, g, limit=th.mare)
+    assert (over is None) == (full.top["rel"] >= th.mare)  # gives up exactly when MARE cannot pass
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("kind", ["plain", "near_zero", "mixed", "all_small", "systematic", "special"])
+def test_the_verdict_alone_is_the_same_verdict(dtype, kind):
+    """``stats=False`` may leave figures out, never change a verdict: passing, region-decided, failing and
+    non-finite outputs give the same status, rule and message as the full statistics."""
+    from pytest_cannbench.judge.precision import compare_output
+
+    n = CHUNK + SUB + 9
+    a, g, native = _outputs(n, dtype, "mixed" if kind in ("systematic", "special") else kind, seed=21)
+    if kind == "systematic":
+        a = (g * (1 + 3 * thresholds_for(dtype).mere)).to(dtype)
+    if kind == "special":
+        a[CHUNK + 5], g[CHUNK + 5] = math.nan, math.nan
+    for nat in (native, None):
+        full = compare_output(a, g, nat, expected_dtype=dtype)
+        alone = compare_output(a, g, nat, expected_dtype=dtype, stats=False)
+        assert _verdict_fields(alone) == _verdict_fields(full)
+        assert (_bits(alone.mere), _bits(alone.mare)) == (_bits(full.mere), _bits(full.mare))
+        if full.rule == "fast_path":  # decided on MERE and MARE alone: the region figures were never computed
+            assert alone.native_mere is None and (nat is None or full.native_mere is not None)
+
+
+def test_the_verdict_alone_reads_no_native_when_it_passes(monkeypatch):
+    """A passing output needs neither the native reference nor the scan; one that does not gets the scan."""
+    from pytest_cannbench.judge import precision
+
+    a, g, native = _outputs(3 * SUB, torch.float32, "plain", seed=4)
+    monkeypatch.setattr(precision, "scan", lambda *args, **kw: pytest.fail("the full scan ran"))
+    assert precision.compare_output(a, g, native, stats=False).passed
+    with pytest.raises(pytest.fail.Exception, match="the full scan ran"):
+        precision.compare_output((g * 1.5).float(), g, native, stats=False)
