@@ -4,7 +4,8 @@ Usage: python benchmarks/score_repro.py [--tasks tasks] [--source examples/cpp_c
                                         [--keep DIR] [--json OUT] [-- extra pytest arguments, e.g. -k "exp or softplus"]
 
 Grades ``--source`` on ``--tasks`` (the README's main job) once per entry of ``--runs`` (``n2``: ``-n 2``;
-``serial``: one process), one after the other on the same machine, each with its own report directory and the
+``serial``: one process; a suffix ``:off`` also passes ``--cann-timing-isolation off``, so
+``--runs n2,n2:off,n2,n2:off`` measures the quiet-window fence), one after the other on the same machine, each with its own report directory and the
 same ``--cann-seed`` (the same inputs), then compares the leaderboards side by side:
 
 * per operator: the score of every run and the largest difference, relative to the mean;
@@ -42,10 +43,13 @@ def grade(tasks: Path, source: Path, mode: str, out: Path, extra: list[str]) -> 
     """One grading session; its leaderboard and wall seconds."""
     args = [sys.executable, "-m", "pytest", f"--cann-tasks={tasks}", f"--cann-source={source}", "-q",
             "-p", "no:cacheprovider", f"--cann-report-dir={out}", "--cann-seed=0", "--rootdir", str(out)]
-    if mode == "n2":
+    workers, _, isolation = mode.partition(":")
+    if workers == "n2":
         args += ["-n", "2"]
-    elif mode != "serial":
-        raise SystemExit(f"unknown run mode {mode!r} (n2 or serial)")
+    elif workers != "serial":
+        raise SystemExit(f"unknown run mode {mode!r} (n2 or serial, with :off for --cann-timing-isolation off)")
+    if isolation:
+        args += [f"--cann-timing-isolation={isolation}"]
     start = time.monotonic()
     proc = subprocess.run(args + extra, cwd=out, capture_output=True, text=True)
     wall = time.monotonic() - start
@@ -132,7 +136,7 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         tmp = args.keep or stack.enter_context(tempfile.TemporaryDirectory(prefix="cannbench-repro-"))
         for i, mode in enumerate(modes):
-            out = Path(tmp) / f"run{i}-{mode}"
+            out = Path(tmp) / f"run{i}-{mode.replace(':', '-')}"
             out.mkdir(parents=True)
             board, wall = grade(tasks, source, mode, out, args.extra)
             boards.append(board)
