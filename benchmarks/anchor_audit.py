@@ -13,7 +13,8 @@ then lists per case T_baseline, T_HW, their ratio and the anchor flags:
 * ``t_hw_outputs_only``: the roofline of the modelled traffic was beaten by the baseline's fastest call and fell
   back to the bytes the outputs must be written with (timing/anchors.check_t_hw).
 
-Prints the counts and every flagged case; ``--json PATH`` writes them. The roofline calibration in the per-machine
+Prints the cases by status (every collected case must be accounted for) and each one that did not pass, the
+counts and every flagged case; ``--json PATH`` writes them. The roofline calibration in the per-machine
 cache is the one the run uses: calibrate on a quiet machine first (``cannbench roofline``), or the audit measures
 a T_HW inflated by the load.
 """
@@ -21,6 +22,7 @@ a T_HW inflated by the load.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -50,9 +52,14 @@ def run(tasks: Path, out: Path, repeat: int, workers: int, extra: list[str]) -> 
 def audit(board: dict[str, Any]) -> dict[str, Any]:
     """Per-case anchors and the counts of every kind of dishonest anchor."""
     rows, counts = [], {flag: 0 for flag in (*FLAGS, "implausible_time")}
-    timed = 0
+    timed, statuses, other = 0, {}, []
     for op in board["operators"]:
         for case in op["cases"]:
+            status = case.get("status")
+            statuses[status] = statuses.get(status, 0) + 1
+            if status != "passed":
+                other.append({"key": case["key"], "status": status, "failure_type": case.get("failure_type"),
+                              "message": (case.get("message") or "")[:300]})
             base, hw = case.get("t_baseline_us"), case.get("t_hw_us")
             flags = set(case.get("flags") or [])
             if case.get("failure_type") == "implausible_time":
@@ -67,11 +74,16 @@ def audit(board: dict[str, Any]) -> dict[str, Any]:
             rows.append({"key": case["key"], "t_baseline_us": base, "t_hw_us": hw, "ratio": base / hw,
                          "source": (case.get("anchor_source") or {}).get("t_hw"),
                          "flags": sorted(flags & {*FLAGS, "implausible_time"})})
-    return {"timed": timed, "cases": board.get("cases_total"), "counts": counts, "rows": rows}
+    return {"timed": timed, "cases": board.get("cases_total"), "statuses": statuses, "not_passed": other,
+            "counts": counts, "rows": rows}
 
 
 def show(result: dict[str, Any]) -> None:
     counts = result["counts"]
+    print(f"cases: {result['cases']}; by status: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(result["statuses"].items(), key=str)))
+    for case in result["not_passed"]:
+        print(f"  {case['key']}: {case['status']} ({case['failure_type']}) {case['message'][:150]}")
     print(f"timed cases: {result['timed']} of {result['cases']}")
     for flag, n in counts.items():
         print(f"  {flag:<22} {n}")
@@ -93,6 +105,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=5, help="timed calls per case (default 5)")
     parser.add_argument("-n", dest="workers", type=int, default=2, help="xdist workers (default 2)")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--keep", default=None, metavar="DIR",
+                        help="grade with DIR as the report directory and keep it")
     parser.add_argument("extra", nargs="*", help="after --: more pytest arguments")
     args = parser.parse_args()
     if bool(args.tasks) == bool(args.board):
@@ -100,7 +114,9 @@ def main() -> int:
     if args.board:
         board = json.loads(Path(args.board).read_text())
     else:
-        with tempfile.TemporaryDirectory(prefix="cannbench-anchors-") as tmp:
+        with contextlib.ExitStack() as stack:
+            tmp = args.keep or stack.enter_context(tempfile.TemporaryDirectory(prefix="cannbench-anchors-"))
+            Path(tmp).mkdir(parents=True, exist_ok=True)
             wall = run(Path(args.tasks).resolve(), Path(tmp), args.repeat, args.workers, args.extra)
             board = json.loads((Path(tmp) / "leaderboard.json").read_text())
         print(f"graded in {wall:.0f} s")

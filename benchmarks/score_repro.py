@@ -5,8 +5,9 @@ Usage: python benchmarks/score_repro.py [--tasks tasks] [--source examples/cpp_c
 
 Grades ``--source`` on ``--tasks`` (the README's main job) once per entry of ``--runs`` (``n2``: ``-n 2``;
 ``serial``: one process; a suffix ``:off`` also passes ``--cann-timing-isolation off``, so
-``--runs n2,n2:off,n2,n2:off`` measures the quiet-window fence), one after the other on the same machine, each with its own report directory and the
-same ``--cann-seed`` (the same inputs), then compares the leaderboards side by side:
+``--runs n2,n2:off,n2,n2:off`` measures the quiet-window fence), one after the other on the same machine, each
+with its own report directory and the same ``--cann-seed`` (the same inputs), then compares the leaderboards side
+by side:
 
 * per operator: the score of every run and the largest difference, relative to the mean;
 * per case: the HAP of every run and its spread;
