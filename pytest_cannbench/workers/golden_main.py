@@ -220,8 +220,8 @@ def _to_file(response: dict, path: str | None) -> dict:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             torch.save(response, tmp)
             os.replace(tmp, path)
-    except OSError:  # disk full or unwritable: the pipe still works
-        try:
+    except (OSError, RuntimeError):  # disk full or unwritable (torch.save's writer raises RuntimeError): the
+        try:                          # partial file goes, and the pipe still works
             os.unlink(tmp)
         except OSError:
             pass

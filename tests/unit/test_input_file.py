@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import subprocess
+import sys
 import textwrap
 
+import pytest
 import torch
 
 from pytest_cannbench.taskformat.inputs import generate_inputs, plan_inputs
@@ -103,3 +107,45 @@ def test_a_write_error_falls_back_without_a_trace(tmp_path):
     from pytest_cannbench.workers.golden_main import _share_inputs
 
     assert _share_inputs(missing_dir, [torch.ones(3)]) is None
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 1 MiB tmpfs: what a full disk looks like to a writer (root only: mounting needs CAP_SYS_ADMIN)."""
+    where = tmp_path / "full"
+    where.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "cannbench-full", str(where)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+_ON_A_FULL_DISK = textwrap.dedent("""
+    import os, sys, torch
+    from pytest_cannbench.workers import input_file
+    from pytest_cannbench.workers.golden_main import _share_inputs, _to_file
+    where = sys.argv[1]
+    big = [torch.ones(1 << 20, dtype=torch.float32)]  # 4 MiB into 1 MiB
+    try:
+        input_file.write(os.path.join(where, "inputs.bin"), big)
+        print("written")
+    except OSError as exc:
+        print("refused", exc.errno)
+    print("shared", _share_inputs(os.path.join(where, "inputs2.bin"), big))
+    reply = {"ok": True, "golden": big}
+    back = _to_file(reply, os.path.join(where, "reply.pt"))
+    print("reply by pipe" if back is reply else "reply by file")
+    print("left", sorted(os.listdir(where)))
+""")
+
+
+def test_a_full_disk_is_refused_not_a_crash(full_disk):
+    """A full disk under the inputs file or the reply: the worker gets an error and leaves no partial file, never
+    SIGBUS from a store into a mapping the filesystem cannot back (an audit of the official level 2 lost 99
+    cases and an xdist worker to it, and 5 GiB of partial replies stayed behind)."""
+    run = subprocess.run([sys.executable, "-c", _ON_A_FULL_DISK, str(full_disk)], capture_output=True, text=True)
+    assert run.returncode == 0, (run.returncode, run.stderr[-2000:])
+    lines = run.stdout.splitlines()
+    assert lines[0] == f"refused {errno.ENOSPC}"
+    assert lines[1:] == ["shared None", "reply by pipe", "left []"]
