@@ -208,13 +208,8 @@ def relative_errors(actual: torch.Tensor, golden: torch.Tensor,
             e = min(s + SUB, size)
             w = e - s
             R = rel[s:e]
-            A[:w].copy_(a[s:e])
-            gs = g[s:e]
-            G[:w].copy_(gs if gs.dtype == dt else gs.to(dt))
-            torch.sub(A[:w], G[:w], out=D[:w]).abs_()
-            torch.abs(G[:w], out=G[:w])
-            torch.add(G[:w], _EPS, out=INV[:w]).reciprocal_()
-            torch.mul(D[:w], INV[:w], out=R)
+            _slice_diff(a[s:e], g[s:e], dt, A[:w], G[:w], D[:w])
+            _slice_rel(G[:w], D[:w], G[:w], INV[:w], R)  # |G| in place: nothing else reads G here
             m = float(R.max())
             if not m < limit:  # over the limit, or a NaN/Inf in the candidate or the golden: the full rules
                 return None     # decide (an output with zeros meets a near-zero point in its first slices)
@@ -340,11 +335,9 @@ def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: Dt
         e = min(s + SUB, size)
         w = e - s
         A, G, GA, INV, T, m = b.a[:w], b.g[:w], b.gabs[:w], b.inv[:w], b.tmp[:w], b.mask[:w]
-        A.copy_(a[s:e])
         gs = g[s:e]
-        G.copy_(gs if gs.dtype == dt else gs.to(dt))  # the golden truncated to the candidate's dtype
         D, R = b.diff[s:e], b.rel[s:e]
-        torch.sub(A, G, out=D).abs_()
+        _slice_diff(a[s:e], gs, dt, A, G, D)
         diff_max = float(D.max())
         native_max = 0.0
         if n is not None:
@@ -357,9 +350,7 @@ def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: Dt
                           tolerances, b, s, e)
             continue
         count["valid"] += w
-        torch.abs(G, out=GA)
-        torch.add(GA, _EPS, out=INV).reciprocal_()
-        torch.mul(D, INV, out=R)
+        _slice_rel(G, D, GA, INV, R)
         over, nover, near = b.over[:w], b.nover[:w], b.near[:w]
         if n is not None:
             assert b.nrel is not None
@@ -396,6 +387,24 @@ def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: Dt
             _dense_regions(part, th, b, s, e, k_over, k_nover, ND, NR)
     _finish(part, b, size, n is not None, tolerances)
     return part
+
+
+def _slice_diff(a: torch.Tensor, g: torch.Tensor, dt: torch.dtype, A: torch.Tensor, G: torch.Tensor,
+                D: torch.Tensor) -> None:
+    """One slice into float64 buffers: the candidate into ``A``, the golden truncated to the candidate's dtype
+    into ``G``, ``|A - G|`` into ``D``. Shared by the fast path and :func:`relative_errors`, whose figures must
+    be the same bits."""
+    A.copy_(a)
+    G.copy_(g if g.dtype == dt else g.to(dt))
+    torch.sub(A, G, out=D).abs_()
+
+
+def _slice_rel(G: torch.Tensor, D: torch.Tensor, GA: torch.Tensor, INV: torch.Tensor, R: torch.Tensor) -> None:
+    """The slice's relative errors: ``|G|`` into ``GA`` (may be ``G`` itself), ``1 / (|G| + eps)`` into ``INV``
+    and ``D * INV`` into ``R``, as :func:`analyse` computes them."""
+    torch.abs(G, out=GA)
+    torch.add(GA, _EPS, out=INV).reciprocal_()
+    torch.mul(D, INV, out=R)
 
 
 def _sparse_regions(part: _Part, th: DtypeThresholds, b: _Buffers, s: int, e: int, near: torch.Tensor,

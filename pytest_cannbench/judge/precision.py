@@ -316,6 +316,11 @@ def _judge_integer(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor,
                  f"(max |a-g| {_fmt(v.max_abs_err)}; {need})")
 
 
+def _passed_on_mere_mare(v: OutputVerdict, th: DtypeThresholds) -> OutputVerdict:
+    """The pass both the full statistics and the verdict alone give when MERE and MARE are under T and 10 T."""
+    return _ok(v, "fast_path", f"MERE {_fmt(v.mere)} < {_fmt(th.mere)}, MARE {_fmt(v.mare)} < {_fmt(th.mare)}")
+
+
 def _judge_relative(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor,
                     native: torch.Tensor | None, th: DtypeThresholds, stats: bool = True) -> OutputVerdict:
     v.threshold = th.mere
@@ -325,8 +330,7 @@ def _judge_relative(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor
             count, total, top = quick
             if total / count < th.mere and top < th.mare:
                 v.total_count, v.mere, v.mare = actual.numel(), total / count, top
-                return _ok(v, "fast_path", f"MERE {_fmt(v.mere)} < {_fmt(th.mere)}, MARE {_fmt(v.mare)} < "
-                                           f"{_fmt(th.mare)}")
+                return _passed_on_mere_mare(v, th)
     st = scan(actual, golden, native, th)
     _record_stats(v, st, actual, native is not None)
     if th.exact:
@@ -344,7 +348,7 @@ def _judge_relative(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor
         return _ok(v, "all_excluded", f"all {v.total_count} elements are matched NaN/Inf or empty")
     assert v.mere is not None and v.mare is not None  # mean and max over the valid elements, and there are some
     if v.mere < th.mere and v.mare < th.mare:
-        return _ok(v, "fast_path", f"MERE {_fmt(v.mere)} < {_fmt(th.mere)}, MARE {_fmt(v.mare)} < {_fmt(th.mare)}")
+        return _passed_on_mere_mare(v, th)
     reasons = _region_failures(v, st, th, actual, golden, native)
     if reasons:
         return _fail(v, PRECISION, "region",
