@@ -38,12 +38,14 @@ from pytest_cannbench.timing.stats import (
     Interval,
     bootstrap_seed,
     cpu_floor,
+    handshake_allowance,
     implausible,
     median_interval,
     not_measured,
     paired_speedup,
     sets_needed,
     summarize,
+    unaccounted_per_handshake,
 )
 from pytest_cannbench.workers.limits import usable_cores
 
@@ -174,13 +176,21 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
         record.reason = f"the candidate failed while timed ({batch.status})"
         return source.outcome(status, failure, message)
     # The plausibility bound guards against a submission's clock; a golden (self-check) is trusted task code.
-    # (Its streamed batches show more CPU than their phases too: each handshake's own, docs/timing.md.)
+    # (Its streamed batches show more CPU than their phases too: each handshake's own, docs/timing.md.) The
+    # handshakes' allowance is calibrated on the main baseline's, streamed in this window alongside.
+    base = bb.result if bb is not None and bb.result is not None and bb.result.status == "ok" else None
+    calibration = None if base is None else unaccounted_per_handshake(
+        base.phases, base.cpu_s, bw.threads, base.busiest_cpu_s, len(calls))
+    allowance = handshake_allowance(calibration)
     why = None if worker.mode == "golden" else implausible(batch.seconds, batch.phases, batch.wall_s, batch.timer,
                                                             batch.cpu_s, worker.threads, batch.busiest_cpu_s,
-                                                            handshakes=len(calls), held_s=batch.held_s)
-    floor = cpu_floor(batch.phases, batch.cpu_s, worker.threads, batch.busiest_cpu_s, len(calls))
+                                                            handshakes=len(calls), held_s=batch.held_s,
+                                                            handshake_s=allowance)
+    floor = cpu_floor(batch.phases, batch.cpu_s, worker.threads, batch.busiest_cpu_s, len(calls), allowance)
     if floor is not None:  # the evidence behind the check, kept for every window (docs/timing.md)
-        record.cpu_floor.append({**{k: round(v, 3) for k, v in floor.items()}, "handshakes": len(calls)})
+        record.cpu_floor.append({**{k: round(v, 3) for k, v in floor.items()}, "handshakes": len(calls),
+                                 "allowance_ms": round(allowance * 1e3, 4),
+                                 "baseline_ms": None if calibration is None else round(calibration * 1e3, 4)})
     if why:
         refused = source.outcome(oc.FAILED, oc.TIMING_IMPLAUSIBLE, f"timing implausible: {why}")
         if got.may_retry_floor and implausible(batch.seconds, batch.phases, batch.wall_s, batch.timer,

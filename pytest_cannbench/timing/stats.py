@@ -28,6 +28,14 @@ CPU_SLACK_FRACTION = 0.05
 # worker with thread_time() around the handshake (docs/timing.md, "The handshake itself is not free"). The judge
 # counts the handshakes itself (one per timed call), so a worker cannot claim more of this allowance.
 HANDSHAKE_CPU_S = 0.0006
+# That cost is not a constant: on a quiet machine the worker wakes from each handshake onto a cold cache and an
+# idle vCPU, and a fenced window on this VM measured 0.4 ms at the median and 2.5 ms at most (docs/timing.md). So
+# the allowance is calibrated live on the baseline worker, trusted code that has never imported the submission and
+# makes the same streamed handshakes, frozen and thawed the same way, in the same window: the candidate is allowed
+# HANDSHAKE_MARGIN times the baseline's unaccounted CPU per handshake, never less than HANDSHAKE_CPU_S and never
+# more than HANDSHAKE_CAP_S, so nothing the submission does to the machine buys it more than the cap.
+HANDSHAKE_MARGIN = 2.0
+HANDSHAKE_CAP_S = 0.0025
 # The judge holds a streamed worker between the "ready" it receives and the "go" it sends; that interval lies
 # inside the worker's own "wait" (sent ready ... received go), on the same monotonic clock, so a worker whose wait
 # is shorter than the judge's hold has a clock running slow. Only the clock reads' rounding separates them.
@@ -63,25 +71,45 @@ def summarize(seconds: list[float]) -> TimingSummary:
 
 
 def cpu_floor(phases: dict[str, float], cpu_s: float | None, threads: int, busiest_s: float | None,
-              handshakes: int) -> dict[str, float] | None:
+              handshakes: int, handshake_s: float = HANDSHAKE_CPU_S) -> dict[str, float] | None:
     """The CPU-time floor of a batch, in ms: what the worker accounts for besides waiting (``accounted_ms``),
     the CPU its threads were charged (``used_ms``: the busiest thread, or all threads over the thread budget) and
-    the slack allowed (``slack_ms``). None without a reading from /proc. While it waits for the judge to write a
-    streamed call's set the worker is frozen: no CPU time, so the floor holds against what it says it did
-    besides waiting (claiming a longer wait only lowers that)."""
+    the slack allowed (``slack_ms``, with ``handshake_s`` per handshake). None without a reading from /proc. While
+    it waits for the judge to write a streamed call's set the worker is frozen: no CPU time, so the floor holds
+    against what it says it did besides waiting (claiming a longer wait only lowers that)."""
     bounds = [b for b in (None if cpu_s is None else cpu_s / max(1, threads), busiest_s) if b is not None]
     if not bounds:
         return None
     used = max(bounds)
     reported = phases.get("prepare", 0.0) + phases.get("total", 0.0) + phases.get("guard", 0.0)
     busy = reported - max(0.0, phases.get("wait", 0.0))
-    slack = CPU_SLACK_S + CPU_SLACK_FRACTION * used + HANDSHAKE_CPU_S * handshakes
+    slack = CPU_SLACK_S + CPU_SLACK_FRACTION * used + handshake_s * handshakes
     return {"accounted_ms": busy * 1e3, "used_ms": used * 1e3, "slack_ms": slack * 1e3}
+
+
+def unaccounted_per_handshake(phases: dict[str, float], cpu_s: float | None, threads: int,
+                              busiest_s: float | None, handshakes: int) -> float | None:
+    """Seconds of CPU per handshake a worker's threads were charged beyond its own account of the batch (never
+    below zero); None without a reading or a handshake. Of the trusted baseline worker, it is what a handshake
+    costs on this machine in this window."""
+    floor = cpu_floor(phases, cpu_s, threads, busiest_s, handshakes)
+    if floor is None or handshakes <= 0:
+        return None
+    return max(0.0, floor["used_ms"] - floor["accounted_ms"]) / 1e3 / handshakes
+
+
+def handshake_allowance(baseline_s: float | None) -> float:
+    """The candidate's CPU allowance per handshake, from the baseline worker's unaccounted CPU per handshake in
+    the same window (:func:`unaccounted_per_handshake`; None without one: the fixed allowance)."""
+    if baseline_s is None or not math.isfinite(baseline_s):
+        return HANDSHAKE_CPU_S
+    return min(HANDSHAKE_CAP_S, max(HANDSHAKE_CPU_S, HANDSHAKE_MARGIN * baseline_s))
 
 
 def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, timer: str,
                 cpu_s: float | None = None, threads: int = 1,
-                busiest_s: float | None = None, handshakes: int = 0, held_s: float = 0.0) -> str | None:
+                busiest_s: float | None = None, handshakes: int = 0, held_s: float = 0.0,
+                handshake_s: float = HANDSHAKE_CPU_S) -> str | None:
     """Why the worker's account of a batch cannot be true, or None.
 
     The worker's clock runs in the submission's process, so a submission could slow it down or
@@ -93,9 +121,10 @@ def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, t
     delays on a loaded machine inflate wall time, never CPU time, so the floor holds there too. The
     slack covers only what the worker does outside its reported phases (reading the request,
     encoding the reply) and, per streamed call, the handshake's own CPU (``handshakes``: counted by the
-    judge). The phases must also account for the worker's own total, and a streamed worker's wait must cover the
-    time the judge held it (``held_s``, the judge's clock): a clock slowed however selectively during the calls
-    still has to run at full speed through the waits, where most of a streamed batch's time goes.
+    judge; ``handshake_s`` each: :func:`handshake_allowance`). The phases must also account for the worker's
+    own total, and a streamed worker's wait must cover the time the judge held it (``held_s``, the judge's
+    clock): a clock slowed however selectively during the calls still has to run at full speed through the
+    waits, where most of a streamed batch's time goes.
     """
     if not seconds or any(not math.isfinite(s) or s <= 0 for s in seconds):
         return f"non-positive or non-finite call times {seconds[:5]}"
@@ -107,7 +136,7 @@ def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, t
     if held_s > 0 and wait < held_s - (HELD_SLACK_S + HELD_SLACK_FRACTION * held_s):
         return (f"the worker reports {wait * 1e3:.2f} ms of waiting for the judge, who held it "
                 f"{held_s * 1e3:.2f} ms by its own clock (its clock runs slow)")
-    floor = cpu_floor(phases, cpu_s, threads, busiest_s, handshakes)
+    floor = cpu_floor(phases, cpu_s, threads, busiest_s, handshakes, handshake_s)
     if floor is not None and floor["accounted_ms"] < floor["used_ms"] - floor["slack_ms"]:
         parts = ", ".join(f"{k} {v * 1e3:.2f}" for k, v in sorted(phases.items()))
         return (f"the worker accounts for {floor['accounted_ms']:.2f} ms of a batch whose busiest thread alone "
@@ -155,8 +184,10 @@ class CaseTiming:
     speedup: dict[str, Any] | None = None  # Interval of T_base / T_cand, calls paired on the same input sets
     cand_interval: dict[str, Any] | None = None  # Interval of T_cand's median (µs)
     repeat: dict[str, Any] = field(default_factory=dict)  # mode, count used, target, achieved, budget, why it stopped
-    # per candidate window, the judge's CPU check (cpu_floor): accounted_ms, used_ms, slack_ms, and the handshakes
-    cpu_floor: list[dict[str, float]] = field(default_factory=list)
+    # per candidate window, the judge's CPU check (cpu_floor): accounted_ms, used_ms, slack_ms, the handshakes,
+    # the allowance per handshake (allowance_ms) and the baseline worker's unaccounted CPU per handshake it was
+    # calibrated on (baseline_ms; None without a streamed baseline in the window)
+    cpu_floor: list[dict[str, float | None]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -213,7 +213,10 @@ def test_repeat_auto_stops_once_the_hap_is_settled(pytester, capsys, task_tree):
     assert t["repeat"]["stopped"] == "hap_precision" and t["repeat"]["count"] == 4, t["repeat"]
     assert 0 <= t["repeat"]["hap_achieved"] <= 0.45 and t["repeat"]["hap_target"] == 0.45
     assert "HAP to +-0.45" in run.text
-    assert t["cpu_floor"] and set(t["cpu_floor"][0]) == {"accounted_ms", "used_ms", "slack_ms", "handshakes"}
+    floor = t["cpu_floor"][0]
+    assert set(floor) == {"accounted_ms", "used_ms", "slack_ms", "handshakes", "allowance_ms", "baseline_ms"}
+    assert floor["baseline_ms"] is not None and floor["baseline_ms"] >= 0  # calibrated on the streamed baseline
+    assert 0.6 <= floor["allowance_ms"] <= 2.5
 
 
 def test_no_perf_means_not_measured(pytester, capsys, task_tree):

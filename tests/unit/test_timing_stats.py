@@ -8,11 +8,16 @@ import statistics
 import pytest
 
 from pytest_cannbench.timing.stats import (
+    HANDSHAKE_CAP_S,
+    HANDSHAKE_CPU_S,
+    HANDSHAKE_MARGIN,
     bootstrap_seed,
+    handshake_allowance,
     implausible,
     median_interval,
     paired_speedup,
     sets_needed,
+    unaccounted_per_handshake,
 )
 from pytest_cannbench.workers.tensor_wire import plan_batch
 
@@ -103,6 +108,45 @@ def test_a_wait_shorter_than_the_judges_hold_is_a_slow_clock():
     slowed = {k: v * 0.9 for k, v in phases.items()}
     why = implausible([s * 0.9 for s in seconds], slowed, 0.4464, "cpu_clock", handshakes=56, held_s=0.3801)
     assert why is not None and "who held it 380.10 ms" in why and "its clock runs slow" in why
+
+
+# A fenced window on a quiet VM (softplus 6, 10 streamed calls): the worker accounts for 77.93 ms besides
+# waiting, its busiest thread ran 97.03 ms: 1.1 ms of CPU per handshake, past the fixed 0.6 ms allowance.
+QUIET = {"prepare": 0.005, "warmup": 0.01, "flush": 0.02, "wait": 0.23707, "calls": 0.02, "write": 0.01293,
+         "total": 0.3, "guard": 0.01}
+
+
+def test_the_handshake_allowance_follows_the_baseline_within_bounds():
+    assert handshake_allowance(None) == HANDSHAKE_CPU_S  # no streamed baseline in the window: the fixed one
+    assert handshake_allowance(float("nan")) == HANDSHAKE_CPU_S
+    assert handshake_allowance(0.0) == HANDSHAKE_CPU_S  # never below the fixed allowance
+    assert handshake_allowance(0.0009) == pytest.approx(HANDSHAKE_MARGIN * 0.0009)
+    assert handshake_allowance(1.0) == HANDSHAKE_CAP_S  # nothing done to the machine buys more than the cap
+
+
+def test_the_baseline_calibration_is_its_unaccounted_cpu_per_handshake():
+    # the baseline worker's own batch in the same window: it accounts for 40 ms besides waiting, ran 51 ms
+    phases = {"prepare": 0.004, "total": 0.236, "guard": 0.0, "wait": 0.2}
+    assert unaccounted_per_handshake(phases, 0.051, 1, 0.051, 10) == pytest.approx(0.0011)
+    assert unaccounted_per_handshake(phases, 0.030, 1, 0.030, 10) == 0.0  # less CPU than accounted: nothing
+    assert unaccounted_per_handshake(phases, None, 1, None, 10) is None  # no /proc reading
+    assert unaccounted_per_handshake(phases, 0.051, 1, 0.051, 0) is None  # no handshake to spread it over
+
+
+def test_a_quiet_windows_costlier_handshakes_pass_when_the_baseline_shows_them():
+    seconds = [0.002] * 10
+    fixed = implausible(seconds, QUIET, 0.35, "cpu_clock", 0.09703, busiest_s=0.09703, handshakes=10,
+                        held_s=0.2)
+    assert fixed is not None and "accounts for 77.93 ms" in fixed and "allowed 13.85 ms" in fixed
+    allowance = handshake_allowance(0.0011)  # the baseline's handshakes cost 1.1 ms each in that window
+    assert implausible(seconds, QUIET, 0.35, "cpu_clock", 0.09703, busiest_s=0.09703, handshakes=10, held_s=0.2,
+                       handshake_s=allowance) is None
+    # a clock slowed 2x outside the waits is still caught at the largest allowance there is
+    slowed = {k: v / 2 if k != "wait" else v for k, v in QUIET.items()}
+    slowed["total"] = sum(slowed[k] for k in ("warmup", "flush", "wait", "calls", "write"))
+    why = implausible([s / 2 for s in seconds], slowed, 0.35, "cpu_clock", 0.09703, busiest_s=0.09703,
+                      handshakes=10, held_s=0.2, handshake_s=HANDSHAKE_CAP_S)
+    assert why is not None and "its clock runs slow" in why
 
 
 def test_claiming_a_longer_wait_cannot_hide_cpu_time():
