@@ -16,7 +16,7 @@ from typing import Any, Literal
 import pytest
 
 from pytest_cannbench.guard.sandbox import SANDBOX_MODES
-from pytest_cannbench.judge.golden_cache import DEFAULT_MIN_FREE_GIB
+from pytest_cannbench.judge.golden_cache import DEFAULT_MAX_GIB, DEFAULT_MIN_FREE_GIB
 from pytest_cannbench.taskformat.inputs import INPUT_COMPAT_MODES, INPUT_DISTS
 
 ISOLATION_MODES = ("fence", "off")  # issue 20 item 3 (timing/isolation.py)
@@ -132,6 +132,9 @@ def add_options(parser: pytest.Parser) -> None:
     option("golden-cache-min-free", type=float, metavar="GIB",
            help=f"the cache stops writing (with a warning, grading goes on) once its disk has less than this "
                 f"much free space (default {DEFAULT_MIN_FREE_GIB:g} GiB; 0 writes until the disk is full).")
+    option("golden-cache-max", metavar="GIB",
+           help=f"at the end of a session the cache's least recently used entries are removed until it holds "
+                f"at most this much (default {DEFAULT_MAX_GIB:g} GiB; 'off': no bound).")
     option("golden-timeout", type=float, metavar="SEC",
            help=f"seconds a golden may take for one case before it fails as golden_error "
                 f"(default {DEFAULT_GOLDEN_TIMEOUT_S:g}).")
@@ -277,6 +280,7 @@ class Settings:
     cuda_graph: str = "off"  # off | auto | on: CUDA-graph timing (timing/cuda_graph.py), CUDA only
     session_memory_gib: float | None = None  # issue 22: the memory plan's total (None: what the machine has)
     golden_cache_min_free_gib: float = DEFAULT_MIN_FREE_GIB  # the cache's free-disk floor
+    golden_cache_max_gib: float | None = DEFAULT_MAX_GIB  # pruned to this at the end of a session; None: no bound
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -459,6 +463,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         cuda_graph=_choice(config, "cuda_graph", CUDA_GRAPH_MODES),
         session_memory_gib=_session_memory(config),
         golden_cache_min_free_gib=_cache_min_free(config),
+        golden_cache_max_gib=_cache_max(config),
     )
 
 
@@ -530,3 +535,18 @@ def _session_secret(config: pytest.Config, *, graded: bool, seeded: bool) -> str
     if workerinput is not None and SECRET_WORKERINPUT_KEY in workerinput:
         return str(workerinput[SECRET_WORKERINPUT_KEY])
     return os.urandom(16).hex()
+
+
+def _cache_max(config: pytest.Config) -> float | None:
+    value = _value(config, "golden_cache_max")
+    if value is None:
+        return DEFAULT_MAX_GIB
+    if str(value).strip().lower() in ("off", "none", "inf"):
+        return None
+    try:
+        gib = float(value)
+    except (TypeError, ValueError):
+        raise pytest.UsageError(f"--cann-golden-cache-max={value!r}: expected GiB (e.g. 20) or 'off'") from None
+    if not gib >= 0:
+        raise pytest.UsageError("--cann-golden-cache-max must be >= 0 GiB, or 'off' for no bound")
+    return gib

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from pytest_cannbench import options, state
+from pytest_cannbench.judge import goldens
 from pytest_cannbench.kernelbench.collect import ProblemItem
 from pytest_cannbench.nodes import hidden, items
 from pytest_cannbench.report import collector as results
@@ -95,6 +96,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         collector.gate = progress.below_gate(collector.board, state.of(session.config).settings.fail_under) or ""
         if collector.gate and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if not hasattr(session.config, "workerinput"):  # the controller, once the workers stopped writing
+            collector.notes += goldens.tidy_cache(state.of(session.config).settings)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
@@ -195,3 +198,4 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     collector = config.stash.get(COLLECTOR_KEY, None)
     if collector is not None:
         results.render_summary(terminalreporter, collector)
+

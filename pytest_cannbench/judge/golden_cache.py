@@ -4,7 +4,9 @@ The key covers everything the outputs depend on: golden.py's bytes, the case
 as written, the seed, the input options, the golden precision, the torch
 version and this cache's format. Entries are written atomically (temp file +
 rename), so parallel xdist workers and killed runs never leave a torn entry;
-an unreadable entry is treated as a miss and rewritten.
+an unreadable entry is treated as a miss and rewritten. Its size is bounded: at the end of a
+session the least recently used entries go until it holds at most ``--cann-golden-cache-max`` GiB
+(:func:`prune`; reading an entry counts as using it), with the partial files killed writers left.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +37,8 @@ class GoldenCacheWarning(UserWarning):
 
 
 DEFAULT_MIN_FREE_GIB = 4.0  # never fill the disk with cache entries (--cann-golden-cache-min-free)
+DEFAULT_MAX_GIB = 32.0  # what the cache may hold between sessions (--cann-golden-cache-max)
+STALE_PARTIAL_S = 3600.0  # a partial write this old belongs to a killed writer, not a running one
 
 
 @dataclass
@@ -70,9 +75,14 @@ class GoldenCache:
         if not path.is_file():
             return None
         try:
-            return torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+            entry = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         except Exception:  # noqa: BLE001 - a damaged entry is a miss
             return None
+        try:
+            os.utime(path)  # used now: the last entry prune removes (a read-only cache is still read)
+        except OSError:
+            pass
+        return entry
 
     def store(self, key: str, entry: dict[str, Any]) -> bool:
         """Write an entry; a cache that cannot be written stops writing but never fails a case."""
@@ -100,3 +110,75 @@ class GoldenCache:
                 except OSError:
                     pass
             return False
+
+
+@dataclass
+class Pruned:
+    """What :func:`prune` did: entries and partial files removed, and what the cache holds after."""
+
+    removed: int = 0
+    freed_bytes: int = 0
+    kept: int = 0
+    kept_bytes: int = 0
+
+    def describe(self, max_bytes: int) -> str:
+        gib = 1 << 30
+        return (f"golden cache: removed {self.removed} least recently used files ({self.freed_bytes / gib:.1f} "
+                f"GiB); it holds {self.kept} entries, {self.kept_bytes / gib:.1f} GiB, under its "
+                f"{max_bytes / gib:g} GiB bound (--cann-golden-cache-max)")
+
+
+def _is_partial(name: str) -> bool:
+    return name.startswith(".tmp-") or ".pt.tmp-" in name  # GoldenCache.store's and the golden worker's
+
+
+def prune(root: Path, max_bytes: int, *, now: float | None = None) -> Pruned:
+    """Remove the least recently used entries of the cache at ``root`` until it holds at most ``max_bytes``,
+    and every partial write older than :data:`STALE_PARTIAL_S` (a running writer's are younger). An entry's
+    modification time is its last use (:meth:`GoldenCache.load` touches it). Another session reading an entry
+    removed under it keeps its mapping (or sees a miss and computes it again): pruning never fails a case."""
+    now = time.time() if now is None else now
+    done = Pruned()
+    entries: list[tuple[float, int, Path]] = []
+    try:
+        shards = [d for d in root.iterdir() if d.is_dir()]
+    except OSError:
+        return done
+    for shard in shards:
+        try:
+            files = list(os.scandir(shard))
+        except OSError:
+            continue
+        for f in files:
+            try:
+                st = f.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if not f.is_file(follow_symlinks=False):
+                continue
+            if _is_partial(f.name):
+                if now - st.st_mtime > STALE_PARTIAL_S and _remove(Path(f.path)):
+                    done.removed += 1
+                    done.freed_bytes += st.st_size
+            elif f.name.endswith(".pt"):
+                entries.append((st.st_mtime, st.st_size, Path(f.path)))
+    total = sum(size for _, size, _ in entries)
+    entries.sort(key=lambda e: (e[0], str(e[2])))  # oldest use first; ties in a stable order
+    for _, size, path in entries:
+        if total <= max_bytes:
+            break
+        if _remove(path):
+            total -= size
+            done.removed += 1
+            done.freed_bytes += size
+    done.kept_bytes = total
+    done.kept = sum(1 for _, _, path in entries if path.exists())
+    return done
+
+
+def _remove(path: Path) -> bool:
+    try:
+        path.unlink()
+        return True
+    except OSError:
+        return False

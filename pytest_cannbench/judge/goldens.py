@@ -203,3 +203,15 @@ def make_service(settings: Settings, log_dir: Path, threads: int, memory: int | 
     cache = (GoldenCache(Path(settings.golden_cache), min_free_bytes=floor)
              if settings.golden_cache and not settings.secret else None)
     return GoldenService(settings=settings, worker=worker, cache=cache)
+
+
+def tidy_cache(settings: Settings) -> list[str]:
+    """Bound the golden cache between sessions (golden_cache.prune, to ``--cann-golden-cache-max``): what went,
+    as a line for the summary, or nothing. Run by the controller once no worker writes any more."""
+    if not settings.active or not settings.golden_cache or settings.golden_cache_max_gib is None:
+        return []
+    from pytest_cannbench.judge.golden_cache import prune
+
+    limit = int(settings.golden_cache_max_gib * (1 << 30))
+    pruned = prune(Path(settings.golden_cache), limit)
+    return [pruned.describe(limit)] if pruned.removed else []

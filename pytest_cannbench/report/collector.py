@@ -87,6 +87,7 @@ class ResultCollector:
     resumed: set[str] = field(default_factory=set)  # keys taken from an earlier run's results.jsonl
     board: dict | None = None  # the leaderboard, once built
     written: list[str] = field(default_factory=list)  # files this session wrote, for the summary
+    notes: list[str] = field(default_factory=list)  # what else the session did that a user should know of
     run_flags: list[str] = field(default_factory=list)  # weaker modes of the whole run, put on every case
 
     expected: dict[str, str | None] = field(default_factory=dict)  # nodeid -> case key, of every selected case
@@ -219,6 +220,7 @@ class ResultCollector:
             lines += candidate_lines({"summary": self.board["summary"]} if "summary" in self.board else None)
         if self.written:
             lines.append("written: " + ", ".join(self.written))
+        lines += self.notes
         if self.gate:
             lines.append(f"FAILED: {self.gate}")
         if self.journal is not None and self.journal.tampered:

@@ -200,3 +200,23 @@ def test_a_killed_sessions_scratch_is_reaped_and_a_finished_one_leaves_none(pyte
                           check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert sorted(p.name for p in tmp.iterdir() if p.name.startswith("cannbench-")) == []
+
+
+def test_the_golden_cache_is_bounded_between_sessions(pytester: pytest.Pytester, task_tree) -> None:
+    """The cache keeps what a session wrote under its bound; at the end of a session over the bound its least
+    recently used entries go, and the summary says so; a bound that is not a size is a usage error."""
+    task_tree("basic")
+    args = ("-p", "no:cacheprovider", "--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf",
+            "--cann-golden-cache=cache", "--cann-golden-cache-min-free=0")
+    kept = pytester.runpytest(*args)
+    kept.assert_outcomes(passed=3)
+    entries = sorted((pytester.path / "cache").rglob("*.pt"))
+    assert len(entries) == 3 and "least recently used" not in kept.stdout.str()
+    emptied = pytester.runpytest(*args, "--cann-golden-cache-max=0")
+    emptied.assert_outcomes(passed=3)
+    emptied.stdout.fnmatch_lines(["golden cache: removed 3 least recently used files (0.0 GiB); it holds "
+                                  "0 entries, 0.0 GiB, under its 0 GiB bound (--cann-golden-cache-max)"])
+    assert not list((pytester.path / "cache").rglob("*.pt"))
+    bad = pytester.runpytest(*args, "--cann-golden-cache-max=lots")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--cann-golden-cache-max='lots': expected GiB (e.g. 20) or 'off'*"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from pytest_cannbench.judge.golden_cache import GoldenCache, cache_key
+from pytest_cannbench.judge.golden_cache import STALE_PARTIAL_S, GoldenCache, cache_key, prune
 from pytest_cannbench.workers.golden_main import truncate_to_reference
 
 KEY_ARGS = dict(golden_sha="a" * 64, case={"case_id": 1, "input_shape": [[4]]}, seed=1, dist="uniform",
@@ -69,3 +69,49 @@ def test_golden_truncated_to_reference_dtype_only_where_safe() -> None:
     assert out[2] is golden[2]
     assert out[3].dtype == torch.float64  # shape differs from the reference: left for the checker to report
     assert out[4] is None
+
+
+def _entry(root: Path, key: str, size: int, used: float) -> Path:
+    path = root / key[:2] / f"{key}.pt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+    os.utime(path, (used, used))
+    return path
+
+
+def test_prune_removes_the_least_recently_used_until_under_the_bound(tmp_path: Path) -> None:
+    now = 1_000_000.0
+    paths = {name: _entry(tmp_path, name * 64, 1000, now - age) for name, age in
+             [("a", 50), ("b", 40), ("c", 30), ("d", 20), ("e", 10)]}
+    done = prune(tmp_path, 2500, now=now)
+    assert [k for k, p in paths.items() if p.exists()] == ["d", "e"]  # the two used last
+    assert (done.removed, done.freed_bytes, done.kept, done.kept_bytes) == (3, 3000, 2, 2000)
+    assert "removed 3 least recently used files" in done.describe(2500)
+    again = prune(tmp_path, 2500, now=now)  # already under: nothing more goes
+    assert (again.removed, again.kept) == (0, 2)
+    assert prune(tmp_path, 0, now=now).kept == 0  # a bound of nothing empties it
+
+
+def test_reading_an_entry_counts_as_using_it(tmp_path: Path) -> None:
+    cache = GoldenCache(tmp_path, min_free_bytes=0)
+    assert cache.store("a" * 64, {"golden": [torch.zeros(100)]})
+    assert cache.store("b" * 64, {"golden": [torch.zeros(100)]})
+    old = cache.path("a" * 64).stat().st_mtime - 3600
+    for key in ("a", "b"):
+        os.utime(cache.path(key * 64), (old - (key == "b"), old - (key == "b")))
+    assert cache.load("a" * 64) is not None  # "a" is read now: "b" is the least recently used
+    prune(tmp_path, cache.path("a" * 64).stat().st_size)
+    assert cache.path("a" * 64).exists() and not cache.path("b" * 64).exists()
+
+
+def test_prune_removes_only_partial_writes_a_killed_writer_left(tmp_path: Path) -> None:
+    now = 1_000_000.0
+    stale = [tmp_path / "ab" / ".tmp-x1.pt", tmp_path / "ab" / f"{'a' * 64}.pt.tmp-123"]
+    fresh = tmp_path / "ab" / ".tmp-x2.pt"  # a running writer's
+    for path, age in [(stale[0], STALE_PARTIAL_S + 5), (stale[1], STALE_PARTIAL_S + 5), (fresh, 5)]:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"partial")
+        os.utime(path, (now - age, now - age))
+    done = prune(tmp_path, 1 << 40, now=now)
+    assert done.removed == 2 and not any(p.exists() for p in stale) and fresh.exists()
+    assert prune(tmp_path / "missing", 0).removed == 0  # no cache yet: nothing to do, no error
