@@ -7,7 +7,10 @@ a file costs 0.20 s, and the judge maps it (no read, no copy) and copies it once
 The worker writes the file right after generating the inputs, before the golden or the native reference run, so a
 golden that writes into its inputs changes nothing the judge sees. The judge maps the file copy-on-write and
 unlinks it at once: the mapping stays valid, nothing is left on disk, and nothing written into the mapped tensors
-reaches the file. Layout: each tensor's bytes at a 64-byte aligned offset; the layout travels in the reply.
+reaches the file. The worker itself drops its own copy once the file is written and maps the file (also
+copy-on-write, :func:`view`) for each phase that reads the inputs, so at its peak it holds their fp64 copies
+without the native ones beside them. Layout: each tensor's bytes at a 64-byte aligned offset; the layout travels
+in the reply.
 Hook-made inputs (``get_input``) keep travelling in the reply itself, and a golden-cache hit regenerates. The file
 lives in the golden service's scratch directory beside the reply files (0600, created exclusively), which the
 sandbox does not show a candidate (docs/security.md), and only between the worker's write and the judge's map.
@@ -92,16 +95,23 @@ def write(path: str, inputs: list) -> Layout | None:
 
 def read(path: str, layout: Layout) -> list:
     """The inputs, as tensors over a private (copy-on-write) mapping of the file, which is unlinked here."""
-    import torch
-
     try:
-        size = os.path.getsize(path)
-        whole = torch.from_file(path, shared=False, size=size, dtype=torch.uint8)
+        return view(path, layout)
     finally:
         try:
             os.unlink(path)
         except OSError:
             pass
+
+
+def view(path: str, layout: Layout) -> list:
+    """The inputs, as tensors over a private (copy-on-write) mapping of the file, which stays on disk: the
+    golden worker's own copy once it has written the file, paged in from the page cache only while a tensor is
+    held, so between its golden's phases it holds no second copy (a golden writing into them changes nothing
+    in the file)."""
+    import torch
+
+    whole = torch.from_file(path, shared=False, size=os.path.getsize(path), dtype=torch.uint8)
 
     def tensor(entry: list) -> Any:
         dtype_name, shape, offset = entry

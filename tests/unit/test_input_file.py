@@ -149,3 +149,35 @@ def test_a_full_disk_is_refused_not_a_crash(full_disk):
     lines = run.stdout.splitlines()
     assert lines[0] == f"refused {errno.ENOSPC}"
     assert lines[1:] == ["shared None", "reply by pipe", "left []"]
+
+
+def test_once_in_the_file_the_worker_reads_its_inputs_from_there_with_the_same_results(tmp_path):
+    """The golden worker drops its own copy of the inputs once the file holds them and maps the file for each
+    phase instead (issue 22: no native copy beside the fp64 one at its peak). The golden and the native
+    reference come out bit for bit as without a file, and nothing the fp64 golden gets is a view of the file
+    (integer inputs, which upcast passes as they are, are copied out), so the mapping goes before it runs."""
+    op = tmp_path / "pick"
+    op.mkdir()
+    (op / "golden.py").write_text(textwrap.dedent("""
+        import torch
+
+        def pick(x: torch.Tensor, idx: torch.Tensor):
+            own = idx.untyped_storage().nbytes() == idx.numel() * idx.element_size()
+            y = x[idx] * 3
+            x.mul_(0)  # an in-place golden: the file, and so the judge's copy, stay as they were
+            return y, torch.tensor([1.0 if own else 0.0])
+    """))
+    case = {"input_shape": [[64], [10]], "dtype": ["float32", "int64"], "value_range": [[-1, 1], [0, 63]]}
+    request = {"op_dir": str(op), "rel_path": "level1/pick", "function_name": "pick", "name_lower": "pick",
+               "golden_sha256": "", "input_names": ["x", "idx"], "output_names": ["y", "own"], "case": case,
+               "seed": 77, "dist": "uniform", "compat": "fixed", "precision": "fp64_cpu"}
+    plain = prepare(request)
+    inputs_path = str(tmp_path / "inputs.bin")
+    filed = prepare({**request, "inputs_file": inputs_path})
+    assert plain["ok"] and filed["ok"] and filed["inputs_layout"] is not None
+    _same(filed["golden"][:1], plain["golden"][:1])
+    _same(filed["native"][:1], plain["native"][:1])
+    assert filed["golden"][1].tolist() == [1.0]  # the fp64 golden's integers are its own, not the file's
+    plans = plan_inputs(["x", "idx"], case["input_shape"], case["dtype"], case["value_range"])
+    _same(input_file.read(inputs_path, filed["inputs_layout"]), generate_inputs(plans, 77, dist="uniform",
+                                                                               compat="fixed"))
