@@ -20,7 +20,6 @@ from pytest_cannbench.judge.golden_cache import DEFAULT_MAX_GIB, DEFAULT_MIN_FRE
 from pytest_cannbench.taskformat.inputs import INPUT_COMPAT_MODES, INPUT_DISTS
 
 ISOLATION_MODES = ("fence", "off")  # issue 20 item 3 (timing/isolation.py)
-SCHEDULES = ("largest-first", "collection")  # issue 22 (nodes/schedule.py); the first is the default
 CUDA_GRAPH_MODES = ("off", "auto", "on")  # issue 20 item 6 (timing/cuda_graph.py); the first is the default
 
 GOLDEN_PRECISIONS = ("fp64_cpu", "native_cpu")
@@ -209,9 +208,6 @@ def add_options(parser: pytest.Parser) -> None:
     option("timing-isolation", choices=ISOLATION_MODES,
            help="fence (default): while a case is timed, the session's other xdist workers hold off their "
                 "accuracy work (goldens, candidate calls, comparisons); off lets them run alongside.")
-    option("schedule", choices=SCHEDULES,
-           help="under xdist: largest-first (default) hands the cases to the workers largest first (by their "
-                "estimated memory need), so no large case is left for the end; collection keeps pytest's order.")
     option("cuda-graph", choices=CUDA_GRAPH_MODES,
            help="CUDA only: time replays of the call captured in a CUDA graph, the L2 clear captured apart and "
                 "subtracted (on), only for launch-bound calls whose eager median is under 50 us (auto), or "
@@ -279,7 +275,6 @@ class Settings:
     timing_target: float = DEFAULT_TIMING_TARGET_PCT / 100  # a fraction
     hap_target: float = DEFAULT_HAP_TARGET  # absolute, on HAP's 0..1 scale; 0: off
     timing_budget_s: float = DEFAULT_TIMING_BUDGET_S
-    schedule: str = "largest-first"  # largest-first | collection: the order xdist hands cases out in
     timing_isolation: str = "fence"  # fence | off: the quiet-window fence of timing/isolation.py
     timing_threads: int = 1  # threads of a timed call; 0: every usable core (state.timing_threads)
     cuda_graph: str = "off"  # off | auto | on: CUDA-graph timing (timing/cuda_graph.py), CUDA only
@@ -464,7 +459,6 @@ def settings_from_config(config: pytest.Config) -> Settings:
         hap_target=hap_target,
         timing_budget_s=budget,
         timing_isolation=_choice(config, "timing_isolation", ISOLATION_MODES),
-        schedule=_choice(config, "schedule", SCHEDULES),
         timing_threads=_timing_threads(config),
         cuda_graph=_choice(config, "cuda_graph", CUDA_GRAPH_MODES),
         session_memory_gib=_session_memory(config),

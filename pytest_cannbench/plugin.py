@@ -13,7 +13,7 @@ import pytest
 from pytest_cannbench import options, state
 from pytest_cannbench.judge import goldens
 from pytest_cannbench.kernelbench.collect import ProblemItem
-from pytest_cannbench.nodes import hidden, items, schedule
+from pytest_cannbench.nodes import hidden, items
 from pytest_cannbench.report import collector as results
 from pytest_cannbench.report import journal as reporting
 from pytest_cannbench.report import progress
@@ -98,13 +98,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         if not hasattr(session.config, "workerinput"):  # the controller, once the workers stopped writing
             collector.notes += goldens.tidy_cache(state.of(session.config).settings)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    settings = state.of(config).settings
-    if schedule.reorders(config, settings.schedule, settings.active):  # after -k/-m deselected theirs
-        items[:] = schedule.largest_first(items, schedule.estimated_bytes)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -41,19 +41,3 @@ def test_a_case_over_the_plan_is_too_large_with_its_size(xdist, pytester, capsys
     assert {o["key"]: o["status"] for o in journal} == {"level2/wide_add_1": "passed",
                                                          "level2/wide_add_2": "too_large"}
     assert "too_large" in "\n".join(run.section())
-
-
-@pytest.mark.parametrize("args, order", [
-    (("-n", "1"), [1, 3, 2]),  # an xdist worker runs what the controller hands it: largest first
-    (("-n", "1", "--cann-schedule=collection"), [1, 2, 3]),
-    ((), [1, 2, 3]),  # one process: collection order
-], ids=["xdist", "xdist-collection", "serial"])
-def test_xdist_workers_are_handed_the_largest_cases_first(args, order, pytester, task_tree):
-    """The basic axpy's cases need 8 KiB, 340 and 400 bytes of inputs: under xdist they go out largest first,
-    so a large case is never what the session waits on at its end."""
-    task_tree("basic")
-    result = pytester.runpytest("--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf", "--cann-golden-cache=off",
-                                "-p", "no:cacheprovider", "-v", *args)
-    result.assert_outcomes(passed=3)
-    ran = [int(line.split("axpy[")[1][:2]) for line in result.outlines if "PASSED" in line and "axpy[" in line]
-    assert ran == order, result.stdout.str()[-2000:]
