@@ -43,7 +43,7 @@ def quantiles(values: list[float]) -> str:
 
 
 def summary(found: list[dict]) -> list[str]:
-    from pytest_cannbench.timing.stats import CPU_SLACK_FRACTION, CPU_SLACK_S, HANDSHAKE_CPU_S
+    from pytest_cannbench.timing.stats import HANDSHAKE_CPU_S
 
     cand, base, ratio = [], [], []
     fixed_refused, calibrated_refused, worst = 0, 0, (0.0, "")
@@ -53,7 +53,8 @@ def summary(found: list[dict]) -> list[str]:
             continue
         c = max(0.0, w["used_ms"] - w["accounted_ms"]) / h
         cand.append(c)
-        fixed = (CPU_SLACK_S + CPU_SLACK_FRACTION * w["used_ms"] / 1e3 + HANDSHAKE_CPU_S * h) * 1e3
+        # the recorded slack with the fixed allowance in place of the calibrated one (older runs recorded none)
+        fixed = w["slack_ms"] - (w.get("allowance_ms", HANDSHAKE_CPU_S * 1e3) - HANDSHAKE_CPU_S * 1e3) * h
         fixed_refused += w["accounted_ms"] < w["used_ms"] - fixed
         calibrated_refused += w["accounted_ms"] < w["used_ms"] - w["slack_ms"]
         use = (w["used_ms"] - w["accounted_ms"]) / w["slack_ms"] if w["slack_ms"] else 0.0

@@ -198,4 +198,3 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     collector = config.stash.get(COLLECTOR_KEY, None)
     if collector is not None:
         results.render_summary(terminalreporter, collector)
-

@@ -162,17 +162,16 @@ def prune(root: Path, max_bytes: int, *, now: float | None = None) -> Pruned:
                     done.freed_bytes += st.st_size
             elif f.name.endswith(".pt"):
                 entries.append((st.st_mtime, st.st_size, Path(f.path)))
-    total = sum(size for _, size, _ in entries)
+    total, kept = sum(size for _, size, _ in entries), len(entries)
     entries.sort(key=lambda e: (e[0], str(e[2])))  # oldest use first; ties in a stable order
     for _, size, path in entries:
         if total <= max_bytes:
             break
         if _remove(path):
-            total -= size
+            total, kept = total - size, kept - 1
             done.removed += 1
             done.freed_bytes += size
-    done.kept_bytes = total
-    done.kept = sum(1 for _, _, path in entries if path.exists())
+    done.kept, done.kept_bytes = kept, total
     return done
 
 
