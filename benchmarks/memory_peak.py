@@ -5,7 +5,8 @@ the tree really holds (RSS would count torch's shared libraries once per process
 
     python benchmarks/memory_peak.py [--interval 1] [--out peak.json] -- pytest ...
 
-Prints the peak, its time and the process count at the peak; ``--out`` also writes every sample.
+Prints the peak, its time and the process count at the peak; ``--out`` also writes every sample (a sample that
+could not be a new peak holds the tree's summed RSS, an upper bound of its PSS: :mod:`tree_memory`).
 """
 
 from __future__ import annotations
@@ -17,51 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-
-def children_map() -> dict[int, list[int]]:
-    """pid -> child pids, from /proc/*/stat."""
-    kids: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        kids.setdefault(ppid, []).append(int(entry.name))
-    return kids
-
-
-def tree(root: int) -> list[int]:
-    kids, todo, seen = children_map(), [root], []
-    while todo:
-        pid = todo.pop()
-        seen.append(pid)
-        todo.extend(kids.get(pid, []))
-    return seen
-
-
-def pss_bytes(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        pass
-    return 0
-
-
-def name(pid: int) -> str:
-    """A short label: the module a worker runs (``-m x.y``), else the command."""
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return "?"
-    words = [w.decode(errors="replace") for w in argv if w]
-    if "-m" in words and words.index("-m") + 1 < len(words):
-        return words[words.index("-m") + 1].rsplit(".", 1)[-1]
-    return " ".join(words)[:60]
+from tree_memory import PeakSampler
 
 
 def main() -> int:
@@ -73,22 +30,19 @@ def main() -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     start = time.monotonic()
     proc = subprocess.Popen(command)
-    samples: list[tuple[float, int, int]] = []
-    at_peak: list[tuple[int, str]] = []  # (PSS, what) of each process at the peak
+    sampler = PeakSampler(proc.pid, interval=args.interval, keep=bool(args.out))
     while proc.poll() is None:
-        each = [(pss_bytes(p), name(p)) for p in tree(proc.pid)]
-        samples.append((round(time.monotonic() - start, 1), sum(b for b, _ in each), len(each)))
-        if samples[-1][1] >= max(s[1] for s in samples):
-            at_peak = sorted(each, reverse=True)
+        sampler.sample()
         time.sleep(args.interval)
-    peak = max(samples, key=lambda s: s[1]) if samples else (0.0, 0, 0)
-    for pss, what in at_peak[:6]:
+    for pss, what in sampler.at_peak:
         print(f"memory_peak:   {pss / 2**30:6.2f} GiB  {what}", file=sys.stderr)
     print(f"memory_peak: rc {proc.returncode}, {time.monotonic() - start:.0f} s, peak PSS "
-          f"{peak[1] / 2**30:.2f} GiB at {peak[0]} s over {peak[2]} processes", file=sys.stderr)
+          f"{sampler.peak / 2**30:.2f} GiB at {sampler.peak_at} s over {sampler.peak_procs} processes "
+          f"({sampler.read} of {sampler.samples} samples read PSS)", file=sys.stderr)
     if args.out:
-        args.out.write_text(json.dumps({"rc": proc.returncode, "peak_bytes": peak[1], "peak_at_s": peak[0],
-                                        "at_peak": at_peak, "samples": samples}))
+        args.out.write_text(json.dumps({"rc": proc.returncode, "peak_bytes": sampler.peak,
+                                        "peak_at_s": sampler.peak_at, "at_peak": sampler.at_peak,
+                                        "samples": sampler.history}))
     return proc.returncode
 
 

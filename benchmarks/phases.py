@@ -5,8 +5,9 @@ e.g.   python benchmarks/phases.py -- --cann-tasks=/path/to/tasks/level1 --cann-
            --cann-golden-cache off -n 2
 
 The pytest session runs as a child process (its report directory is a fresh temporary one unless the arguments
-name one). Every ~0.2 s the summed PSS (``/proc/<pid>/smaps_rollup``) of the whole process tree is sampled, so
-the peak counts shared pages once, not once per process. Afterwards ``results.jsonl`` gives each case's phases
+name one). Every ~0.2 s the summed PSS of the whole process tree is sampled
+(:mod:`tree_memory`: read only when it could be a new peak, and its own CPU reported), so the peak counts shared
+pages once, not once per process. Afterwards ``results.jsonl`` gives each case's phases
 (:mod:`pytest_cannbench.phases`: wall, CPU and peak resident memory, measured where the work happens), which are
 summed per phase; what the cases do not account for (process starts of pytest and xdist, collection, reporting)
 is the session's wall times its processes minus their sum.
@@ -27,7 +28,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -35,54 +35,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from tree_memory import PeakSampler  # noqa: E402  (benchmarks/ is on sys.path as the script's directory)
+
 from pytest_cannbench.phases import PHASES, TIMING_PARTS  # noqa: E402  (the checkout's package, also when not installed)
-
-INTERVAL_S = 0.2
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        tree.setdefault(ppid, []).append(int(name))
-    return tree
-
-
-def tree_pss_kib(root: int) -> int:
-    """Summed PSS of ``root`` and all its descendants, in KiB (shared pages split among their sharers)."""
-    tree, todo, total = _children(), [root], 0
-    while todo:
-        pid = todo.pop()
-        todo.extend(tree.get(pid, []))
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as fh:
-                for line in fh:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1])
-                        break
-        except OSError:
-            continue
-    return total
-
-
-class Sampler(threading.Thread):
-    """The process tree's summed PSS every :data:`INTERVAL_S`, keeping the peak."""
-
-    def __init__(self, root: int) -> None:
-        super().__init__(daemon=True)
-        self.root, self.peak_kib, self.samples = root, 0, 0
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.wait(INTERVAL_S):
-            self.peak_kib = max(self.peak_kib, tree_pss_kib(self.root))
-            self.samples += 1
 
 
 def run_session(pytest_args: list[str], report_dir: Path) -> dict[str, Any]:
@@ -91,17 +46,17 @@ def run_session(pytest_args: list[str], report_dir: Path) -> dict[str, Any]:
         args.append(f"--cann-report-dir={report_dir}")
     t0 = time.perf_counter()
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    sampler = Sampler(proc.pid)
+    sampler = PeakSampler(proc.pid)
     sampler.start()
     assert proc.stdout is not None
     tail = proc.stdout.read()[-3000:]
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
-    sampler.stop.set()
-    sampler.join()
+    sampler.finish()
     proc.returncode = os.waitstatus_to_exitcode(status)
     return {"wall_s": wall, "user_s": usage.ru_utime, "sys_s": usage.ru_stime,
-            "peak_pss_gib": sampler.peak_kib / (1 << 20), "pss_samples": sampler.samples, "exit": proc.returncode,
+            "peak_pss_gib": sampler.peak / 2**30, "pss_samples": sampler.samples,
+            "pss_read": sampler.read, "sampler_cpu_s": sampler.cpu_s, "exit": proc.returncode,
             "tail": tail}
 
 
@@ -224,7 +179,8 @@ def main() -> int:
                               "outside_cases_s": session["wall_s"] * processes - in_cases, "processes": processes}
     print(f"session: {len(cases)} cases {statuses}, wall {session['wall_s']:.1f} s, tree CPU user "
           f"{session['user_s']:.1f} s + sys {session['sys_s']:.1f} s, peak summed PSS "
-          f"{session['peak_pss_gib']:.2f} GiB ({session['pss_samples']} samples), exit {session['exit']}")
+          f"{session['peak_pss_gib']:.2f} GiB ({session['pss_samples']} samples, {session['pss_read']} read PSS; the "
+          f"sampler's own CPU {session['sampler_cpu_s']:.1f} s), exit {session['exit']}")
     print(f"{'phase':14} {'wall s':>9} {'CPU s':>9} {'peak MiB':>9}  what")
     for name, what in [*PHASES.items(), ("candidate", "the candidate call as the worker reports it (untrusted)")]:
         row = totals.get(name)

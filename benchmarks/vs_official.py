@@ -34,7 +34,8 @@ paths (``level1/exp``) and case ids are kept, so case seeds are those of the ori
 
 How to read it: for each side, wall time; CPU time (user+sys) of the whole process tree (this script makes itself
 a child subreaper, so orphaned grandchildren are reaped here and counted too); the peak of the tree's summed PSS,
-sampled every 0.2 s from /proc/<pid>/smaps_rollup (shared pages counted once, as in memory_peak.py); the process
+sampled every 0.2 s (shared pages counted once; ``tree_memory.py``: PSS read only when it could be a new peak, so
+the sampler takes little CPU from the side that keeps both cores busy, and what it took is printed); the process
 count at that peak; verdicts, and whether they agree case by case. The last column is ours/official (below 1:
 we are cheaper). Both sides inherit this environment (thread counts included): ours runs N pytest workers plus
 their golden workers, the official one process. Order effects: the two sides load different torch installs, so
@@ -58,7 +59,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -66,8 +66,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from memory_peak import children_map, name, pss_bytes  # noqa: E402  (tree walk and PSS, shared with memory_peak)
-from phases import INTERVAL_S, read_cases  # noqa: E402  (sampling interval and results.jsonl reader)
+from phases import read_cases  # noqa: E402  (results.jsonl reader)
+from tree_memory import PeakSampler, children_map  # noqa: E402  (tree walk and peak PSS, shared with phases)
 
 TORCH = "torch==2.13.0"  # a CPU build; an unpinned torch pulls a multi-GB CUDA build
 # The official requirements.txt, less torch/torch_npu (NPU only), torchvision/en_dtypes (a few level-3+ goldens),
@@ -192,32 +192,6 @@ def become_subreaper() -> None:
         log("could not become a child subreaper; orphaned grandchildren's CPU time may be missed")
 
 
-class TreeSampler(threading.Thread):
-    """Summed PSS of every descendant of this process (not itself) each :data:`INTERVAL_S`, keeping the peak."""
-
-    def __init__(self) -> None:
-        super().__init__(daemon=True)
-        self.peak, self.peak_procs, self.samples = 0, 0, 0
-        self.at_peak: list[tuple[int, str]] = []
-        self.stop = threading.Event()
-
-    def run(self) -> None:
-        me = os.getpid()
-        while not self.stop.wait(INTERVAL_S):
-            kids, pids = children_map(), []
-            todo = list(kids.get(me, []))
-            while todo:
-                pid = todo.pop()
-                pids.append(pid)
-                todo.extend(kids.get(pid, []))
-            each = [(pss_bytes(p), p) for p in pids]
-            total = sum(b for b, _ in each)
-            self.samples += 1
-            if total > self.peak:
-                self.peak, self.peak_procs = total, len(pids)
-                self.at_peak = [(b, name(p)) for b, p in sorted(each, reverse=True)[:6]]
-
-
 def reap_leftovers(grace_s: float = 60.0) -> int:
     """Wait for descendants still alive after the main child (now our children); kill them after ``grace_s``."""
     deadline, killed = time.monotonic() + grace_s, 0
@@ -242,7 +216,7 @@ def reap_leftovers(grace_s: float = 60.0) -> int:
 def measure(label: str, argv: list[str], cwd: Path, env: dict[str, str] | None, logfile: Path,
             echo: bool) -> dict[str, Any]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    sampler = TreeSampler()
+    sampler = PeakSampler(os.getpid(), include_root=False)  # every descendant of this process, orphans included
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             errors="replace")
@@ -257,8 +231,7 @@ def measure(label: str, argv: list[str], cwd: Path, env: dict[str, str] | None, 
     wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)
     killed = reap_leftovers()
-    sampler.stop.set()
-    sampler.join()
+    sampler.finish()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     for b, what in sampler.at_peak:
         log(f"{label} at its peak: {b / 2**20:7.0f} MiB  {what}")
@@ -266,6 +239,7 @@ def measure(label: str, argv: list[str], cwd: Path, env: dict[str, str] | None, 
             "cpu_s": (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime),
             "peak_pss_gib": sampler.peak / 2**30, "procs_at_peak": sampler.peak_procs,
             "at_peak": [[round(b / 2**20), what] for b, what in sampler.at_peak], "pss_samples": sampler.samples,
+            "pss_read": sampler.read, "sampler_cpu_s": sampler.cpu_s,
             "exit": proc.returncode, "leftovers_killed": killed}
 
 
@@ -314,7 +288,7 @@ def _tally(statuses: dict[str, int]) -> str:
 
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    keys = ("wall_s", "user_s", "sys_s", "cpu_s", "peak_pss_gib")
+    keys = ("wall_s", "user_s", "sys_s", "cpu_s", "peak_pss_gib", "sampler_cpu_s")
     return {**runs[-1], **{k: statistics.median(r[k] for r in runs) for k in keys},
             "procs_at_peak": statistics.median_low(r["procs_at_peak"] for r in runs),
             "exit": max((r["exit"] for r in runs), key=abs), "runs": len(runs)}
@@ -390,6 +364,7 @@ def main() -> int:
     print(f"{'peak summed PSS GiB':22} {ours['peak_pss_gib']:16.2f} {theirs['peak_pss_gib']:16.2f} "
           f"{ratio('peak_pss_gib'):>14}")
     print(f"{'processes at peak':22} {ours['procs_at_peak']:16d} {theirs['procs_at_peak']:16d}")
+    print(f"{'sampler CPU s':22} {ours['sampler_cpu_s']:16.1f} {theirs['sampler_cpu_s']:16.1f}")
     print(f"{'verdicts':22} {_tally(ours['statuses']):>16} {_tally(theirs['statuses']):>16}")
     print(f"{'exit code':22} {ours['exit']:16d} {theirs['exit']:16d}")
     print(f"verdict agreement: {len(both) - len(disagree)}/{len(both)} cases agree"
