@@ -25,10 +25,13 @@ FORMAT = 3
 
 
 def cache_key(*, golden_sha: str, case: dict, seed: int, dist: str, compat: str, precision: str,
-              torch_version: str, input_names: list[str]) -> str:
-    blob = json.dumps({"format": FORMAT, "golden": golden_sha, "case": case, "seed": seed, "dist": dist,
-                       "compat": compat, "precision": precision, "torch": torch_version, "inputs": input_names},
-                      sort_keys=True, default=repr)
+              torch_version: str, input_names: list[str], lean: bool = False) -> str:
+    """``lean``: an entry whose native reference may be deferred (asked ``like`` another input set)."""
+    fields = {"format": FORMAT, "golden": golden_sha, "case": case, "seed": seed, "dist": dist,
+              "compat": compat, "precision": precision, "torch": torch_version, "inputs": input_names}
+    if lean:  # full entries keep the keys they always had
+        fields["lean"] = True
+    blob = json.dumps(fields, sort_keys=True, default=repr)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

@@ -37,8 +37,24 @@ def prepare_request(task: OperatorTask, case: CaseSpec, seed: int, *, dist: str,
             "case": case.raw, "seed": seed, "dist": dist, "compat": compat, "precision": precision}
 
 
+def describe_native(like: GoldenData | None) -> list | None:
+    """A prepare request's ``like``: the native outputs of ``like`` (dtype name, shape), when they can stand in
+    for running the reference on another input set of the same case. Not for a task with a ``get_output`` hook
+    (its verdict reads the hook's processed native), nor when ``like`` has no native reference of its own."""
+    if like is None or like.native is None or like.native_deferred or like.has_get_output:
+        return None
+    from pytest_cannbench.workers.golden_binding import describe
+
+    return describe(like.native)
+
+
 class GoldenFailure(RuntimeError):
-    """The golden side could not produce a reference for the case (a harness error, not the candidate's)."""
+    """The golden side could not produce a reference for the case (a harness error, not the candidate's).
+    ``oom``: it ran out of its memory budget (a case with more memory alone may pass: nodes.memory)."""
+
+    def __init__(self, message: str, oom: bool = False) -> None:
+        super().__init__(message)
+        self.oom = oom
 
 
 @dataclass
@@ -52,6 +68,11 @@ class GoldenData:
     cached: bool
     hooked: list | None = None  # inputs made by the golden's get_input hook, else None
     seconds: dict[str, float] = field(default_factory=dict)
+    # The native reference was not run (asked ``like`` another input set of the case): ``expected`` holds the
+    # output dtypes it would have had, and ``complete`` fetches this same set in full for a verdict that needs it.
+    native_deferred: bool = False
+    expected: list | None = None
+    complete: Callable[[], GoldenData] | None = None
     _inputs: list | None = None
 
     @property
@@ -92,10 +113,10 @@ class GoldenService:
             raise GoldenFailure(str(exc)) from None
         if not response.get("ok"):
             hint = " (raise --cann-golden-memory or make the golden use less memory)" if response.get("oom") else ""
-            raise GoldenFailure(f"{response.get('error')}{hint}")
+            raise GoldenFailure(f"{response.get('error')}{hint}", oom=bool(response.get("oom")))
         return response
 
-    def _key(self, task: OperatorTask, case: CaseSpec, seed: int) -> str:
+    def _key(self, task: OperatorTask, case: CaseSpec, seed: int, lean: bool = False) -> str:
         import torch
 
         from pytest_cannbench.workers.golden_binding import source_hash
@@ -105,24 +126,31 @@ class GoldenService:
             sha = self._golden_sha[str(task.op_dir)] = source_hash(task.op_dir)
         return cache_key(golden_sha=sha, case=case.raw, seed=seed, dist=self.settings.input_dist,
                          compat=self.settings.input_compat, precision=self.settings.golden_precision,
-                         torch_version=torch.__version__, input_names=task.spec.input_names)
+                         torch_version=torch.__version__, input_names=task.spec.input_names, lean=lean)
 
-    def fetch(self, task: OperatorTask, case: CaseSpec, seed: int) -> GoldenData:
-        key = self._key(task, case, seed) if self.cache else None
+    def fetch(self, task: OperatorTask, case: CaseSpec, seed: int, like: GoldenData | None = None) -> GoldenData:
+        """The reference for one case and seed. ``like``: the case's reference on another input set; its native
+        outputs describe this one's, so the native reference is deferred (``GoldenData.native_deferred``)."""
+        described = describe_native(like)
+        key = self._key(task, case, seed, lean=described is not None) if self.cache else None
+        if self.cache and key and described is not None:  # a full entry serves a lean request too
+            entry = self.cache.load(self._key(task, case, seed))
+            if entry is not None:
+                return self._data(task, case, seed, entry, cached=True)
         entry = self.cache.load(key) if self.cache and key else None
         if entry is not None:
-            return self._data(task, case, seed, entry, cached=True)
+            return self._data(task, case, seed, entry, cached=True, like=like)
         reply, keep = self._reply_file(key)
         inputs_file = self._scratch_file("inputs.bin")
         try:
             response = self._call({**self._request(task, case, seed), "op": "prepare", "reply_file": reply,
-                                   "reply_keep": keep, "inputs_file": inputs_file})
-            data = self._data(task, case, seed, response, cached=False, inputs_file=inputs_file)
+                                   "reply_keep": keep, "inputs_file": inputs_file, "like": described})
+            data = self._data(task, case, seed, response, cached=False, inputs_file=inputs_file, like=like)
         finally:
             if os.path.exists(inputs_file):  # not mapped (a failed golden, inputs kept in the reply): not kept
                 os.unlink(inputs_file)
         if self.cache and key and not response.get("reply_file"):  # not written by the worker: store here
-            fields = ("hooked", "golden", "native", "native_error", "has_get_output")
+            fields = ("hooked", "golden", "native", "native_error", "has_get_output", "native_deferred")
             stored = self.cache.store(key, {"binding": [list(e) for e in data.binding],
                                             **{name: response[name] for name in fields}})
             if not stored and not self._cache_warned:
@@ -145,7 +173,7 @@ class GoldenService:
         return os.path.join(self._scratch, f"{self._replies}-{suffix}")
 
     def _data(self, task: OperatorTask, case: CaseSpec, seed: int, source: dict, *, cached: bool,
-              inputs_file: str | None = None) -> GoldenData:
+              inputs_file: str | None = None, like: GoldenData | None = None) -> GoldenData:
         """GoldenData from a worker response or a cache entry (the same fields). Inputs the worker wrote to
         ``inputs_file`` are mapped now (the file is unlinked; the mapping lasts as long as the tensors)."""
         layout = source.get("inputs_layout")
@@ -156,11 +184,14 @@ class GoldenService:
             make_inputs: Callable[[], list] = lambda: shared  # noqa: E731 - the maker's signature
         else:
             make_inputs = self._inputs_maker(task, case, seed, source["hooked"])
+        deferred = bool(source.get("native_deferred")) and like is not None and like.native is not None
         return GoldenData(make_inputs=make_inputs,
                           binding=tuple(tuple(e) for e in source["binding"]), golden=source["golden"],
                           native=source["native"], native_error=source["native_error"],
                           has_get_output=source["has_get_output"], cached=cached, hooked=source["hooked"],
-                          seconds={} if cached else dict(source.get("seconds") or {}))
+                          seconds={} if cached else dict(source.get("seconds") or {}), native_deferred=deferred,
+                          expected=[n.dtype for n in like.native] if deferred and like and like.native else None,
+                          complete=(lambda: self.fetch(task, case, seed)) if deferred else None)
 
     def _inputs_maker(self, task: OperatorTask, case: CaseSpec, seed: int,
                       hooked: list | None) -> Callable[[], list]:

@@ -86,7 +86,7 @@ def reference(service: GoldenService, folder: Path, problem: Problem, seed: int,
         raise GoldenFailure(f"{problem.path}: {exc}") from None
     if not reply.get("ok"):
         hint = " (raise --cann-golden-memory or --cann-kb-max-input-gib)" if reply.get("oom") else ""
-        raise GoldenFailure(f"{problem.path}: {reply.get('error')}{hint}")
+        raise GoldenFailure(f"{problem.path}: {reply.get('error')}{hint}", oom=bool(reply.get("oom")))
     if reply.get("too_large"):
         raise SkipCase(TOO_LARGE, reply["too_large"])
     return ProblemReference(inputs=list(reply["inputs"]), init_inputs=list(reply["init_inputs"]),
@@ -183,7 +183,8 @@ class ProblemCase:
 
         return build_failure(submission, self._module()[0])
 
-    def prepare(self, seed: int | None = None) -> ProblemReference:
+    def prepare(self, seed: int | None = None, like: ProblemReference | None = None) -> ProblemReference:
+        """``like`` is not used: the reference model's output is the whole reference, nothing is deferred."""
         seed = trial_seed(self.problem, self.case_id, self.settings) if seed is None else seed
         if self.memo is None:
             return reference(self.service(), self.state_dir(), self.problem, seed, self.settings)

@@ -316,6 +316,9 @@ def _judge_integer(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor,
                  f"(max |a-g| {_fmt(v.max_abs_err)}; {need})")
 
 
+NATIVE_RULES = frozenset({"region"})  # the passes whose verdict read the native reference's errors
+
+
 def _passed_on_mere_mare(v: OutputVerdict, th: DtypeThresholds) -> OutputVerdict:
     """The pass both the full statistics and the verdict alone give when MERE and MARE are under T and 10 T."""
     return _ok(v, "fast_path", f"MERE {_fmt(v.mere)} < {_fmt(th.mere)}, MARE {_fmt(v.mare)} < {_fmt(th.mare)}")

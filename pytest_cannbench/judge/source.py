@@ -82,8 +82,10 @@ class CaseSource(Protocol[R]):
     def missing(self, submission: SubmissionState) -> str | None:
         """Why the submission does not provide this case (None: it does)."""
 
-    def prepare(self, seed: int | None = None) -> R:
-        """Reference data for the case's own seed (or ``seed``); raises GoldenFailure or SkipCase."""
+    def prepare(self, seed: int | None = None, like: R | None = None) -> R:
+        """Reference data for the case's own seed (or ``seed``); raises GoldenFailure or SkipCase. ``like``: the
+        case's reference on another input set, which the format may use to defer work only some verdicts need
+        (a CANN operator's native reference); :meth:`judge` then completes it where it must."""
 
     def check_seed(self) -> int | None:
         """The seed of a second correctness pass on new inputs (None: the format has none)."""
@@ -96,7 +98,8 @@ class CaseSource(Protocol[R]):
 
     def judge(self, outputs: list, ref: R, *, stats: bool = True) -> CaseOutcome:
         """The accuracy verdict on one set of candidate outputs for ``ref``'s input set; ``stats=False`` when
-        only the verdict is read (a timed output): the figures may then be left out, never the verdict."""
+        only the verdict is read (a timed output): the figures may then be left out, never the verdict. Raises
+        GoldenFailure when completing a reference prepared ``like`` another fails."""
 
     def anchors(self, ref: R, live: Anchors) -> dict[str, Any]:
         """Hardware and metadata anchors of the timing record (empty: none)."""
@@ -156,9 +159,10 @@ def run_candidate(source: CaseSource[R], ref: R, worker: CandidateWorker, timeou
 
 
 def second_pass(source: CaseSource[Any], worker: CandidateWorker, timeout_s: float,
-                log_dir: Path, clock: PhaseClock | None = None) -> CaseOutcome | None:
+                log_dir: Path, clock: PhaseClock | None = None, like: Any = None) -> CaseOutcome | None:
     """The candidate once more on inputs no call has seen (their own seed): a verdict that held on one input
-    set must hold on another. Returns the failure, or None when it passed too (or the format has no such pass)."""
+    set must hold on another. Returns the failure, or None when it passed too (or the format has no such pass).
+    ``like``: the first check's reference (see :meth:`CaseSource.prepare`)."""
     from pytest_cannbench.judge.goldens import GoldenFailure
 
     seed = source.check_seed()
@@ -166,7 +170,7 @@ def second_pass(source: CaseSource[Any], worker: CandidateWorker, timeout_s: flo
         return None
     clock = measured(clock)
     try:
-        ref = source.prepare(seed)
+        ref = source.prepare(seed, like=like)
     except GoldenFailure as exc:
         return source.outcome(oc.ERROR, oc.GOLDEN_ERROR, f"second correctness pass: {exc}")
     clock.merge(ref.seconds)
@@ -174,8 +178,11 @@ def second_pass(source: CaseSource[Any], worker: CandidateWorker, timeout_s: flo
     if answer.failure is not None:
         verdict = answer.failure
     else:
-        with clock.phase("compare"):
-            verdict = source.judge(answer.outputs or [], ref, stats=False)  # a pass keeps only its status
+        try:
+            with clock.phase("compare"):
+                verdict = source.judge(answer.outputs or [], ref, stats=False)  # a pass keeps only its status
+        except GoldenFailure as exc:
+            return source.outcome(oc.ERROR, oc.GOLDEN_ERROR, f"second correctness pass: {exc}")
     if verdict.status == oc.PASSED:
         return None
     verdict.message = f"second correctness pass (new inputs): {verdict.message}"

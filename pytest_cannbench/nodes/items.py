@@ -91,6 +91,8 @@ class SourceItem(_CannItem):
     spans: list[list[float]] | None = None  # monotonic spans of the case's fenced accuracy work (timing/isolation)
     _memory_hold: contextlib.ExitStack  # the case's place in the memory plan, setup to teardown (nodes.memory)
     clock: PhaseClock  # where the case's time goes (phases), made in setup
+    alone: bool = False  # the case holds the memory fence exclusive (nodes.memory)
+    golden_alone: str | None = None  # why its golden ran again alone (:meth:`_golden`), a warning on its outcome
 
     @property
     def timed(self) -> bool:
@@ -135,8 +137,7 @@ class SourceItem(_CannItem):
             self._record(source.outcome(oc.TOO_LARGE, oc.TOO_LARGE, too_large))
             pytest.skip(f"{oc.TOO_LARGE}: {too_large}")
         try:
-            with st.fence().shared(self.spans):  # the golden: accuracy work, held off while another worker times
-                self.reference = source.prepare()
+            self.reference = self._golden(st)
             self.clock.merge(self.reference.seconds)
         except pytest.fail.Exception as exc:  # pytest-timeout during the golden: the case still counts
             self._record(source.outcome(oc.TIMEOUT, oc.PYTEST_TIMEOUT, f"in setup (golden): {exc}"))
@@ -186,6 +187,8 @@ class SourceItem(_CannItem):
         if st.fence().active and result.timing:  # for the reports' account of isolation (never scored)
             result.timing["accuracy_spans"] = [*(self.spans or []), *result.timing.get("accuracy_spans", [])]
         result.golden_cached = ref.cached
+        if self.golden_alone:
+            result.warnings.append(self.golden_alone)
         result.seconds = dict(self.clock.seconds, candidate=candidate_s)
         self._record(result)
         self.recorded(result)
@@ -198,13 +201,43 @@ class SourceItem(_CannItem):
         """The case's estimated memory need (taskformat.memory_need); None where a source has no estimate."""
         return None
 
-    def admit(self, st: CannBenchState) -> str | None:
+    def admit(self, st: CannBenchState, alone: bool = False) -> str | None:
         """Through the session's memory plan (nodes.memory): why the case is too large, or None once it holds
-        its place (released at teardown)."""
-        from pytest_cannbench.nodes.memory import admit
+        its place (released at teardown); ``alone``: run it alone whatever its estimate."""
+        from pytest_cannbench.nodes.memory import admit, runs_alone
 
         workers = [self.worker_for(st)] + ([st.worker("baseline")] if st.settings.perf and self.timed else [])
-        return admit(st, self.memory_need(), workers, self._memory_hold)
+        self.alone = alone or runs_alone(st, self.memory_need())
+        return admit(st, self.memory_need(), workers, self._memory_hold, alone=alone)
+
+    def _golden(self, st: CannBenchState) -> Reference:
+        """The case's reference. A golden that runs out of its slot's memory (its working memory is more than
+        the estimate from the case's tensors) is run once more alone, with the whole session's memory, when
+        that is more; the case's warnings say so (``golden_alone``)."""
+        from pytest_cannbench.judge.goldens import GoldenFailure
+        from pytest_cannbench.nodes.memory import more_alone
+
+        try:
+            with st.fence().shared(self.spans):  # the golden: accuracy work, held off while another worker times
+                return self.source.prepare()
+        except GoldenFailure as exc:
+            if not exc.oom or self.alone or not more_alone(st):
+                raise
+            first = str(exc).splitlines()[0]
+        self._memory_hold.close()  # its place in the shared lane, for the exclusive one
+        self._memory_hold = contextlib.ExitStack()
+        too_large = self.admit(st, alone=True)
+        if too_large is not None:
+            raise GoldenFailure(f"{first}; not run again alone: {too_large}", oom=True)
+        whole = st.memory_plan().golden_whole / (1 << 30)
+        try:
+            with st.fence().shared(self.spans):
+                ref = self.source.prepare()
+        except GoldenFailure as exc:
+            raise GoldenFailure(f"{exc} (also alone, with {whole:.1f} GiB of address space)", oom=exc.oom) from None
+        self.golden_alone = (f"the golden ran out of its slot's memory ({first}); it ran again alone, with "
+                             f"{whole:.1f} GiB of address space")
+        return ref
 
     def recorded(self, result: CaseOutcome) -> None:
         """Called with the case's final outcome, before a failure is raised (extra report properties)."""
@@ -233,7 +266,7 @@ class SourceItem(_CannItem):
                 result = source.judge(answer.outputs or [], ref)
         result.warnings += [f"guard (warn mode): {flag}" for flag in answer.flags]
         if result.status == oc.PASSED:
-            again = second_pass(source, worker, timeout_s, log_dir, self.clock)
+            again = second_pass(source, worker, timeout_s, log_dir, self.clock, like=ref)
             if again is not None:
                 again.accuracy = again.accuracy or result.accuracy
                 result = again

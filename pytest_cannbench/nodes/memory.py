@@ -42,12 +42,24 @@ def room_now(plan: MemoryPlan, available_now: int | None) -> int:
     return min(plan.whole, int(available_now * (1 - HEADROOM)))
 
 
+def runs_alone(st: CannBenchState, need: MemoryNeed | None) -> bool:
+    """Whether :func:`admit` gives the case the whole session (its estimated need is over a slot)."""
+    return st.memory_plan().alone(need.peak if need is not None else 0)
+
+
+def more_alone(st: CannBenchState) -> bool:
+    """Whether running alone gives a golden more memory than its slot (several workers, no budget asked)."""
+    plan = st.memory_plan()
+    return plan.golden_whole > plan.golden
+
+
 def admit(st: CannBenchState, need: MemoryNeed | None, workers: list[CandidateWorker],
-          hold: contextlib.ExitStack) -> str | None:
+          hold: contextlib.ExitStack, alone: bool = False) -> str | None:
     """The ``too_large`` message, or None with the case's hold entered on ``hold`` (closed at teardown).
 
     ``workers`` are the candidate-side workers the case will call (their watchdog limits are raised when it
-    runs alone)."""
+    runs alone). ``alone``: whatever its estimate, the case runs alone (a golden that ran out of its slot's
+    memory, which the estimate from the case's tensors cannot see, gets one more try with the whole session)."""
     from pytest_cannbench.workers.memory_plan import too_large
 
     plan = st.memory_plan()
@@ -57,7 +69,7 @@ def admit(st: CannBenchState, need: MemoryNeed | None, workers: list[CandidateWo
         if message is not None:
             return message
     fence = st.memory_fence()
-    if not plan.alone(peak):
+    if not alone and not plan.alone(peak):
         hold.enter_context(fence.shared())
         return None
     hold.enter_context(fence.exclusive())

@@ -259,11 +259,11 @@ def _distrust(ctx: PerfContext, record: CaseTiming, trial: _Samples, retried: bo
     return why
 
 
-def _fresh_sets(source: CaseSource, chunk: list[int], ctx: PerfContext, record: CaseTiming,
+def _fresh_sets(source: CaseSource, ref: Reference, chunk: list[int], ctx: PerfContext, record: CaseTiming,
                 clock: PhaseClock) -> dict[int, Reference]:
     """References for a window timed again: input sets the candidate has never seen (raises GoldenFailure)."""
     with ctx.fence.shared(record.accuracy_spans), clock.part("timing_sets"):  # accuracy work, fenced
-        return {i: source.prepare(source.timed_seed(RETRY_SEED_BASE + i)) for i in chunk}
+        return {i: source.prepare(source.timed_seed(RETRY_SEED_BASE + i), like=ref) for i in chunk}
 
 
 def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chunk: list[int], warmup: int,
@@ -282,7 +282,7 @@ def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference]
             return failure
         if trial.floor_failure is not None:
             try:
-                refs = _fresh_sets(source, chunk, ctx, record, clock)
+                refs = _fresh_sets(source, ref, chunk, ctx, record, clock)
             except GoldenFailure:
                 record.reason = "implausible timing"
                 return trial.floor_failure
@@ -293,7 +293,7 @@ def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference]
         got.graph, got.mixed = trial.graph, trial.mixed
         if why is not None and attempt == 0:
             try:
-                refs = _fresh_sets(source, chunk, ctx, record, clock)
+                refs = _fresh_sets(source, ref, chunk, ctx, record, clock)
             except GoldenFailure as exc:
                 record.notes.append(f"window not timed again ({why}): the {source.golden_noun} failed: {exc}")
             else:
@@ -359,13 +359,16 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker, ctx: Pe
         with ctx.fence.shared(record.accuracy_spans), clock.part("timing_sets"):  # accuracy work, fenced
             for index in range(done, want):
                 try:
-                    refs[index] = source.prepare(source.timed_seed(index))
+                    refs[index] = source.prepare(source.timed_seed(index), like=ref)  # native when a verdict needs it
                 except GoldenFailure as exc:
                     return (not_measured(f"the {source.golden_noun} failed on timed input set {index + 1}: {exc}"),
                             None)
         for n, chunk in enumerate(_chunks(list(range(done, want)), per_call)):
-            failure = _timed_window(source, ref, refs, chunk, s.warmup if done == 0 and n == 0 else 1, worker,
-                                    ctx, record, got, clock)
+            try:
+                failure = _timed_window(source, ref, refs, chunk, s.warmup if done == 0 and n == 0 else 1, worker,
+                                        ctx, record, got, clock)
+            except GoldenFailure as exc:  # a deferred native reference a verdict needed: the golden's failure
+                return not_measured(f"the {source.golden_noun} failed on a timed input set: {exc}"), None
             if failure is not None:
                 return not_measured(record.reason), failure
         done = want

@@ -236,3 +236,13 @@ def flatten_outputs(result: Any) -> list:
         for value in (item if isinstance(item, (list, tuple)) else [item]):
             flat.append(value.detach().cpu().contiguous() if isinstance(value, torch.Tensor) else None)
     return flat
+
+
+def describe(native: list) -> list | None:
+    """What a prepare request's ``like`` carries: (dtype name, shape) of each native output, or None when any
+    output is not a tensor (then nothing can stand in for running the reference)."""
+    import torch
+
+    if not all(isinstance(n, torch.Tensor) for n in native):
+        return None
+    return [[str(n.dtype).removeprefix("torch."), list(n.shape)] for n in native]

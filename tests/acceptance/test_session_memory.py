@@ -41,3 +41,50 @@ def test_a_case_over_the_plan_is_too_large_with_its_size(xdist, pytester, capsys
     assert {o["key"]: o["status"] for o in journal} == {"level2/wide_add_1": "passed",
                                                          "level2/wide_add_2": "too_large"}
     assert "too_large" in "\n".join(run.section())
+
+
+HUNGRY = '''import torch
+
+
+def hungry(x: torch.Tensor, gib: int = 0) -> torch.Tensor:
+    if gib:  # working memory no estimate from the case's tensors foresees (address space only: never touched)
+        room = torch.empty(gib << 30, dtype=torch.uint8)
+        del room
+    return x * 2
+'''
+
+
+def test_a_golden_out_of_its_slots_memory_runs_again_alone(pytester, capsys, task_tree) -> None:
+    """A golden needing more than its slot (the estimate sees only the case's tensors) is not a golden_error
+    while the session's whole memory would hold it: the case runs again alone and says so."""
+    tasks = task_tree("basic")
+    op = tasks / "level1" / "hungry"
+    op.mkdir()
+    (op / "golden.py").write_text(HUNGRY)
+    (op / "proto.yaml").write_text(
+        "operator:\n  name: Hungry\n  category: Elementwise\n  difficulty: L1\n  formula: y = 2x\n"
+        "  description: a golden with a large scratch buffer\n  shape_support: any\n  attrs:\n"
+        "  - {name: gib, type: int, default: 0, description: scratch}\n"
+        "  inputs:\n  - {name: x, dtype: [float32], description: x}\n"
+        "  outputs:\n  - {name: y, dtype: [float32], description: y}\n"
+        "  schema: hungry(Tensor x, int gib=0) -> Tensor y\n")
+    # the plan of 8 GiB over 2 workers: a slot's golden gets 5 GiB of address space, one alone 7.5 GiB
+    (op / "cases.yaml").write_text(
+        "cases:\n"
+        "- {operator: Hungry, case_id: 1, input_shape: [[4]], dtype: [float32], attrs: {gib: 5}, "
+        "value_range: [-1, 1], note: over its slot}\n"
+        "- {operator: Hungry, case_id: 2, input_shape: [[4]], dtype: [float32], attrs: {gib: 9}, "
+        "value_range: [-1, 1], note: over the session}\n"
+        "- {operator: Hungry, case_id: 3, input_shape: [[4]], dtype: [float32], attrs: {}, "
+        "value_range: [-1, 1], note: small}\n")
+    run = run_inner(pytester, capsys, tasks, "--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf",
+                    "--cann-golden-cache=off", "-p", "no:cacheprovider", "--cann-session-memory=8", "-n", "2",
+                    "-k", "hungry")
+    assert "cannbench: memory plan: 8.0 GiB usable (--cann-session-memory) / 2 worker(s)" in run.text, run.text
+    over_slot, over_all, small = (run.cases[f"hungry[0{i}]"].cann for i in (1, 2, 3))
+    assert over_slot["status"] == "passed", run.text
+    assert any("ran out of its slot's memory" in w and "ran again alone, with 7.5 GiB" in w
+               for w in over_slot["warnings"]), over_slot["warnings"]
+    assert (over_all["status"], over_all["failure_type"]) == ("error", "golden_error")
+    assert "also alone, with 7.5 GiB of address space" in over_all["message"], over_all["message"]
+    assert small["status"] == "passed" and not any("alone" in w for w in small["warnings"])
