@@ -319,6 +319,12 @@ def _judge_integer(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor,
 NATIVE_RULES = frozenset({"region"})  # the passes whose verdict read the native reference's errors
 
 
+def decided_without_native(accuracy: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether a passing verdict (its outputs' records) read no native reference: then the case's further input
+    sets are likely decided the same way, and their references may defer it (judge.case.OperatorCase.judge)."""
+    return bool(accuracy) and all(a.get("passed") and a.get("rule") not in NATIVE_RULES for a in accuracy)
+
+
 def _passed_on_mere_mare(v: OutputVerdict, th: DtypeThresholds) -> OutputVerdict:
     """The pass both the full statistics and the verdict alone give when MERE and MARE are under T and 10 T."""
     return _ok(v, "fast_path", f"MERE {_fmt(v.mere)} < {_fmt(th.mere)}, MARE {_fmt(v.mare)} < {_fmt(th.mare)}")

@@ -171,10 +171,12 @@ class SourceItem(_CannItem):
             self._record(source.outcome(oc.TIMEOUT, oc.PYTEST_TIMEOUT, str(exc)))
             raise
         if result.status == oc.PASSED and settings.perf and self.timed:
+            from pytest_cannbench.judge.precision import decided_without_native
             from pytest_cannbench.timing.perf import measure
 
             with self.clock.phase("timing"):
-                timing, failure = measure(source, ref, worker, self.perf_for(st), self.clock)
+                timing, failure = measure(source, ref, worker, self.perf_for(st), self.clock,
+                                          lean=decided_without_native(result.accuracy))
             if failure is not None:
                 failure.accuracy = result.accuracy
                 result = failure
@@ -255,6 +257,7 @@ class SourceItem(_CannItem):
     def _correctness(self, st: CannBenchState, ref: Reference, worker: CandidateWorker) -> tuple[CaseOutcome, float]:
         """The candidate on the case's inputs, judged; once it passes, once more on new inputs (where the
         source has a second pass). Returns the verdict and the first call's seconds."""
+        from pytest_cannbench.judge.precision import decided_without_native
         from pytest_cannbench.judge.source import run_candidate, second_pass
 
         source, timeout_s, log_dir = self.source, st.settings.case_timeout_s, self.log_dir_for(st)
@@ -266,7 +269,8 @@ class SourceItem(_CannItem):
                 result = source.judge(answer.outputs or [], ref)
         result.warnings += [f"guard (warn mode): {flag}" for flag in answer.flags]
         if result.status == oc.PASSED:
-            again = second_pass(source, worker, timeout_s, log_dir, self.clock, like=ref)
+            like = ref if decided_without_native(result.accuracy) else None  # its native runs where needed
+            again = second_pass(source, worker, timeout_s, log_dir, self.clock, like=like)
             if again is not None:
                 again.accuracy = again.accuracy or result.accuracy
                 result = again

@@ -259,16 +259,16 @@ def _distrust(ctx: PerfContext, record: CaseTiming, trial: _Samples, retried: bo
     return why
 
 
-def _fresh_sets(source: CaseSource, ref: Reference, chunk: list[int], ctx: PerfContext, record: CaseTiming,
+def _fresh_sets(source: CaseSource, like: Reference | None, chunk: list[int], ctx: PerfContext, record: CaseTiming,
                 clock: PhaseClock) -> dict[int, Reference]:
     """References for a window timed again: input sets the candidate has never seen (raises GoldenFailure)."""
     with ctx.fence.shared(record.accuracy_spans), clock.part("timing_sets"):  # accuracy work, fenced
-        return {i: source.prepare(source.timed_seed(RETRY_SEED_BASE + i), like=ref) for i in chunk}
+        return {i: source.prepare(source.timed_seed(RETRY_SEED_BASE + i), like=like) for i in chunk}
 
 
 def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chunk: list[int], warmup: int,
                   worker: CandidateWorker, ctx: PerfContext, record: CaseTiming, got: _Samples,
-                  clock: PhaseClock) -> CaseOutcome | None:
+                  clock: PhaseClock, like: Reference | None = None) -> CaseOutcome | None:
     """:func:`_window`, timed again once on fresh input sets (never the ones the candidate has seen) when the
     window cannot be trusted: the GPU throttled, its CUDA-graph timing fell back, or the candidate and its
     baseline were timed in different modes. The second attempt's samples are kept either way. A candidate
@@ -282,7 +282,7 @@ def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference]
             return failure
         if trial.floor_failure is not None:
             try:
-                refs = _fresh_sets(source, ref, chunk, ctx, record, clock)
+                refs = _fresh_sets(source, like, chunk, ctx, record, clock)
             except GoldenFailure:
                 record.reason = "implausible timing"
                 return trial.floor_failure
@@ -293,7 +293,7 @@ def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference]
         got.graph, got.mixed = trial.graph, trial.mixed
         if why is not None and attempt == 0:
             try:
-                refs = _fresh_sets(source, ref, chunk, ctx, record, clock)
+                refs = _fresh_sets(source, like, chunk, ctx, record, clock)
             except GoldenFailure as exc:
                 record.notes.append(f"window not timed again ({why}): the {source.golden_noun} failed: {exc}")
             else:
@@ -337,14 +337,18 @@ def _precision(got: _Samples, seed: int) -> tuple[Interval | None, Interval]:
 
 
 def measure(source: CaseSource, ref: Reference, worker: CandidateWorker, ctx: PerfContext,
-            clock: PhaseClock | None = None) -> tuple[dict[str, Any], CaseOutcome | None]:
+            clock: PhaseClock | None = None, lean: bool = False) -> tuple[dict[str, Any], CaseOutcome | None]:
     """The case's timing record, and a failure outcome when timing exposed the candidate.
+
+    ``lean``: the case's first verdict read no native reference, so the timed sets' references are asked ``like``
+    ``ref`` (:meth:`CaseSource.prepare`): their native reference runs only for a verdict that needs it.
 
     Fixed ``--cann-repeat N``: N input sets. ``auto``: the minimum count, then more rounds, each sized from
     the interval so far, until the paired speed-up's relative half-width is within its target, the HAP
     interval's half-width within ``--cann-hap-target``, the budget of the case's own timing work is spent or the
     maximum count is reached."""
     s, clock = ctx.settings, measured(clock)
+    like = ref if lean else None
     started, worked = time.monotonic(), _work(clock)
     seed = bootstrap_seed(s.secret, s.seed, source.key)
     record = CaseTiming(measured=True, device=ctx.device.label)
@@ -359,14 +363,14 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker, ctx: Pe
         with ctx.fence.shared(record.accuracy_spans), clock.part("timing_sets"):  # accuracy work, fenced
             for index in range(done, want):
                 try:
-                    refs[index] = source.prepare(source.timed_seed(index), like=ref)  # native when a verdict needs it
+                    refs[index] = source.prepare(source.timed_seed(index), like=like)
                 except GoldenFailure as exc:
                     return (not_measured(f"the {source.golden_noun} failed on timed input set {index + 1}: {exc}"),
                             None)
         for n, chunk in enumerate(_chunks(list(range(done, want)), per_call)):
             try:
                 failure = _timed_window(source, ref, refs, chunk, s.warmup if done == 0 and n == 0 else 1, worker,
-                                        ctx, record, got, clock)
+                                        ctx, record, got, clock, like)
             except GoldenFailure as exc:  # a deferred native reference a verdict needed: the golden's failure
                 return not_measured(f"the {source.golden_noun} failed on a timed input set: {exc}"), None
             if failure is not None:

@@ -169,3 +169,12 @@ def test_outputs_whose_shape_depends_on_the_values_run_the_reference(tmp_path) -
 def test_nothing_stands_in_for_outputs_that_are_not_tensors() -> None:
     assert describe([torch.ones(2, dtype=torch.bfloat16)]) == [["bfloat16", [2]]]
     assert describe([torch.ones(2), 3.0]) is None
+
+
+def test_only_cases_whose_first_verdict_read_no_native_reference_defer_it() -> None:
+    from pytest_cannbench.judge.precision import decided_without_native
+
+    assert decided_without_native([{"passed": True, "rule": "fast_path"}, {"passed": True, "rule": "bit_exact"}])
+    assert not decided_without_native([{"passed": True, "rule": "fast_path"}, {"passed": True, "rule": "region"}])
+    assert not decided_without_native([{"passed": False, "rule": "fast_path"}])
+    assert not decided_without_native([])  # no outputs judged: nothing says the sets are alike
