@@ -15,6 +15,26 @@ import pytest
 from pytest_cannbench.nodes.items import CannTaskWarning
 
 
+def int_attr_operator(tasks: Path, name: str, title: str, golden: str, attr: str, description: str,
+                      cases: list[str]) -> Path:
+    """A level-1 operator ``name`` (``y = f(x)``, one float32 input, one int attribute ``attr``) with its golden
+    source and one line of ``cases.yaml`` per case (``case_id: i`` first, from 1): tests whose golden misbehaves."""
+    op = tasks / "level1" / name
+    op.mkdir()
+    (op / "golden.py").write_text(golden)
+    (op / "proto.yaml").write_text(
+        f"operator:\n  name: {title}\n  category: Elementwise\n  difficulty: L1\n  formula: y = f(x)\n"
+        f"  description: {description}\n  shape_support: any\n  attrs:\n"
+        f"  - {{name: {attr}, type: int, default: 0, description: {attr}}}\n"
+        "  inputs:\n  - {name: x, dtype: [float32], description: x}\n"
+        "  outputs:\n  - {name: y, dtype: [float32], description: y}\n"
+        f"  schema: {name}(Tensor x, int {attr}=0) -> Tensor y\n")
+    (op / "cases.yaml").write_text("cases:\n" + "".join(
+        f"- {{operator: {title}, case_id: {i}, input_shape: [[4]], dtype: [float32], {case}}}\n"
+        for i, case in enumerate(cases, 1)))
+    return op
+
+
 @dataclass
 class Case:
     outcome: str = "passed"

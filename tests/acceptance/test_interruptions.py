@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from inner import run_inner
+from inner import int_attr_operator, run_inner
 
 BASE = ("-p", "no:cacheprovider", "--cann-golden-cache=off", "--cann-no-perf")
 
@@ -108,22 +108,8 @@ def judge_killer(x: torch.Tensor, deadly: int = 0) -> torch.Tensor:
 
 def test_a_lost_xdist_worker_leaves_no_case_unaccounted(pytester, capsys, task_tree) -> None:
     tasks = task_tree("basic")
-    op = tasks / "level1" / "judge_killer"
-    op.mkdir()
-    (op / "golden.py").write_text(KILLER)
-    (op / "proto.yaml").write_text(
-        "operator:\n  name: JudgeKiller\n  category: Elementwise\n  difficulty: L1\n  formula: y = x + 1\n"
-        "  description: kills its judge\n  shape_support: any\n  attrs:\n"
-        "  - {name: deadly, type: int, default: 0, description: kill}\n"
-        "  inputs:\n  - {name: x, dtype: [float32], description: x}\n"
-        "  outputs:\n  - {name: y, dtype: [float32], description: y}\n"
-        "  schema: judge_killer(Tensor x, int deadly=0) -> Tensor y\n")
-    (op / "cases.yaml").write_text(
-        "cases:\n"
-        "- {operator: JudgeKiller, case_id: 1, input_shape: [[4]], dtype: [float32], attrs: {deadly: 1}, "
-        "value_range: [-1, 1], note: a}\n"
-        "- {operator: JudgeKiller, case_id: 2, input_shape: [[4]], dtype: [float32], attrs: {}, "
-        "value_range: [-1, 1], note: b}\n")
+    int_attr_operator(tasks, "judge_killer", "JudgeKiller", KILLER, "deadly", "kills its judge",
+                      ["attrs: {deadly: 1}, value_range: [-1, 1], note: a", "attrs: {}, value_range: [-1, 1], note: b"])
     result = pytester.runpytest_subprocess(*BASE, "--cann-tasks=tasks", "--cann-self-check", "-n", "2",
                                            "--max-worker-restart=0")
     cases = _board(pytester.path)

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from inner import run_inner
+from inner import int_attr_operator, run_inner
 
 GIB = 1 << 30
 ARGS = ("--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf", "--cann-golden-cache=off", "-p",
@@ -58,25 +58,11 @@ def test_a_golden_out_of_its_slots_memory_runs_again_alone(pytester, capsys, tas
     """A golden needing more than its slot (the estimate sees only the case's tensors) is not a golden_error
     while the session's whole memory would hold it: the case runs again alone and says so."""
     tasks = task_tree("basic")
-    op = tasks / "level1" / "hungry"
-    op.mkdir()
-    (op / "golden.py").write_text(HUNGRY)
-    (op / "proto.yaml").write_text(
-        "operator:\n  name: Hungry\n  category: Elementwise\n  difficulty: L1\n  formula: y = 2x\n"
-        "  description: a golden with a large scratch buffer\n  shape_support: any\n  attrs:\n"
-        "  - {name: gib, type: int, default: 0, description: scratch}\n"
-        "  inputs:\n  - {name: x, dtype: [float32], description: x}\n"
-        "  outputs:\n  - {name: y, dtype: [float32], description: y}\n"
-        "  schema: hungry(Tensor x, int gib=0) -> Tensor y\n")
     # the plan of 8 GiB over 2 workers: a slot's golden gets 5 GiB of address space, one alone 7.5 GiB
-    (op / "cases.yaml").write_text(
-        "cases:\n"
-        "- {operator: Hungry, case_id: 1, input_shape: [[4]], dtype: [float32], attrs: {gib: 5}, "
-        "value_range: [-1, 1], note: over its slot}\n"
-        "- {operator: Hungry, case_id: 2, input_shape: [[4]], dtype: [float32], attrs: {gib: 9}, "
-        "value_range: [-1, 1], note: over the session}\n"
-        "- {operator: Hungry, case_id: 3, input_shape: [[4]], dtype: [float32], attrs: {}, "
-        "value_range: [-1, 1], note: small}\n")
+    int_attr_operator(tasks, "hungry", "Hungry", HUNGRY, "gib", "a golden with a large scratch buffer",
+                      ["attrs: {gib: 5}, value_range: [-1, 1], note: over its slot",
+                       "attrs: {gib: 9}, value_range: [-1, 1], note: over the session",
+                       "attrs: {}, value_range: [-1, 1], note: small"])
     run = run_inner(pytester, capsys, tasks, "--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf",
                     "--cann-golden-cache=off", "-p", "no:cacheprovider", "--cann-session-memory=8", "-n", "2",
                     "-k", "hungry")

@@ -28,7 +28,7 @@ class Source:
     def timed_seed(self, index: int) -> int:
         return index
 
-    def prepare(self, seed: int) -> str:
+    def prepare(self, seed: int, like: Any = None) -> str:
         self.seeds.append(seed)
         return f"ref-{seed}"
 
@@ -119,7 +119,7 @@ def test_a_fallback_kept_after_a_failed_retry_is_dropped(monkeypatch):
     scripted(monkeypatch, [{"cand": [5e-5], "base": [5e-5], "timers": (FALLBACK_TIMER, GRAPH_TIMER)}])
     from pytest_cannbench.judge.goldens import GoldenFailure
 
-    def failing(seed):
+    def failing(seed, like=None):
         raise GoldenFailure("boom")
 
     ctx = types.SimpleNamespace(fence=Fence(None), telemetry=None)
