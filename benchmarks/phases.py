@@ -6,7 +6,7 @@ e.g.   python benchmarks/phases.py -- --cann-tasks=/path/to/tasks/level1 --cann-
 
 The pytest session runs as a child process (its report directory is a fresh temporary one unless the arguments
 name one). Every ~0.2 s the summed PSS of the whole process tree is sampled
-(:mod:`tree_memory`: read only when it could be a new peak, and its own CPU reported), so the peak counts shared
+(:mod:`tree_memory`: PSS read only where a new peak is possible, and its own CPU reported), so the peak counts shared
 pages once, not once per process. Afterwards ``results.jsonl`` gives each case's phases
 (:mod:`pytest_cannbench.phases`: wall, CPU and peak resident memory, measured where the work happens), which are
 summed per phase; what the cases do not account for (process starts of pytest and xdist, collection, reporting)

@@ -34,7 +34,7 @@ paths (``level1/exp``) and case ids are kept, so case seeds are those of the ori
 
 How to read it: for each side, wall time; CPU time (user+sys) of the whole process tree (this script makes itself
 a child subreaper, so orphaned grandchildren are reaped here and counted too); the peak of the tree's summed PSS,
-sampled every 0.2 s (shared pages counted once; ``tree_memory.py``: PSS read only when it could be a new peak, so
+sampled every 0.2 s (shared pages counted once; ``tree_memory.py``: PSS read only where a new peak is possible, so
 the sampler takes little CPU from the side that keeps both cores busy, and what it took is printed); the process
 count at that peak; verdicts, and whether they agree case by case. The last column is ours/official (below 1:
 we are cheaper). Both sides inherit this environment (thread counts included): ours runs N pytest workers plus

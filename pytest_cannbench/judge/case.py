@@ -162,11 +162,11 @@ class OperatorCase:
         if ref.native_deferred:
             # Without a native reference the standard is only stricter (no native errors to allow for), so a pass
             # that read none stands; any other verdict is taken again with the reference run now.
-            from pytest_cannbench.judge.precision import NATIVE_RULES
+            from pytest_cannbench.judge.precision import decided_without_native
 
             if not stats:
                 result = judge(self.task, self.case, ref, outputs, self.settings, stats=False)
-                if result.status == oc.PASSED and not any(a["rule"] in NATIVE_RULES for a in result.accuracy):
+                if result.status == oc.PASSED and decided_without_native(result.accuracy):
                     return self._own(result)
             assert ref.complete is not None
             ref = ref.complete()

@@ -91,7 +91,6 @@ class SourceItem(_CannItem):
     spans: list[list[float]] | None = None  # monotonic spans of the case's fenced accuracy work (timing/isolation)
     _memory_hold: contextlib.ExitStack  # the case's place in the memory plan, setup to teardown (nodes.memory)
     clock: PhaseClock  # where the case's time goes (phases), made in setup
-    alone: bool = False  # the case holds the memory fence exclusive (nodes.memory)
     golden_alone: str | None = None  # why its golden ran again alone (:meth:`_golden`), a warning on its outcome
 
     @property
@@ -206,10 +205,9 @@ class SourceItem(_CannItem):
     def admit(self, st: CannBenchState, alone: bool = False) -> str | None:
         """Through the session's memory plan (nodes.memory): why the case is too large, or None once it holds
         its place (released at teardown); ``alone``: run it alone whatever its estimate."""
-        from pytest_cannbench.nodes.memory import admit, runs_alone
+        from pytest_cannbench.nodes.memory import admit
 
         workers = [self.worker_for(st)] + ([st.worker("baseline")] if st.settings.perf and self.timed else [])
-        self.alone = alone or runs_alone(st, self.memory_need())
         return admit(st, self.memory_need(), workers, self._memory_hold, alone=alone)
 
     def _golden(self, st: CannBenchState) -> Reference:
@@ -217,13 +215,13 @@ class SourceItem(_CannItem):
         the estimate from the case's tensors) is run once more alone, with the whole session's memory, when
         that is more; the case's warnings say so (``golden_alone``)."""
         from pytest_cannbench.judge.goldens import GoldenFailure
-        from pytest_cannbench.nodes.memory import more_alone
+        from pytest_cannbench.nodes.memory import more_alone, runs_alone
 
         try:
             with st.fence().shared(self.spans):  # the golden: accuracy work, held off while another worker times
                 return self.source.prepare()
         except GoldenFailure as exc:
-            if not exc.oom or self.alone or not more_alone(st):
+            if not exc.oom or runs_alone(st, self.memory_need()) or not more_alone(st):
                 raise
             first = str(exc).splitlines()[0]
         self._memory_hold.close()  # its place in the shared lane, for the exclusive one

@@ -54,9 +54,9 @@ def prepare(req: dict) -> dict:
     """Inputs, binding, fp64 truth and same-precision reference for one case.
 
     With ``like`` (``golden_binding.describe`` of the same case's native outputs on another input set: a timed
-    set, the second correctness pass) the reference is not run when the golden's outputs have the described shapes: the
-    golden is rounded to the described dtypes, and the judge asks again, in full, only for a verdict that the
-    relative errors alone do not pass (``native_deferred``)."""
+    set, the second correctness pass) the reference is not run when the golden's outputs have the described
+    shapes: the golden is rounded to the described dtypes, and the judge asks again, in full, only for a verdict
+    that the relative errors alone do not pass (``native_deferred``)."""
     from pytest_cannbench.taskformat.inputs import generate_inputs, plan_inputs
     from pytest_cannbench.workers.golden_binding import bind, call_get_input, flatten_outputs, load_golden, upcast
 
@@ -174,13 +174,7 @@ def truncate_to_reference(golden: list, native: list) -> list:
     """
     import torch
 
-    out = []
-    for g, n in zip(golden, native):
-        if (isinstance(g, torch.Tensor) and isinstance(n, torch.Tensor) and g.is_floating_point()
-                and n.is_floating_point() and g.shape == n.shape and n.dtype != g.dtype):
-            g = g.to(n.dtype)
-        out.append(g)
-    return out + golden[len(out):]
+    return _round_to(golden, [(n.dtype, n.shape) if isinstance(n, torch.Tensor) else None for n in native])
 
 
 def shaped_like(golden: list, like: list | None) -> bool:
@@ -196,13 +190,22 @@ def truncate_to_described(golden: list, like: list) -> list:
     """:func:`truncate_to_reference` against described outputs (``golden_binding.describe``), not computed ones."""
     import torch
 
+    return _round_to(golden, [(getattr(torch, dtype), torch.Size(shape)) for dtype, shape in like])
+
+
+def _round_to(golden: list, targets: list) -> list:
+    """Each floating golden output cast to its target's floating dtype, where the target, ``(dtype, shape)`` or
+    None, has the output's shape: the one rule of both truncations."""
+    import torch
+
     out = []
-    for g, (dtype, _) in zip(golden, like):
-        want = getattr(torch, dtype)
-        if g.is_floating_point() and want.is_floating_point and want != g.dtype:
-            g = g.to(want)
+    for g, target in zip(golden, targets):
+        if target is not None and isinstance(g, torch.Tensor) and g.is_floating_point():
+            dtype, shape = target
+            if dtype.is_floating_point and g.shape == shape and dtype != g.dtype:
+                g = g.to(dtype)
         out.append(g)
-    return out
+    return out + golden[len(out):]
 
 
 def postprocess(req: dict) -> dict:
