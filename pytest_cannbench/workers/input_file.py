@@ -19,7 +19,6 @@ sandbox does not show a candidate (docs/security.md), and only between the worke
 from __future__ import annotations
 
 import math
-import mmap
 import os
 from typing import Any
 
@@ -72,25 +71,31 @@ def write(path: str, inputs: list) -> Layout | None:
     if planned is None:
         return None
     layout, size, placed = planned
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
-        # The blocks are reserved before the mapping is written: a store into a sparse mapping the filesystem
-        # cannot back (a full disk) is SIGBUS, which kills the worker; a reservation that cannot be made is
-        # ENOSPC here, an OSError the caller turns into "no file" (the judge generates its own copy).
-        os.posix_fallocate(fd, 0, max(size, 1))
-        with mmap.mmap(fd, max(size, 1)) as region:
-            for t, offset in placed:
-                nbytes = t.numel() * t.element_size()
-                if nbytes:
-                    dst = torch.frombuffer(region, dtype=torch.uint8, count=nbytes, offset=offset)
-                    dst.copy_(t.contiguous().reshape(-1).view(torch.uint8))
-                    del dst  # the buffer must be released before the mapping closes
+        # Written with pwrite, not through a shared mapping: a store into a mapped page that is not yet in the
+        # page cache makes the kernel read it first (a reserved block reads as zeros it has to write), which
+        # cost 4.4 s of memset in the golden workers of an official level-1 run; a write of whole pages copies
+        # the bytes once. A full disk is ENOSPC here, an OSError the caller turns into "no file" (the judge
+        # then generates its own copy), never a SIGBUS from a store into a mapping the disk cannot back.
+        os.ftruncate(fd, size)
+        for t, offset in placed:
+            if t.numel():
+                _write_all(fd, t.detach().contiguous().reshape(-1).view(torch.uint8).numpy(), offset)
     except BaseException:
         os.close(fd)
         os.unlink(path)
         raise
     os.close(fd)
     return layout
+
+
+def _write_all(fd: int, data: Any, offset: int) -> None:
+    """All of ``data`` (a 1-D uint8 array) at ``offset``: one pwrite moves at most about 2 GiB."""
+    view = memoryview(data)
+    while len(view):
+        done = os.pwrite(fd, view, offset)
+        view, offset = view[done:], offset + done
 
 
 def read(path: str, layout: Layout) -> list:
