@@ -345,11 +345,17 @@ def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: Dt
             N.copy_(n[s:e])
             torch.sub(N, G, out=ND).abs_()
             native_max = float(ND.max())
+        k_out_of_rules = 0
         if not (math.isfinite(diff_max) and math.isfinite(native_max)):  # a NaN/Inf somewhere in the slice
-            _masked_slice(part, a[s:e], analyse(a[s:e], gs, None if n is None else n[s:e], th), th,
-                          tolerances, b, s, e)
-            continue
-        count["valid"] += w
+            k = _matching_specials(part, th, tolerances, b, s, e, None if n is None else ND)
+            if k is None:
+                _masked_slice(part, a[s:e], analyse(a[s:e], gs, None if n is None else n[s:e], th), th,
+                              tolerances, b, s, e)
+                continue
+            if k == w:  # nothing in the slice is compared
+                continue
+            k_out_of_rules, diff_max = k, float(D.max())
+        count["valid"] += w - k_out_of_rules
         _slice_rel(G, D, GA, INV, R)
         over, nover, near = b.over[:w], b.nover[:w], b.near[:w]
         if n is not None:
@@ -382,9 +388,10 @@ def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: Dt
                 b.normal_nrel[s:e].copy_(NR)
             continue
         if 8 * k_near < w:
-            _sparse_regions(part, th, b, s, e, torch.gt(near, 0.0, out=m), k_over, k_nover, rel_max, ND, NR)
+            _sparse_regions(part, th, b, s, e, torch.gt(near, 0.0, out=m), k_over, k_nover, rel_max, ND, NR,
+                            k_out_of_rules)
         else:
-            _dense_regions(part, th, b, s, e, k_over, k_nover, ND, NR)
+            _dense_regions(part, th, b, s, e, k_over, k_nover, ND, NR, k_out_of_rules)
     _finish(part, b, size, n is not None, tolerances)
     return part
 
@@ -408,9 +415,11 @@ def _slice_rel(G: torch.Tensor, D: torch.Tensor, GA: torch.Tensor, INV: torch.Te
 
 
 def _sparse_regions(part: _Part, th: DtypeThresholds, b: _Buffers, s: int, e: int, near: torch.Tensor,
-                    k_over: int, k_nover: int, rel_max: float, ND: torch.Tensor, NR: torch.Tensor) -> None:
+                    k_over: int, k_nover: int, rel_max: float, ND: torch.Tensor, NR: torch.Tensor,
+                    excluded: int = 0) -> None:
     """A finite slice with few points near zero: only those are gathered and classified; the normal region's
-    counts are the slice's less theirs."""
+    counts are the slice's less theirs. ``excluded``: points :func:`_matching_specials` zeroed, which land in
+    the small-value region with no error and are taken out of it here."""
     count, put_max, lim, w = part.count, part.put_max, th.mare, e - s
     D, R = b.diff[s:e], b.rel[s:e]
     idx = near.nonzero().squeeze_(1)
@@ -418,7 +427,7 @@ def _sparse_regions(part: _Part, th: DtypeThresholds, b: _Buffers, s: int, e: in
     small = gz < th.small_threshold
     cancel = (gz < th.cancel_boundary) & ~small & (b.a[:w][idx].abs() < th.cancel_boundary)
     over, nover = rz > lim, nrz > lim
-    k_small, k_cancel = int(torch.count_nonzero(small)), int(torch.count_nonzero(cancel))
+    k_small, k_cancel = int(torch.count_nonzero(small)) - excluded, int(torch.count_nonzero(cancel))
     count["small"] += k_small
     count["cancel"] += k_cancel
     if k_small:
@@ -447,10 +456,11 @@ def _sparse_regions(part: _Part, th: DtypeThresholds, b: _Buffers, s: int, e: in
 
 
 def _dense_regions(part: _Part, th: DtypeThresholds, b: _Buffers, s: int, e: int, k_over: int, k_nover: int,
-                   ND: torch.Tensor, NR: torch.Tensor) -> None:
+                   ND: torch.Tensor, NR: torch.Tensor, excluded: int = 0) -> None:
     """A finite slice with many points near zero (an activation's flat tail): the regions as full 0/1 masks.
     Counts are sums and dot products of 0/1 values (exact), and a region's maximum of a non-negative quantity
-    (errors, relative errors) is the maximum of its product with the mask, since the points outside become +0.0."""
+    (errors, relative errors) is the maximum of its product with the mask, since the points outside become +0.0.
+    ``excluded``: as in :func:`_sparse_regions`."""
     count, put_max, w = part.count, part.put_max, e - s
     D, R, GA, T, T2 = b.diff[s:e], b.rel[s:e], b.gabs[:w], b.tmp[:w], b.t2[:w]
     small, cancel, over, nover = b.small[:w], b.cancel[:w], b.over[:w], b.nover[:w]
@@ -458,7 +468,7 @@ def _dense_regions(part: _Part, th: DtypeThresholds, b: _Buffers, s: int, e: int
     torch.lt(GA, th.cancel_boundary, out=cancel)  # near zero, ...
     cancel.mul_(torch.lt(torch.abs(b.a[:w], out=T), th.cancel_boundary, out=T2))  # ... the candidate too, ...
     cancel.mul_(torch.ge(GA, th.small_threshold, out=T2))  # ... and not small
-    k_small, k_cancel = int(small.sum()), int(cancel.sum())
+    k_small, k_cancel = int(small.sum()) - excluded, int(cancel.sum())
     count["small"] += k_small
     count["cancel"] += k_cancel
     if k_small:
@@ -482,6 +492,48 @@ def _dense_regions(part: _Part, th: DtypeThresholds, b: _Buffers, s: int, e: int
         torch.mul(NR, normal, out=b.normal_nrel[s:e])
     if k_out < w:
         put_max("normal_rel", float(b.normal_rel[s:e].max()))
+
+
+def _matching_specials(part: _Part, th: DtypeThresholds, tolerances: tuple[float, float] | None, b: _Buffers,
+                       s: int, e: int, ND: torch.Tensor | None) -> int | None:
+    """A slice whose NaN and Inf the candidate and the truncated golden share, point for point (a NaN against a
+    NaN, an Inf against the same Inf: ``exp`` overflowing, NaN inputs passed through), made a finite slice the
+    fast path takes on; None for any other special (a NaN or an Inf on one side only, opposite infinities, a
+    native NaN or Inf where both are finite), which :func:`analyse` decides.
+
+    :func:`analyse` leaves such points out of every count, sum and maximum (``valid`` is false there) and
+    zeroes them in what it sums, and nothing else differs from a finite slice (nothing to saturate, no
+    mismatch). Here the candidate, the golden and both errors are zeroed at those points: their relative errors
+    are then +0.0, as ``torch.where(valid, rel, 0.0)`` gives, and each lands in the small-value region with no
+    error (the thresholds are positive), from which the caller takes them out again. Returns how many points
+    were left out; the raw candidate's NaN and Inf are counted as the general path reports them."""
+    w = e - s
+    if not (th.small_threshold > 0 and th.small_error >= 0 and th.mare >= 0
+            and (tolerances is None or tolerances[1] >= 0)):
+        return None
+    A, G, D = b.a[:w], b.g[:w], b.diff[s:e]
+    compared = torch.isfinite(A) & torch.isfinite(G)
+    shared = torch.eq(A, G) | (torch.isnan(A) & torch.isnan(G))
+    if not bool((compared | shared).all()):
+        return None
+    left_out = ~compared
+    if ND is not None:
+        ND.masked_fill_(left_out, 0.0)
+        if not math.isfinite(float(ND.max())):  # the native is NaN or Inf where both are finite
+            return None
+    k_nan, k_inf = int(torch.isnan(A).sum()), int(torch.isinf(A).sum())
+    part.count["nan"] += k_nan
+    part.count["inf"] += k_inf
+    part.nonfinite = part.nonfinite or bool(k_nan or k_inf)
+    k = int(left_out.sum())
+    if k == w:  # the general path's sums see zeros only; no count and no maximum moves
+        for buf in (b.rel, b.diff, b.nrel, b.normal_rel, b.normal_nrel):
+            if buf is not None:
+                buf[s:e].zero_()
+        return k
+    for t in (A, G, D):
+        t.masked_fill_(left_out, 0.0)
+    return k
 
 
 def _masked_slice(part: _Part, raw: torch.Tensor, an: Analysis, th: DtypeThresholds,

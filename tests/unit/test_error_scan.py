@@ -107,7 +107,9 @@ def test_a_non_finite_value_takes_the_masked_route_for_its_slice_only(where, mon
     real = error_scan._masked_slice
     monkeypatch.setattr(error_scan, "_masked_slice", lambda *args: masked.append(args[6]) or real(*args))
     st = assert_paths_agree(a, g, native, torch.float16)
-    assert masked == [0]  # one slice: the first of the second chunk (offsets are within a chunk)
+    # one slice, the first of the second chunk (offsets are within a chunk); an Inf both sides share is left out
+    # on the fast path itself (test_shared_specials_stay_on_the_fast_path)
+    assert masked == ([] if where == "both_inf" else [0])
     candidate_special = where in ("candidate_nan", "candidate_inf", "both_inf", "opposite_inf")
     assert ("nan" in st.count) == candidate_special  # the general path reports the raw candidate's NaN/Inf
     if candidate_special:
@@ -128,6 +130,76 @@ def test_special_values_everywhere(dtype, share):
         t[pick] = values[pick]
     assert_paths_agree(a, g, native, dtype)
     assert_paths_agree(a, g, None, dtype, tolerances=(1e-3, 1e-5))
+
+
+def _shared_specials(n: int, dtype: torch.dtype, share: float, seed: int, kind: str = "mixed"):
+    """Outputs whose candidate and golden hold the same NaN or Inf at the same points (a ``share`` of them):
+    ``exp`` overflowing in both, NaN inputs passed through by both."""
+    a, g, native = _outputs(n, dtype, kind, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    specials = torch.tensor([math.nan, math.inf, -math.inf], dtype=F64)
+    pick = torch.rand(n, generator=gen) < share
+    values = specials[torch.randint(len(specials), (n,), generator=gen)]
+    g[pick] = values[pick]
+    a[pick] = values[pick].to(dtype)
+    return a, g, native, pick
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("share", [1e-5, 0.05, 0.5, 1.0])
+@pytest.mark.parametrize("kind", ["plain", "mixed"])  # few points near zero (sparse regions) or many (dense)
+def test_shared_specials_stay_on_the_fast_path(dtype, share, kind, monkeypatch):
+    """NaN and Inf the candidate and the golden share are left out of every figure on the fast path, with the
+    general path's counts, sums and maxima, bit for bit; whatever the native holds at those points."""
+    n = CHUNK + 3 * SUB + 1
+    a, g, native, pick = _shared_specials(n, dtype, share, seed=int(share * 1e5) + 1, kind=kind)
+    masked = []
+    real = error_scan._masked_slice
+    monkeypatch.setattr(error_scan, "_masked_slice", lambda *args: masked.append(args[6]) or real(*args))
+    st = assert_paths_agree(a, g, native, dtype)  # the native finite where the others are not
+    same = native.clone()
+    same[pick] = a[pick]
+    assert_paths_agree(a, g, same, dtype)  # the native overflowing with them
+    assert_paths_agree(a, g, None, dtype, tolerances=(1e-3, 1e-5))
+    assert_paths_agree(a, g.to(dtype), native, dtype)  # the golden already truncated
+    assert masked == []
+    left_out = int(pick.sum())
+    assert st.count["valid"] == n - left_out and st.count["nan"] + st.count["inf"] == left_out
+
+
+def test_an_overflowing_golden_the_candidate_matches_is_left_out_on_the_fast_path(monkeypatch):
+    """exp on float16: the fp64 golden is finite, its truncation and the candidate are +Inf at the same points."""
+    x = torch.linspace(-20, 20, CHUNK + 5, dtype=F64)
+    g = torch.exp(x)
+    a = g.to(torch.float16)
+    masked = []
+    real = error_scan._masked_slice
+    monkeypatch.setattr(error_scan, "_masked_slice", lambda *args: masked.append(args[6]) or real(*args))
+    st = assert_paths_agree(a, g, a.clone(), torch.float16)
+    assert masked == [] and st.count["inf"] > 0 and st.count["valid"] == CHUNK + 5 - st.count["inf"]
+
+
+@pytest.mark.parametrize("spoiler", ["native_nan", "native_inf", "candidate_nan_alone", "opposite_inf", "one_inf"])
+def test_a_special_not_shared_takes_the_masked_route(spoiler, monkeypatch):
+    """One special the two sides do not share, in a slice full of shared ones: the general path decides it."""
+    n = 2 * SUB
+    a, g, native, pick = _shared_specials(n, torch.float32, 0.1, seed=9)
+    i = int((~pick).nonzero()[5])  # a point both sides hold finite
+    if spoiler == "native_nan":
+        native[i] = math.nan
+    elif spoiler == "native_inf":
+        native[i] = math.inf
+    elif spoiler == "candidate_nan_alone":
+        a[i] = math.nan
+    elif spoiler == "opposite_inf":
+        a[i], g[i] = math.inf, -math.inf
+    else:
+        g[i] = math.inf
+    masked = []
+    real = error_scan._masked_slice
+    monkeypatch.setattr(error_scan, "_masked_slice", lambda *args: masked.append(args[6]) or real(*args))
+    assert_paths_agree(a, g, native, torch.float32)
+    assert masked == [0]  # the spoiler's slice; the other holds shared specials only and stays on the fast path
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float8_e4m3fn])
