@@ -57,6 +57,7 @@ def run_session(pytest_args: list[str], report_dir: Path) -> dict[str, Any]:
     return {"wall_s": wall, "user_s": usage.ru_utime, "sys_s": usage.ru_stime,
             "peak_pss_gib": sampler.peak / 2**30, "pss_samples": sampler.samples,
             "pss_read": sampler.read, "sampler_cpu_s": sampler.cpu_s, "exit": proc.returncode,
+            "peak_at_s": sampler.peak_at, "at_peak": [[b / 2**30, label] for b, label in sampler.at_peak],
             "tail": tail}
 
 
@@ -181,6 +182,9 @@ def main() -> int:
           f"{session['user_s']:.1f} s + sys {session['sys_s']:.1f} s, peak summed PSS "
           f"{session['peak_pss_gib']:.2f} GiB ({session['pss_samples']} samples, {session['pss_read']} read PSS; the "
           f"sampler's own CPU {session['sampler_cpu_s']:.1f} s), exit {session['exit']}")
+    if session.get("at_peak"):
+        print(f"at the peak ({session['peak_at_s']:.0f} s in), the largest processes: "
+              + ", ".join(f"{label} {gib:.2f}" for gib, label in session["at_peak"]) + " GiB")
     print(f"{'phase':14} {'wall s':>9} {'CPU s':>9} {'peak MiB':>9}  what")
     for name, what in [*PHASES.items(), ("candidate", "the candidate call as the worker reports it (untrusted)")]:
         row = totals.get(name)
