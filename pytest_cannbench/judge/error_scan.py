@@ -433,13 +433,13 @@ def _sparse_regions(part: _Part, th: DtypeThresholds, b: _Buffers, s: int, e: in
     if k_small:
         count["small_err"] += int(torch.count_nonzero(small & (dz > th.small_error)))
         count["small_native_err"] += int(torch.count_nonzero(small & (ndz > th.small_error)))
-        put_max("small_diff", float(dz[small].max()))
-        put_max("small_ndiff", float(ndz[small].max()))
+        put_max("small_diff", float((dz * small).max()))  # errors are >= 0: the points outside add +0.0
+        put_max("small_ndiff", float((ndz * small).max()))
     if k_cancel:
         count["cancel_err"] += int(torch.count_nonzero(cancel & over))
         count["cancel_native_err"] += int(torch.count_nonzero(cancel & nover))
-        put_max("cancel_diff", float(dz[cancel].max()))
-        put_max("cancel_ndiff", float(ndz[cancel].max()))
+        put_max("cancel_diff", float((dz * cancel).max()))
+        put_max("cancel_ndiff", float((ndz * cancel).max()))
     outside = small | cancel
     k_out = int(torch.count_nonzero(outside))
     count["normal"] += w - k_out
@@ -451,8 +451,8 @@ def _sparse_regions(part: _Part, th: DtypeThresholds, b: _Buffers, s: int, e: in
         b.normal_nrel[s:e].copy_(NR).index_fill_(0, drop, 0.0)
     if not k_out:
         put_max("normal_rel", rel_max)
-    elif k_out < w:
-        put_max("normal_rel", float(b.tmp[:w].copy_(R).index_fill_(0, drop, -math.inf).max()))
+    elif k_out < w:  # relative errors are >= 0, and the points outside are +0.0 there
+        put_max("normal_rel", float(b.normal_rel[s:e].max()))
 
 
 def _dense_regions(part: _Part, th: DtypeThresholds, b: _Buffers, s: int, e: int, k_over: int, k_nover: int,
