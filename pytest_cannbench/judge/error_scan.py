@@ -4,9 +4,8 @@ The precision rules need counts, sums and maxima of the absolute and relative er
 output and over its small-value, cancellation and normal regions (for the candidate and for the
 same-precision native reference).  :func:`scan` computes them all in one pass over 1 Mi-element
 chunks: through :func:`analyse` (the general path, the definition), or for float32 and narrower outputs
-through a fast path that gives the same figures bit for bit at about half the cost (see ``SUB``; the
-tests compare the two). :func:`chunks` gives the per-chunk view for the rare second pass that locates a
-worst point.
+through a fast path that gives the same figures bit for bit at about half the cost (see ``SUB``; the tests
+compare the two). :func:`chunks` gives the per-chunk view for the rare second pass that locates a worst point.
 This module imports torch at top level; the plugin imports it lazily.
 """
 
@@ -160,8 +159,7 @@ def scan(actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | None
           tolerances: tuple[float, float] | None = None, *, fast: bool = True) -> Stats:
     """All statistics of one output. ``fast=False`` forces the general path everywhere (the tests compare the
     two; the fast path must give the same counts, sums and maxima, bit for bit)."""
-    lim = th.mare
-    st = Stats({}, {}, {})
+    st, lim = Stats({}, {}, {}), th.mare
     a_all, g_all = actual.detach().reshape(-1), golden.detach().reshape(-1)
     n_all = native.detach().reshape(-1) if native is not None else None
     fast = fast and _fast_eligible(actual, golden, native)
@@ -188,11 +186,10 @@ def relative_errors(actual: torch.Tensor, golden: torch.Tensor,
     say), as soon as a slice shows it.
 
     A verdict that only needs to know whether an output passes (a timed output, already judged in full on the
-    case's own inputs) passes on MERE and MARE alone whenever both are under their thresholds; the native
-    reference and the regions matter only when they are not. This reads neither, so it is a third of the fast
-    path's work, and it gives up at the first slice with a relative error at MARE's threshold. The figures are
-    the same bits as :func:`scan`'s: the same element-wise operations on the same slices, summed by the same
-    ``Tensor.sum`` over the same chunks, added up in the same order (the tests compare them)."""
+    case's own inputs) passes on MERE and MARE alone whenever both are under their thresholds. This reads
+    neither the native reference nor the regions (a third of the fast path's work) and gives up at the first
+    slice with a relative error at MARE's threshold. The figures are :func:`scan`'s bits: the same element-wise
+    operations, slices, chunk sums and order (the tests compare them)."""
     if not _fast_eligible(actual, golden, None) or actual.numel() == 0:
         return None
     a_all, g_all = actual.detach().reshape(-1), golden.detach().reshape(-1)
@@ -272,12 +269,10 @@ _COUNTS = ("nan_mismatch", "inf_sign_mismatch", "valid", "small", "cancel", "nor
 
 
 def _fast_eligible(actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | None) -> bool:
-    if actual.dtype not in _FAST_DTYPES or actual.device.type != "cpu" or golden.device.type != "cpu":
-        return False
-    if golden.numel() != actual.numel() or (native is not None and (native.dtype not in _FAST_DTYPES
-                                                                    or native.numel() != actual.numel())):
-        return False
-    return native is None or native.device.type == "cpu"
+    return (actual.dtype in _FAST_DTYPES and actual.device.type == golden.device.type == "cpu"
+            and golden.numel() == actual.numel()
+            and (native is None or (native.dtype in _FAST_DTYPES and native.numel() == actual.numel()
+                                    and native.device.type == "cpu")))
 
 
 class _Buffers:
@@ -351,8 +346,7 @@ def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: Dt
             if k is None:
                 _masked_slice(part, a[s:e], analyse(a[s:e], gs, None if n is None else n[s:e], th), th,
                               tolerances, b, s, e)
-                continue
-            if k == w:  # nothing in the slice is compared
+            if k is None or k == w:  # decided by the general path, or nothing in the slice is compared
                 continue
             k_out_of_rules, diff_max = k, float(D.max())
         count["valid"] += w - k_out_of_rules
@@ -496,20 +490,14 @@ def _dense_regions(part: _Part, th: DtypeThresholds, b: _Buffers, s: int, e: int
 
 def _matching_specials(part: _Part, th: DtypeThresholds, tolerances: tuple[float, float] | None, b: _Buffers,
                        s: int, e: int, ND: torch.Tensor | None) -> int | None:
-    """A slice whose NaN and Inf the candidate and the truncated golden share, point for point (a NaN against a
-    NaN, an Inf against the same Inf: ``exp`` overflowing, NaN inputs passed through), made a finite slice the
-    fast path takes on; None for any other special (a NaN or an Inf on one side only, opposite infinities, a
-    native NaN or Inf where both are finite), which :func:`analyse` decides.
-
-    :func:`analyse` leaves such points out of every count, sum and maximum (``valid`` is false there) and
-    zeroes them in what it sums, and nothing else differs from a finite slice (nothing to saturate, no
-    mismatch). Here the candidate, the golden and both errors are zeroed at those points: their relative errors
-    are then +0.0, as ``torch.where(valid, rel, 0.0)`` gives, and each lands in the small-value region with no
-    error (the thresholds are positive), from which the caller takes them out again. Returns how many points
-    were left out; the raw candidate's NaN and Inf are counted as the general path reports them."""
+    """A slice whose NaN and Inf the candidate and the truncated golden share point for point (``exp``
+    overflowing in both, NaN inputs passed through) made a finite one; None for any other special, which
+    :func:`analyse` decides. It leaves such points out of every figure (``valid`` false) and zeroes them in its
+    sums; here the candidate, the golden and both errors are zeroed there, so their relative errors are +0.0
+    and each lands in the small-value region with no error, from which the caller takes them out again.
+    Returns how many points were left out; the candidate's NaN and Inf are counted as the general path does."""
     w = e - s
-    if not (th.small_threshold > 0 and th.small_error >= 0 and th.mare >= 0
-            and (tolerances is None or tolerances[1] >= 0)):
+    if not (th.small_threshold > 0 and th.small_error >= 0 and th.mare >= 0 and (tolerances or (0, 0))[1] >= 0):
         return None
     A, G, D = b.a[:w], b.g[:w], b.diff[s:e]
     compared = torch.isfinite(A) & torch.isfinite(G)
@@ -521,18 +509,14 @@ def _matching_specials(part: _Part, th: DtypeThresholds, tolerances: tuple[float
         ND.masked_fill_(left_out, 0.0)
         if not math.isfinite(float(ND.max())):  # the native is NaN or Inf where both are finite
             return None
-    k_nan, k_inf = int(torch.isnan(A).sum()), int(torch.isinf(A).sum())
-    part.count["nan"] += k_nan
-    part.count["inf"] += k_inf
-    part.nonfinite = part.nonfinite or bool(k_nan or k_inf)
+    _count_specials(part, A)
     k = int(left_out.sum())
-    if k == w:  # the general path's sums see zeros only; no count and no maximum moves
-        for buf in (b.rel, b.diff, b.nrel, b.normal_rel, b.normal_nrel):
-            if buf is not None:
-                buf[s:e].zero_()
-        return k
-    for t in (A, G, D):
-        t.masked_fill_(left_out, 0.0)
+    if k == w:  # all left out: the general path's sums see zeros only, and no count or maximum moves
+        for t in [x for x in (b.rel, b.diff, b.nrel, b.normal_rel, b.normal_nrel) if x is not None]:
+            t[s:e].zero_()
+    else:
+        for t in (A, G, D):
+            t.masked_fill_(left_out, 0.0)
     return k
 
 
@@ -576,9 +560,14 @@ def _masked_slice(part: _Part, raw: torch.Tensor, an: Analysis, th: DtypeThresho
     if tolerances is not None:
         rtol, atol = tolerances
         count["far"] += int(torch.count_nonzero(valid & (an.diff > atol + rtol * an.g.abs())))
+    _count_specials(part, raw)
+
+
+def _count_specials(part: _Part, raw: torch.Tensor) -> None:
+    """The candidate's NaN and Inf, which the report counts."""
     k_nan, k_inf = int(torch.count_nonzero(torch.isnan(raw))), int(torch.count_nonzero(torch.isinf(raw)))
-    count["nan"] += k_nan
-    count["inf"] += k_inf
+    part.count["nan"] += k_nan
+    part.count["inf"] += k_inf
     part.nonfinite = part.nonfinite or bool(k_nan or k_inf)
 
 

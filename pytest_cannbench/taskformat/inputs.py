@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -411,12 +411,16 @@ def _official_list_ranges(
 # --------------------------------------------------------------------------
 
 
+Emit = Callable[[int, Any], None]  # (first flat element, values): the values, cast to the tensor's dtype, go there
+
+
 def generate_inputs(
     plans: Sequence[InputPlan],
     seed: int,
     *,
     dist: str = "uniform",
     compat: str = "fixed",
+    emit: Callable[[int], Emit] | None = None,
 ) -> list:
     """Generate the inputs of one case; one item per plan, in plan order.
 
@@ -425,6 +429,10 @@ def generate_inputs(
     elements in order), reproducing the official generator bit for bit when
     the ranges are the same: always for ``compat="official"``, and for every
     non-TensorList input under ``compat="fixed"``.
+
+    ``emit``: the tensors go somewhere else (``workers/input_file.generate``: straight into a file), never
+    allocated whole where the values are drawn in chunks. ``emit(k)`` is the sink of the k-th tensor in plan
+    order (list elements in order); the same draws reach it in the same order, and the items returned are None.
     """
     if dist not in INPUT_DISTS:
         raise ValueError(f"dist must be one of {INPUT_DISTS}, got {dist!r}")
@@ -435,6 +443,7 @@ def generate_inputs(
     gen = torch.Generator()
     gen.manual_seed(seed)
     out: list = []
+    k = 0
     for plan in plans:
         if plan.kind == "none":
             out.append(None)
@@ -442,7 +451,10 @@ def generate_inputs(
         ranges = (
             plan.compat_ranges if compat == "official" else tuple(t.value_range for t in plan.tensors)
         )
-        made = [_make_tensor(torch, t.shape, t.dtype, r, gen, dist) for t, r in zip(plan.tensors, ranges)]
+        made = []
+        for t, r in zip(plan.tensors, ranges):
+            made.append(_make_tensor(torch, t.shape, t.dtype, r, gen, dist, None if emit is None else emit(k)))
+            k += 1
         out.append(made[0] if plan.kind == "tensor" else made)
     return out
 
@@ -454,7 +466,19 @@ def _torch_dtype(torch: Any, name: str) -> Any:
     return dt
 
 
-def _make_tensor(torch: Any, shape: tuple, dtype: str, rng: Range | None, gen: Any, dist: str) -> Any:
+def _make_tensor(torch: Any, shape: tuple, dtype: str, rng: Range | None, gen: Any, dist: str,
+                 emit: Emit | None = None) -> Any:
+    """One input tensor; with ``emit``, its values go there (streamed where they are drawn in chunks, else in one
+    piece) and None is returned."""
+    t = _draw(torch, shape, dtype, rng, gen, dist, emit)
+    if emit is not None and t is not None:
+        emit(0, t.reshape(-1))
+        return None
+    return t
+
+
+def _draw(torch: Any, shape: tuple, dtype: str, rng: Range | None, gen: Any, dist: str, emit: Emit | None) -> Any:
+    """The tensor, or None where ``emit`` took its values as they were drawn."""
     tdt = _torch_dtype(torch, dtype)
     kind = DTYPE_INFO[dtype].kind
     if kind == "float":
@@ -463,7 +487,7 @@ def _make_tensor(torch: Any, shape: tuple, dtype: str, rng: Range | None, gen: A
             return _special_float(torch, shape, tdt, float(lo), float(hi), gen)
         if lo == hi:  # constant: consumes no random numbers
             return torch.full(shape, float(lo), dtype=tdt)
-        return _random_float(torch, shape, tdt, float(lo), float(hi), gen, dist)
+        return _random_float(torch, shape, tdt, float(lo), float(hi), gen, dist, emit)
     lo, hi = (0, 100) if rng is None else rng
     if kind == "int":
         if lo == hi:
@@ -482,8 +506,10 @@ def _make_tensor(torch: Any, shape: tuple, dtype: str, rng: Range | None, gen: A
 DRAW_CHUNK = 1 << 18  # float64 draws at a time (2 MiB, cache-sized)
 
 
-def _random_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen: Any, dist: str) -> Any:
-    """Uniform (or clamped normal) draw in float64, clamped to the dtype, then cast."""
+def _random_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen: Any, dist: str,
+                  emit: Emit | None = None) -> Any:
+    """Uniform (or clamped normal) draw in float64, clamped to the dtype, then cast; with ``emit`` (uniform
+    only), each chunk goes there instead of into a tensor (None is returned)."""
     fi = torch.finfo(tdt)
     lo = max(lo, fi.min)
     hi = min(hi, fi.max)
@@ -497,13 +523,19 @@ def _random_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen:
     # The same float64 draws, scaled, clamped and cast in the same order, chunk by chunk into the result: the
     # generator is consumed element by element, so the bits match a whole-tensor draw, without its float64
     # temporaries (three full-size copies, twice the size of a float32 input each) or their page faults.
-    out = torch.empty(shape, dtype=tdt)
-    flat = out.view(-1)
-    buf = torch.empty(min(DRAW_CHUNK, flat.numel()), dtype=torch.float64)
-    for start in range(0, flat.numel(), DRAW_CHUNK):
-        part = buf[:min(DRAW_CHUNK, flat.numel() - start)]
+    out = torch.empty(shape, dtype=tdt) if emit is None else None
+    numel = math.prod(shape)
+
+    def into_out(start: int, part: Any) -> None:
+        assert out is not None
+        out.view(-1)[start:start + part.numel()].copy_(part)
+
+    sink = into_out if emit is None else emit
+    buf = torch.empty(min(DRAW_CHUNK, numel), dtype=torch.float64)
+    for start in range(0, numel, DRAW_CHUNK):
+        part = buf[:min(DRAW_CHUNK, numel - start)]
         part.uniform_(0.0, 1.0, generator=gen).mul_(span).add_(lo).clamp_(fi.min, fi.max)
-        flat[start:start + part.numel()].copy_(part)
+        sink(start, part)
     return out
 
 

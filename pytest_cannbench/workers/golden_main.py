@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cannbench.phases import PhaseClock
-from pytest_cannbench.workers import limits, procs, wire
+from pytest_cannbench.workers import input_file, limits, procs, wire
 
 
 def _clone(values: list) -> list:
@@ -69,17 +69,22 @@ def prepare(req: dict) -> dict:
         with clock.phase("inputs"):
             raw = req["case"]
             plans = plan_inputs(req["input_names"], raw["input_shape"], raw["dtype"], raw.get("value_range"))
-            inputs = generate_inputs(plans, req["seed"], dist=req["dist"], compat=req["compat"])
             attrs = dict(raw.get("attrs") or {})
             hooked = None
+            # generic inputs go straight into the judge's file, never whole in this process (before any golden
+            # runs: one that writes into its inputs changes nothing the judge sees); else generated here
+            inputs_layout = _generate_into(req, plans) if gm.get_input is None else None
+            if inputs_layout is not None:
+                inputs = input_file.view(req["inputs_file"], inputs_layout)
+            else:
+                inputs = generate_inputs(plans, req["seed"], dist=req["dist"], compat=req["compat"])
             if gm.get_input is not None:
                 stage = "get_input"
                 inputs = call_get_input(gm.get_input, req["input_names"], inputs, attrs)
                 hooked = inputs
             stage = "bind parameters"
             binding = bind(gm.main, inputs, attrs)
-        inputs_layout = None
-        if hooked is None and req.get("inputs_file"):
+        if hooked is None and inputs_layout is None and req.get("inputs_file"):
             stage = "hand the inputs to the judge"
             with clock.phase("reply"):  # before the golden runs: one that writes into its inputs changes nothing
                 inputs_layout = _share_inputs(req["inputs_file"], inputs)
@@ -147,17 +152,24 @@ def _own_inputs(inputs: list | None, path: str | None, layout: list | None) -> l
     (298 M elements) that keeps 1.2 GB of native inputs out of the worker's peak beside their fp64 copies."""
     if inputs is not None:
         return inputs
-    from pytest_cannbench.workers import input_file
-
     assert path is not None and layout is not None
     return input_file.view(path, layout)
+
+
+def _generate_into(req: dict, plans: list) -> list | None:
+    """The case's inputs generated into the judge's inputs file (``input_file.generate``); their layout, or None
+    where there is no file or they cannot go through one (then they are generated in memory, as before)."""
+    if not req.get("inputs_file"):
+        return None
+    try:
+        return input_file.generate(req["inputs_file"], plans, req["seed"], dist=req["dist"], compat=req["compat"])
+    except OSError:
+        return None
 
 
 def _share_inputs(path: str, inputs: list) -> list | None:
     """The generated inputs into ``path`` for the judge (workers/input_file.py); None when they cannot go
     through a file (the disk is full, an unusual input): the judge then generates its own copy, as before."""
-    from pytest_cannbench.workers import input_file
-
     try:
         return input_file.write(path, inputs)
     except OSError:

@@ -90,6 +90,62 @@ def write(path: str, inputs: list) -> Layout | None:
     return layout
 
 
+def generate(path: str, plans: Any, seed: int, *, dist: str, compat: str) -> Layout | None:
+    """The case's inputs generated straight into a new file at ``path`` (``taskformat.inputs.generate_inputs``
+    with a sink): the same bytes and layout as :func:`write` of the generated tensors, without the tensors. Drawn
+    in chunks, the values go from a small staging buffer into the page cache with ``pwrite``, so the golden
+    worker never faults in (and the kernel never zeroes) a fresh copy of every input. None when an input is of
+    a kind the file cannot carry (nothing is left at ``path``); an OSError (a full disk) leaves nothing either."""
+    import torch
+
+    from pytest_cannbench.taskformat.inputs import DRAW_CHUNK, generate_inputs
+
+    layout: Layout = []
+    places: list[tuple[Any, int, int]] = []  # per tensor in plan order: dtype, offset, numel
+    size = 0
+    for plan in plans:
+        if plan.kind == "none":
+            layout.append(None)
+            continue
+        entries = []
+        for t in plan.tensors:
+            dtype = getattr(torch, t.dtype, None)
+            if dtype is None:
+                return None
+            numel = math.prod(t.shape)
+            entries.append([t.dtype, list(t.shape), size])
+            places.append((dtype, size, numel))
+            size += -(-numel * dtype.itemsize // ALIGN) * ALIGN
+        layout.append(["t", entries[0]] if plan.kind == "tensor" else ["l", entries])
+    stages: dict[Any, Any] = {}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+
+    def sink(k: int):
+        dtype, base, _ = places[k]
+
+        def emit(start: int, values: Any) -> None:
+            if values.dtype != dtype and values.numel() > DRAW_CHUNK:
+                values = values.to(dtype)
+            elif values.dtype != dtype:  # a chunk of float64 draws: cast through a reused buffer
+                stage = stages.get(dtype)
+                if stage is None:
+                    stage = stages[dtype] = torch.empty(DRAW_CHUNK, dtype=dtype)
+                values = stage[:values.numel()].copy_(values)
+            if values.numel():
+                _write_all(fd, values.contiguous().view(torch.uint8).numpy(), base + start * dtype.itemsize)
+        return emit
+
+    try:
+        os.ftruncate(fd, size)
+        generate_inputs(plans, seed, dist=dist, compat=compat, emit=sink)
+    except BaseException:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    os.close(fd)
+    return layout
+
+
 def _write_all(fd: int, data: Any, offset: int) -> None:
     """All of ``data`` (a 1-D uint8 array) at ``offset``: one pwrite moves at most about 2 GiB."""
     view = memoryview(data)

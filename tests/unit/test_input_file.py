@@ -181,3 +181,60 @@ def test_once_in_the_file_the_worker_reads_its_inputs_from_there_with_the_same_r
     plans = plan_inputs(["x", "idx"], case["input_shape"], case["dtype"], case["value_range"])
     _same(input_file.read(inputs_path, filed["inputs_layout"]), generate_inputs(plans, 77, dist="uniform",
                                                                                compat="fixed"))
+
+
+GENERATED = [  # (input names, shapes, dtypes, value ranges): every way an input is drawn, chunk edges included
+    (["x"], [[3, (1 << 18) + 5]], ["float32"], [[-2, 2]]),  # uniform, streamed over several chunks
+    (["a", "b", "c"], [[1000], [17, 3], [1 << 18]], ["float16", "bfloat16", "float64"], [[-1, 1], [0, 5], [1, 9]]),
+    (["n", "k", "m"], [[64], [40], [33]], ["int64", "int32", "bool"], [[0, 63], [-5, 5], [0, 1]]),
+    (["c", "s", "i"], [[10], [300], [50]], ["float32", "float16", "float32"], [[2, 2], [float("nan"), float("nan")],
+                                                                            [float("-inf"), float("inf")]]),
+    (["xs"], [[[100], [3, 7], [0]]], [["float32", "float16", "float32"]], [[[-1, 1], [0, 2], [0, 1]]]),
+    (["e", "f"], [[0], [1]], ["float32", "float32"], [[0, 1], [0, 1]]),
+]
+
+
+@pytest.mark.parametrize("spec", GENERATED, ids=lambda s: "-".join(s[0]))
+@pytest.mark.parametrize("dist", ["uniform", "normal"])
+def test_generated_into_the_file_are_the_same_bytes_as_generated_then_written(tmp_path, spec, dist):
+    """input_file.generate draws straight into the file what generate_inputs draws into tensors: the same
+    layout, the same bytes, for every kind of input (streamed chunks, whole tensors, lists, constants, special
+    ranges, empty tensors)."""
+    names, shapes, dtypes, ranges = spec
+    plans = plan_inputs(names, shapes, dtypes, ranges)
+    made = generate_inputs(plans, 123, dist=dist, compat="fixed")
+    written = input_file.write(str(tmp_path / "written.bin"), made)
+    generated = input_file.generate(str(tmp_path / "generated.bin"), plans, 123, dist=dist, compat="fixed")
+    assert generated == written
+    assert (tmp_path / "generated.bin").read_bytes() == (tmp_path / "written.bin").read_bytes()
+    _same(input_file.view(str(tmp_path / "generated.bin"), generated), made)
+
+
+def test_generating_into_a_full_disk_leaves_nothing(full_disk):
+    """ENOSPC part way through the draws: an OSError, and no partial file (the worker then generates in memory)."""
+    plans = plan_inputs(["x"], [[1 << 20]], ["float32"], [[0, 1]])
+    with pytest.raises(OSError) as err:
+        input_file.generate(str(full_disk / "inputs.bin"), plans, 1, dist="uniform", compat="fixed")
+    assert err.value.errno == errno.ENOSPC and os.listdir(full_disk) == []
+
+
+def test_the_worker_generates_generic_inputs_straight_into_the_file(tmp_path, monkeypatch):
+    """Generic inputs never exist whole in the golden worker: it draws them into the file and maps it."""
+    import pytest_cannbench.workers.golden_main as golden_main
+
+    op = tmp_path / "twice"
+    op.mkdir()
+    (op / "golden.py").write_text("import torch\n\ndef twice(x: torch.Tensor):\n    return x * 2\n")
+    request = {"op_dir": str(op), "rel_path": "level1/twice", "function_name": "twice", "name_lower": "twice",
+               "golden_sha256": "", "input_names": ["x"], "output_names": ["y"],
+               "case": {"input_shape": [[(1 << 18) + 3]], "dtype": ["float16"], "value_range": [[-3, 3]]},
+               "seed": 5, "dist": "uniform", "compat": "fixed", "precision": "fp64_cpu"}
+    plain = prepare(request)
+    monkeypatch.setattr(golden_main, "generate_inputs", lambda *a, **k: pytest.fail("generated in memory"),
+                        raising=False)
+    into = prepare({**request, "inputs_file": str(tmp_path / "inputs.bin")})
+    assert into["ok"] and into["inputs_layout"] is not None
+    _same(into["golden"], plain["golden"])
+    _same(into["native"], plain["native"])
+    _same(input_file.read(str(tmp_path / "inputs.bin"), into["inputs_layout"]),
+          generate_inputs(plan_inputs(["x"], [[(1 << 18) + 3]], ["float16"], [[-3, 3]]), 5))
