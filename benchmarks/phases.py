@@ -41,7 +41,9 @@ from pytest_cannbench.phases import PHASES, TIMING_PARTS  # noqa: E402  (the che
 
 
 def run_session(pytest_args: list[str], report_dir: Path) -> dict[str, Any]:
-    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", *pytest_args]
+    # --noconftest: run from the checkout (so that its package is the one measured), pytest would otherwise load
+    # the test suite's conftest (torch and every module imported up front), which no user's session has
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--noconftest", "-q", *pytest_args]
     if not any(a.startswith("--cann-report-dir") for a in pytest_args):
         args.append(f"--cann-report-dir={report_dir}")
     t0 = time.perf_counter()
