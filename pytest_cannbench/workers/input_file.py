@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from typing import Any
 
 ALIGN = 64
@@ -71,23 +72,34 @@ def write(path: str, inputs: list) -> Layout | None:
     if planned is None:
         return None
     layout, size, placed = planned
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        # Written with pwrite, not through a shared mapping: a store into a mapped page that is not yet in the
-        # page cache makes the kernel read it first (a reserved block reads as zeros it has to write), which
-        # cost 4.4 s of memset in the golden workers of an official level-1 run; a write of whole pages copies
-        # the bytes once. A full disk is ENOSPC here, an OSError the caller turns into "no file" (the judge
-        # then generates its own copy), never a SIGBUS from a store into a mapping the disk cannot back.
-        os.ftruncate(fd, size)
+
+    def fill(fd: int) -> None:
         for t, offset in placed:
             if t.numel():
                 _write_all(fd, t.detach().contiguous().reshape(-1).view(torch.uint8).numpy(), offset)
+
+    _new_file(path, size, fill)
+    return layout
+
+
+def _new_file(path: str, size: int, fill: Callable[[int], None]) -> None:
+    """A new file of ``size`` bytes at ``path`` (created exclusively, 0600), written by ``fill(fd)``; on any
+    error nothing is left there.
+
+    Written with pwrite, not through a shared mapping: a store into a mapped page that is not yet in the page
+    cache makes the kernel read it first (a reserved block reads as zeros it has to write), which cost 4.4 s of
+    memset in the golden workers of an official level-1 run; a write of whole pages copies the bytes once. A full
+    disk is ENOSPC, an OSError the caller turns into "no file" (the judge then generates its own copy), never a
+    SIGBUS from a store into a mapping the disk cannot back."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.ftruncate(fd, size)
+        fill(fd)
     except BaseException:
         os.close(fd)
         os.unlink(path)
         raise
     os.close(fd)
-    return layout
 
 
 def generate(path: str, plans: Any, seed: int, *, dist: str, compat: str) -> Layout | None:
@@ -118,31 +130,26 @@ def generate(path: str, plans: Any, seed: int, *, dist: str, compat: str) -> Lay
             size += -(-numel * dtype.itemsize // ALIGN) * ALIGN
         layout.append(["t", entries[0]] if plan.kind == "tensor" else ["l", entries])
     stages: dict[Any, Any] = {}
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
 
-    def sink(k: int):
-        dtype, base, _ = places[k]
+    def fill(fd: int) -> None:
+        def sink(k: int) -> Callable[[int, Any], None]:
+            dtype, base, _ = places[k]
 
-        def emit(start: int, values: Any) -> None:
-            if values.dtype != dtype and values.numel() > DRAW_CHUNK:
-                values = values.to(dtype)
-            elif values.dtype != dtype:  # a chunk of float64 draws: cast through a reused buffer
-                stage = stages.get(dtype)
-                if stage is None:
-                    stage = stages[dtype] = torch.empty(DRAW_CHUNK, dtype=dtype)
-                values = stage[:values.numel()].copy_(values)
-            if values.numel():
-                _write_all(fd, values.contiguous().view(torch.uint8).numpy(), base + start * dtype.itemsize)
-        return emit
+            def emit(start: int, values: Any) -> None:
+                if values.dtype != dtype and values.numel() > DRAW_CHUNK:
+                    values = values.to(dtype)
+                elif values.dtype != dtype:  # a chunk of float64 draws: cast through a reused buffer
+                    stage = stages.get(dtype)
+                    if stage is None:
+                        stage = stages[dtype] = torch.empty(DRAW_CHUNK, dtype=dtype)
+                    values = stage[:values.numel()].copy_(values)
+                if values.numel():
+                    _write_all(fd, values.contiguous().view(torch.uint8).numpy(), base + start * dtype.itemsize)
+            return emit
 
-    try:
-        os.ftruncate(fd, size)
         generate_inputs(plans, seed, dist=dist, compat=compat, emit=sink)
-    except BaseException:
-        os.close(fd)
-        os.unlink(path)
-        raise
-    os.close(fd)
+
+    _new_file(path, size, fill)
     return layout
 
 
