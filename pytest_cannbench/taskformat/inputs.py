@@ -18,6 +18,7 @@ ranges the official generator would use in ``compat_ranges``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Callable, Sequence
@@ -524,19 +525,21 @@ def _random_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen:
     # generator is consumed element by element, so the bits match a whole-tensor draw, without its float64
     # temporaries (three full-size copies, twice the size of a float32 input each) or their page faults.
     out = torch.empty(shape, dtype=tdt) if emit is None else None
+    if out is not None:
+        emit = functools.partial(_copy_at, out.view(-1))
+    assert emit is not None
     numel = math.prod(shape)
-
-    def into_out(start: int, part: Any) -> None:
-        assert out is not None
-        out.view(-1)[start:start + part.numel()].copy_(part)
-
-    sink = into_out if emit is None else emit
     buf = torch.empty(min(DRAW_CHUNK, numel), dtype=torch.float64)
     for start in range(0, numel, DRAW_CHUNK):
         part = buf[:min(DRAW_CHUNK, numel - start)]
         part.uniform_(0.0, 1.0, generator=gen).mul_(span).add_(lo).clamp_(fi.min, fi.max)
-        sink(start, part)
+        emit(start, part)
     return out
+
+
+def _copy_at(flat: Any, start: int, part: Any) -> None:
+    """The in-memory sink: ``part`` cast into ``flat`` from element ``start`` on."""
+    flat[start:start + part.numel()].copy_(part)
 
 
 def _special_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen: Any) -> Any:

@@ -44,7 +44,7 @@ def plan(inputs: list) -> tuple[Layout, int, list[tuple[Any, int]]] | None:
             return None
         placed.append((t, size))
         entry = [str(t.dtype).removeprefix("torch."), list(t.shape), size]
-        size += -(-t.numel() * t.element_size() // ALIGN) * ALIGN
+        size += _padded(t.numel() * t.element_size())
         return entry
 
     for item in inputs:
@@ -113,7 +113,7 @@ def generate(path: str, plans: Any, seed: int, *, dist: str, compat: str) -> Lay
     from pytest_cannbench.taskformat.inputs import DRAW_CHUNK, generate_inputs
 
     layout: Layout = []
-    places: list[tuple[Any, int, int]] = []  # per tensor in plan order: dtype, offset, numel
+    places: list[tuple[Any, int]] = []  # per tensor in plan order: dtype, offset
     size = 0
     for plan in plans:
         if plan.kind == "none":
@@ -124,16 +124,15 @@ def generate(path: str, plans: Any, seed: int, *, dist: str, compat: str) -> Lay
             dtype = getattr(torch, t.dtype, None)
             if dtype is None:
                 return None
-            numel = math.prod(t.shape)
             entries.append([t.dtype, list(t.shape), size])
-            places.append((dtype, size, numel))
-            size += -(-numel * dtype.itemsize // ALIGN) * ALIGN
+            places.append((dtype, size))
+            size += _padded(math.prod(t.shape) * dtype.itemsize)
         layout.append(["t", entries[0]] if plan.kind == "tensor" else ["l", entries])
     stages: dict[Any, Any] = {}
 
     def fill(fd: int) -> None:
         def sink(k: int) -> Callable[[int, Any], None]:
-            dtype, base, _ = places[k]
+            dtype, base = places[k]
 
             def emit(start: int, values: Any) -> None:
                 if values.dtype != dtype and values.numel() > DRAW_CHUNK:
@@ -151,6 +150,11 @@ def generate(path: str, plans: Any, seed: int, *, dist: str, compat: str) -> Lay
 
     _new_file(path, size, fill)
     return layout
+
+
+def _padded(nbytes: int) -> int:
+    """A tensor's room in the file: its bytes, rounded up so the next one starts ``ALIGN``-aligned."""
+    return -(-nbytes // ALIGN) * ALIGN
 
 
 def _write_all(fd: int, data: Any, offset: int) -> None:
