@@ -4,13 +4,13 @@ The judge used to generate every input set a second time, bit for bit the same a
 for a 256 MiB input on this project's CI machine, 10% of an accuracy-only run's CPU. Writing the worker's copy into
 a file costs 0.20 s, and the judge maps it (no read, no copy) and copies it once into the candidate's region.
 
-The worker writes the file right after generating the inputs, before the golden or the native reference run, so a
-golden that writes into its inputs changes nothing the judge sees. The judge maps the file copy-on-write and
-unlinks it at once: the mapping stays valid, nothing is left on disk, and nothing written into the mapped tensors
-reaches the file. The worker itself drops its own copy once the file is written and maps the file (also
-copy-on-write, :func:`view`) for each phase that reads the inputs, so at its peak it holds their fp64 copies
-without the native ones beside them. Layout: each tensor's bytes at a 64-byte aligned offset; the layout travels
-in the reply.
+The worker draws generic inputs straight into the file (:func:`generate`; :func:`write` for inputs made in memory
+when that fails), before the golden or the native reference run, so a golden that writes into its inputs changes
+nothing the judge sees. The judge maps the file copy-on-write and unlinks it at once: the mapping stays valid,
+nothing is left on disk, and nothing written into the mapped tensors reaches the file. The worker holds no copy of
+its own: it maps the file (also copy-on-write, :func:`view`) for each phase that reads the inputs, so at its peak it
+holds their fp64 copies without the native ones beside them. Layout: each tensor's bytes at a 64-byte aligned
+offset; the layout travels in the reply.
 Hook-made inputs (``get_input``) keep travelling in the reply itself, and a golden-cache hit regenerates. The file
 lives in the golden service's scratch directory beside the reply files (0600, created exclusively), which the
 sandbox does not show a candidate (docs/security.md), and only between the worker's write and the judge's map.
