@@ -107,8 +107,10 @@ class CannBenchState:
 
     def prepare_judge_process(self) -> None:
         """Process-wide settings of this judge, before it allocates its first tensor (sessionstart, every
-        process of the session): huge pages for its inputs and comparisons (workers/huge_pages.py)."""
-        if self.settings.active:
+        process that runs cases): huge pages for its inputs and comparisons (workers/huge_pages.py). Not in an
+        xdist controller, which runs none: the latch imports torch, and xdist starts its workers only after
+        this hook, so there it would delay every worker by the import (1.4 s on the 2-core VMs)."""
+        if self.settings.active and self.runs_cases():
             from pytest_cannbench.workers.huge_pages import latch_in_judge
 
             latch_in_judge()
@@ -488,6 +490,10 @@ class CannBenchState:
     def _threads_of_workers(self) -> int:
         """The intra-op threads each pytest process will use (goldens, comparisons), seen from any of them."""
         return max(1, usable_cores() // self.run_processes())
+
+    def runs_cases(self) -> bool:
+        """Whether this pytest process runs cases itself: an xdist worker, or a session without xdist."""
+        return getattr(self.config, "workerinput", None) is not None or self.config.getoption("dist", "no") == "no"
 
     def run_processes(self) -> int:
         """The run's pytest processes, from this session's own config: an xdist worker's ``workercount``, the

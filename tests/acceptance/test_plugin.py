@@ -18,6 +18,23 @@ def test_importing_the_plugin_loads_no_heavy_module() -> None:
     assert out.strip() == "[]"
 
 
+def test_an_xdist_controller_starts_its_workers_before_importing_torch(pytester: pytest.Pytester, task_tree) -> None:
+    """The controller runs no case: torch imported there (1.4 s) would delay the start of every worker."""
+    task_tree("basic")
+    probe = pytester.path / "probe.txt"
+    pytester.makeconftest(f"""
+        import sys
+
+        def pytest_xdist_setupnodes(config, specs):
+            with open({str(probe)!r}, "a") as fh:
+                fh.write(str(sorted(m for m in ("torch", "numpy") if m in sys.modules)))
+    """)
+    result = pytester.runpytest_subprocess("--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf",
+                                           "--cann-golden-cache=off", "-p", "no:cacheprovider", "-n", "2")
+    result.assert_outcomes(passed=3)
+    assert probe.read_text() == "[]"
+
+
 def test_entry_point_is_declared() -> None:
     from importlib.metadata import entry_points
 
