@@ -88,6 +88,9 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     # tryfirst: before junit-xml writes its file (its suite properties carry the scores), pytest-html its page
     # (trylast) and the terminal summary
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: which device it planned with, for the controller's board
+        workeroutput[results.WORKEROUTPUT_DEVICE] = state.of(session.config).detected_device()
     collector = session.config.stash.get(COLLECTOR_KEY, None)
     if collector is not None and not session.config.option.collectonly:
         interrupted = collector.account_for_unrun(results.interruption_reason(session, exitstatus))

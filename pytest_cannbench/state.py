@@ -266,13 +266,21 @@ class CannBenchState:
             self._service = service
         return self._service
 
-    def device(self) -> DevicePlan:
+    def device(self, detected: str | None = None) -> DevicePlan:
+        """This process's device plan; ``detected``, the kind an xdist worker found for ``--cann-device auto``,
+        spares the controller detecting it again (on a CPU machine that meant importing torch, 1.9 s, at the very
+        end of the session)."""
         if self._device is None:
             from pytest_cannbench.timing.devices import plan as make_plan
 
             s = self.settings
-            self._device = make_plan(s.device, list(s.device_ids), self.worker_id)
+            kind = detected if s.device == "auto" and detected else s.device
+            self._device = make_plan(kind, list(s.device_ids), self.worker_id)
         return self._device
+
+    def detected_device(self) -> str | None:
+        """The device kind this process planned with, if it planned one (for the controller: ``device``)."""
+        return self._device.kind if self._device is not None else None
 
     def worker(self, role: str, candidate: str | None = None) -> CandidateWorker:
         """The candidate worker of a role (:data:`WORKER_ROLES`) and candidate; under self-check every role runs

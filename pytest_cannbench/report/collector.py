@@ -41,6 +41,7 @@ def _split_key(key: str) -> tuple[str, int | None]:
 
 WORKEROUTPUT_KEYS = "cannbench_case_keys"
 WORKEROUTPUT_DESELECTED = "cannbench_deselected"
+WORKEROUTPUT_DEVICE = "cannbench_device"  # the device kind a worker planned with (State.device)
 
 
 def expected_cases(items: list[pytest.Item]) -> dict[str, str | None]:
@@ -93,6 +94,7 @@ class ResultCollector:
     expected: dict[str, str | None] = field(default_factory=dict)  # nodeid -> case key, of every selected case
     settled: set[str] = field(default_factory=set)  # nodeids whose verdict (or skip, or crash) arrived
     deselected: int = 0
+    device_kind: str | None = None  # what the xdist workers planned with (WORKEROUTPUT_DEVICE), for the board
     crashed: dict[str, str] = field(default_factory=dict)  # nodeid -> the key its crash was recorded under
     gate: str = ""  # why --cann-fail-under fails the session, if it does
     selection: dict[str, Any] = field(default_factory=dict)  # what -k/-m/paths chose: the board's config.selection
@@ -126,6 +128,7 @@ class ResultCollector:
             if self.expected.get(nodeid) is None:
                 self.expected[nodeid] = key
         self.deselected = max(self.deselected, int(output.get(WORKEROUTPUT_DESELECTED) or 0))
+        self.device_kind = self.device_kind or output.get(WORKEROUTPUT_DEVICE)
 
     def account_for_unrun(self, reason: str) -> int:
         """Record every selected case that never got a verdict as ``interrupted`` (the board lists it, scored 0,

@@ -322,10 +322,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             req = wire.receive(0)
         except wire.PeerClosed:
-            return 0
+            procs.exit_now()
         op = req.get("op")
         if op == "exit":
-            return 0
+            procs.exit_now()
         handler = handlers.get(op)
         reply = handler(req) if handler else {"ok": False, "stage": "protocol", "error": f"unknown request {op!r}"}
         try:

@@ -268,9 +268,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             req = wire.receive(in_fd)
         except wire.PeerClosed:
-            return 0
+            procs.exit_now()
         if req.get("op") == "exit":
-            return 0
+            procs.exit_now()
         handler = HANDLERS.get(req.get("op"))
         response = handler(req) if handler else {"ok": False, "error": f"unknown request {req.get('op')!r}"}
         try:

@@ -18,21 +18,33 @@ def test_importing_the_plugin_loads_no_heavy_module() -> None:
     assert out.strip() == "[]"
 
 
-def test_an_xdist_controller_starts_its_workers_before_importing_torch(pytester: pytest.Pytester, task_tree) -> None:
-    """The controller runs no case: torch imported there (1.4 s) would delay the start of every worker."""
+def test_an_xdist_controller_never_imports_torch(pytester: pytest.Pytester, task_tree) -> None:
+    """The controller runs no case: torch imported there delayed the start of every worker (1.4 s, before them)
+    and the end of the session (1.9 s, detecting the device for the board, which the workers report now)."""
+    from importlib.metadata import version
+
     task_tree("basic")
     probe = pytester.path / "probe.txt"
     pytester.makeconftest(f"""
         import sys
 
-        def pytest_xdist_setupnodes(config, specs):
+        def _probe(when):
             with open({str(probe)!r}, "a") as fh:
-                fh.write(str(sorted(m for m in ("torch", "numpy") if m in sys.modules)))
+                fh.write(when + str(sorted(m for m in ("torch", "numpy") if m in sys.modules)) + ";")
+
+        def pytest_xdist_setupnodes(config, specs):
+            _probe("start")
+
+        def pytest_unconfigure(config):
+            if not hasattr(config, "workerinput"):
+                _probe("end")
     """)
     result = pytester.runpytest_subprocess("--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf",
                                            "--cann-golden-cache=off", "-p", "no:cacheprovider", "-n", "2")
     result.assert_outcomes(passed=3)
-    assert probe.read_text() == "[]"
+    assert probe.read_text() == "start[];end[];"
+    env = json.loads((pytester.path / "reports" / "leaderboard.json").read_text())["environment"]
+    assert env["device"] == "cpu" and env["torch"] == version("torch")
 
 
 def test_entry_point_is_declared() -> None:
