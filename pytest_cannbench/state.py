@@ -501,7 +501,10 @@ class CannBenchState:
 
     def runs_cases(self) -> bool:
         """Whether this pytest process runs cases itself: an xdist worker, or a session without xdist."""
-        return getattr(self.config, "workerinput", None) is not None or self.config.getoption("dist", "no") == "no"
+        if getattr(self.config, "workerinput", None) is not None:
+            return True
+        distributed = self.config.getoption("dist", "no") != "no" and bool(getattr(self.config.option, "tx", None))
+        return not distributed  # xdist's own test for a controller (``--dist load`` without ``-n`` runs inline)
 
     def run_processes(self) -> int:
         """The run's pytest processes, from this session's own config: an xdist worker's ``workercount``, the
