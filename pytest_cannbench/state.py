@@ -106,10 +106,8 @@ class CannBenchState:
     # ------------------------------------------------------------ the submission
 
     def prepare_judge_process(self) -> None:
-        """Process-wide settings of this judge, before it allocates its first tensor (sessionstart, every
-        process that runs cases): huge pages for its inputs and comparisons (workers/huge_pages.py). Not in an
-        xdist controller, which runs none: the latch imports torch, and xdist starts its workers only after
-        this hook, so there it would delay every worker by the import (1.4 s on the 2-core VMs)."""
+        """Huge pages for this judge's tensors (workers/huge_pages.py), before its first one; not in an xdist
+        controller, which runs no case: the latch imports torch, and xdist starts its workers after this hook."""
         if self.settings.active and self.runs_cases():
             from pytest_cannbench.workers.huge_pages import latch_in_judge
 
@@ -137,6 +135,7 @@ class CannBenchState:
         from pytest_cannbench.guard import sandbox
         from pytest_cannbench.submission import kernelbench as kernelbench_submission
         from pytest_cannbench.submission.build import prepare
+        from pytest_cannbench.taskformat.dirs import pin_goldens
 
         self.pins = pin_goldens(self.task_roots())  # before build.sh can touch anything
         try:
@@ -268,8 +267,7 @@ class CannBenchState:
 
     def device(self, detected: str | None = None) -> DevicePlan:
         """This process's device plan; ``detected``, the kind an xdist worker found for ``--cann-device auto``,
-        spares the controller detecting it again (on a CPU machine that meant importing torch, 1.9 s, at the very
-        end of the session)."""
+        spares the controller detecting it (importing torch, 1.9 s, at the end of the session)."""
         if self._device is None:
             from pytest_cannbench.timing.devices import plan as make_plan
 
@@ -592,23 +590,6 @@ def close(config: pytest.Config) -> None:
 
         signal.signal(signal.SIGTERM, previous)  # type: ignore[arg-type]
         del config.stash[SIGTERM_KEY]
-
-
-def pin_goldens(roots: list[Path], limit: int = 20000) -> dict[str, str]:
-    """sha256 of every ``golden.py`` under ``roots`` (at most ``limit`` files: a tree that large is not a task
-    tree, and collection still pins each golden it loads)."""
-    import hashlib
-
-    pins: dict[str, str] = {}
-    for root in roots:
-        for path in root.rglob("golden.py"):
-            if len(pins) >= limit:
-                return pins
-            try:
-                pins[str(path.resolve())] = hashlib.sha256(path.read_bytes()).hexdigest()
-            except OSError:
-                continue
-    return pins
 
 
 def _npu_timer(s: Settings) -> dict:

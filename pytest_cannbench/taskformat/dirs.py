@@ -80,3 +80,20 @@ def iter_operator_dirs(root: Path) -> list[Path]:
     if looks_like_operator_dir(root):
         return [root]
     return sorted(p.parent for p in root.rglob("proto.yaml") if looks_like_operator_dir(p.parent))
+
+
+def pin_goldens(roots: list[Path], limit: int = 20000) -> dict[str, str]:
+    """sha256 of every ``golden.py`` under ``roots`` (at most ``limit`` files: a tree that large is not a task
+    tree, and collection still pins each golden it loads)."""
+    import hashlib
+
+    pins: dict[str, str] = {}
+    for root in roots:
+        for path in root.rglob("golden.py"):
+            if len(pins) >= limit:
+                return pins
+            try:
+                pins[str(path.resolve())] = hashlib.sha256(path.read_bytes()).hexdigest()
+            except OSError:
+                continue
+    return pins
