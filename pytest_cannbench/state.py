@@ -511,9 +511,9 @@ class CannBenchState:
         workerinput = getattr(self.config, "workerinput", None)
         if workerinput is not None:
             return max(1, int(workerinput.get("workercount") or processes()))
-        if self.config.getoption("dist", "no") == "no":
+        if self.runs_cases():  # a session without xdist
             return 1
-        return len(getattr(self.config.option, "tx", None) or []) or 1
+        return len(self.config.option.tx)  # the controller: one worker per tx
 
     def timed_threads(self) -> int:
         """Threads of the candidate and baseline workers under this run's options (:func:`limits.timing_threads`)."""
