@@ -267,6 +267,7 @@ class SourceItem(_CannItem):
                 result = source.judge(answer.outputs or [], ref)
         result.warnings += [f"guard (warn mode): {flag}" for flag in answer.flags]
         if result.status == oc.PASSED:
+            st.fence().let_windows_pass()  # another worker's window, waiting, goes before the second pass
             like = ref if decided_without_native(result.accuracy) else None  # its native runs where needed
             again = second_pass(source, worker, timeout_s, log_dir, self.clock, like=like)
             if again is not None:

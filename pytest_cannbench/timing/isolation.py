@@ -27,8 +27,9 @@ import fcntl
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from pytest_cannbench.timing.devices import lock_dir
 
@@ -66,40 +67,47 @@ class Fence:
         self.path = path
         self._depth = 0  # nested shared holds of this process (one flock)
         self._exclusive = False
+        self._held: _Held | None = None  # the outermost shared hold, while there is one
 
     @property
     def active(self) -> bool:
         return self.path is not None
 
     @contextlib.contextmanager
-    def shared(self, spans: list[list[float]] | None = None) -> Iterator[None]:
-        """Accuracy work: blocks while a timed window holds the fence; ``spans`` gets the monotonic span held."""
+    def shared(self, spans: list[list[float]] | None = None) -> Iterator[Hold]:
+        """Accuracy work: blocks while a timed window holds the fence; ``spans`` gets the monotonic spans held.
+        Work done in steps calls the yielded hold's :meth:`Hold.let_windows_pass` between them."""
         # nested, or inside this process's own window (the window's work): never locked again, as one process
         # holding two open file descriptions of one flock would wait on itself
         if self.path is None or self._depth or self._exclusive:
             self._depth += 1
             try:
-                yield
+                yield Hold(self)
             finally:
                 self._depth -= 1
             return
-        with open(self.path, "a") as fh:
-            with open(gate_path(self.path), "a") as gate:
-                fcntl.flock(gate, fcntl.LOCK_EX)
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_SH)
-                finally:
-                    fcntl.flock(gate, fcntl.LOCK_UN)
-            self._depth = 1
-            start = time.monotonic()
+        with open(self.path, "a") as fh, open(gate_path(self.path), "a") as gate:
+            held = _Held(fh, gate, spans)
+            held.take()
+            self._depth, self._held = 1, held
             try:
-                yield
+                yield Hold(self)
             finally:
-                end = time.monotonic()
-                self._depth = 0
-                fcntl.flock(fh, fcntl.LOCK_UN)
-                if spans is not None:
-                    spans.append([start, end])
+                self._depth, self._held = 0, None
+                held.release()
+
+    def let_windows_pass(self) -> float:
+        """Between two steps of accuracy work under a shared hold: when a timed window waits for the fence, end
+        the hold (and its span), let the window run, and take the fence again behind it; the seconds that took.
+        Without it a window waits for the whole of a long loop (a case's timed sets, their verdicts) while its
+        core idles: the waiting is the same, the loss is not (docs/performance.md, Round 9)."""
+        held = self._held
+        if held is None or self._exclusive or not held.window_waiting():
+            return 0.0
+        started = time.monotonic()
+        held.release()
+        held.take()
+        return time.monotonic() - started
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -121,6 +129,53 @@ class Fence:
             finally:
                 self._exclusive = False
                 fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+@dataclass
+class Hold:
+    """What :meth:`Fence.shared` yields: lets a waiting window pass between steps of the work it covers (a nested
+    or inert hold passes the outermost one's; none at all does nothing)."""
+
+    fence: Fence
+
+    def let_windows_pass(self) -> float:
+        return self.fence.let_windows_pass()
+
+
+@dataclass
+class _Held:
+    """One shared hold on the fence file, taken through the gate; every span it was held is added to ``spans``."""
+
+    fh: IO[str]
+    gate: IO[str]
+    spans: list[list[float]] | None
+    start: float | None = None  # while held
+
+    def take(self) -> None:
+        fcntl.flock(self.gate, fcntl.LOCK_EX)  # behind a window that waits at the gate
+        try:
+            fcntl.flock(self.fh, fcntl.LOCK_SH)
+        finally:
+            fcntl.flock(self.gate, fcntl.LOCK_UN)
+        self.start = time.monotonic()
+
+    def release(self) -> None:
+        if self.start is None:  # interrupted while taking it again
+            return
+        start, end, self.start = self.start, time.monotonic(), None
+        fcntl.flock(self.fh, fcntl.LOCK_UN)
+        if self.spans is not None:
+            self.spans.append([start, end])
+
+    def window_waiting(self) -> bool:
+        """Someone holds the gate: a window waiting for the fence (or, for microseconds, another worker's shared
+        taker passing through it, for which letting go costs one more hold and nothing else)."""
+        try:
+            fcntl.flock(self.gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(self.gate, fcntl.LOCK_UN)
+        return False
 
 
 # ---------------------------------------------------------------- machine load per timed window

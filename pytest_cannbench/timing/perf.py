@@ -199,9 +199,11 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
             return None
         record.reason = "implausible timing"
         return refused
-    with ctx.fence.shared(record.accuracy_spans), clock.part("timing_verify"):  # judging them is accuracy work
+    with ctx.fence.shared(record.accuracy_spans) as hold:  # judging them is accuracy work
         for j, index in enumerate(chunk):
-            verdict = source.judge(batch.outputs[j], refs[index], stats=False)  # the verdict is all it keeps
+            hold.let_windows_pass()  # another worker's window, waiting, goes between two verdicts
+            with clock.part("timing_verify"):
+                verdict = source.judge(batch.outputs[j], refs[index], stats=False)  # the verdict is all it keeps
             if verdict.status != oc.PASSED:
                 record.reason = "a timed output was wrong"
                 return source.outcome(oc.FAILED, oc.TIMED_OUTPUT_WRONG,
@@ -262,8 +264,21 @@ def _distrust(ctx: PerfContext, record: CaseTiming, trial: _Samples, retried: bo
 def _fresh_sets(source: CaseSource, like: Reference | None, chunk: list[int], ctx: PerfContext, record: CaseTiming,
                 clock: PhaseClock) -> dict[int, Reference]:
     """References for a window timed again: input sets the candidate has never seen (raises GoldenFailure)."""
-    with ctx.fence.shared(record.accuracy_spans), clock.part("timing_sets"):  # accuracy work, fenced
-        return {i: source.prepare(source.timed_seed(RETRY_SEED_BASE + i), like=like) for i in chunk}
+    refs: dict[int, Reference] = {}
+    _prepare_sets(source, [(i, source.timed_seed(RETRY_SEED_BASE + i)) for i in chunk], like, ctx, record, clock,
+                  refs)
+    return refs
+
+
+def _prepare_sets(source: CaseSource, seeds: list[tuple[int, int]], like: Reference | None, ctx: PerfContext,
+                  record: CaseTiming, clock: PhaseClock, refs: dict[int, Reference]) -> None:
+    """The references of timed input sets, ``(index, seed)`` each, into ``refs`` in order: accuracy work, fenced,
+    in steps another worker's waiting window may go between (raises GoldenFailure)."""
+    with ctx.fence.shared(record.accuracy_spans) as hold:
+        for index, seed in seeds:
+            hold.let_windows_pass()
+            with clock.part("timing_sets"):
+                refs[index] = source.prepare(seed, like=like)
 
 
 def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chunk: list[int], warmup: int,
@@ -360,13 +375,12 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker, ctx: Pe
     hap_achieved: float | None = None
     while True:
         refs: dict[int, Reference] = {}
-        with ctx.fence.shared(record.accuracy_spans), clock.part("timing_sets"):  # accuracy work, fenced
-            for index in range(done, want):
-                try:
-                    refs[index] = source.prepare(source.timed_seed(index), like=like)
-                except GoldenFailure as exc:
-                    return (not_measured(f"the {source.golden_noun} failed on timed input set {index + 1}: {exc}"),
-                            None)
+        try:
+            _prepare_sets(source, [(i, source.timed_seed(i)) for i in range(done, want)], like, ctx, record, clock,
+                          refs)
+        except GoldenFailure as exc:
+            return (not_measured(f"the {source.golden_noun} failed on timed input set {done + len(refs) + 1}: "
+                                 f"{exc}"), None)
         for n, chunk in enumerate(_chunks(list(range(done, want)), per_call)):
             try:
                 failure = _timed_window(source, ref, refs, chunk, s.warmup if done == 0 and n == 0 else 1, worker,

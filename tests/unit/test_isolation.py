@@ -161,3 +161,60 @@ def test_a_window_excludes_accuracy_work_of_other_processes(tmp_path: Path):
     accuracy = [s for r in results if r["kind"] == "accuracy" for s in r["spans"]]
     assert len(windows) == 4 and len(accuracy) == 8
     assert not [(a, w) for a in accuracy for w in windows if a[0] < w[1] and w[0] < a[1]]
+
+
+def test_letting_windows_pass_without_one_waiting_keeps_the_hold(tmp_path: Path):
+    fence, spans = Fence(tmp_path / "s.fence"), []
+    assert fence.let_windows_pass() == 0.0  # outside any hold: nothing to let go
+    with fence.shared(spans) as hold:
+        assert hold.let_windows_pass() == 0.0
+        with fence.shared(spans) as inner:  # a nested hold passes the outermost one's
+            assert inner.let_windows_pass() == 0.0
+    assert len(spans) == 1
+    off = Fence(None)
+    with off.shared(spans) as hold:
+        assert hold.let_windows_pass() == 0.0
+
+
+STEPS = textwrap.dedent('''
+    import json, sys, time
+    from pathlib import Path
+    from pytest_cannbench.timing.isolation import Fence
+    fence, steps, spans, passed = Fence(Path(sys.argv[1])), int(sys.argv[3]), [], 0.0
+    with fence.shared(spans) as hold:
+        Path(sys.argv[2]).touch()  # holding it now
+        for _ in range(steps):
+            if sys.argv[4] == "pass":
+                passed += hold.let_windows_pass()
+            time.sleep(0.05)
+    print(json.dumps({"spans": spans, "passed": passed}))
+''')
+
+WINDOW = textwrap.dedent('''
+    import json, sys, time
+    from pathlib import Path
+    from pytest_cannbench.timing.isolation import Fence
+    fence = Fence(Path(sys.argv[1]))
+    while not Path(sys.argv[2]).exists():
+        time.sleep(0.005)
+    asked = time.monotonic()
+    with fence.exclusive():
+        start = time.monotonic(); time.sleep(0.2); end = time.monotonic()
+    print(json.dumps({"waited": start - asked, "window": [start, end]}))
+''')
+
+
+@pytest.mark.parametrize("mode", ["pass", "hold"])
+def test_a_waiting_window_goes_between_two_steps_of_accuracy_work(tmp_path: Path, mode: str):
+    """Accuracy work in 20 steps of 50 ms under one shared hold: a window asked for meanwhile starts after the
+    step under way when the steps let it pass, after all of them otherwise; never while a step runs."""
+    path, flag = str(tmp_path / "s.fence"), str(tmp_path / "holding")
+    work = subprocess.Popen([sys.executable, "-c", STEPS, path, flag, "20", mode], stdout=subprocess.PIPE, text=True)
+    window = subprocess.Popen([sys.executable, "-c", WINDOW, path, flag], stdout=subprocess.PIPE, text=True)
+    steps, timed = (json.loads(p.communicate(timeout=60)[0]) for p in (work, window))
+    w = timed["window"]
+    assert not [s for s in steps["spans"] if s[0] < w[1] and w[0] < s[1]]
+    if mode == "pass":
+        assert timed["waited"] < 0.5 and len(steps["spans"]) == 2 and steps["passed"] >= 0.15
+    else:
+        assert timed["waited"] > 0.5 and len(steps["spans"]) == 1 and steps["passed"] == 0.0
