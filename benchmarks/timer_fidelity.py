@@ -12,8 +12,11 @@ side in one process:
 * "harness": ``--runs`` timing batches through the candidate worker, exactly as a case is timed
   (warm-up, ``--repeat`` calls on fresh inputs streamed one at a time, the worker's and the judge's flush, median);
 * "paired": the two kernels timed as a candidate and its baseline are (issue 20): two workers, one window, calls
-  alternating ABBA on streamed sets; the median of the per-pair ratios slower / base (expected 1.10), its
-  run-to-run CV, and in how many runs it ranks the slower kernel slower.
+  alternating ABBA on streamed sets; the base kernel's median and its error against the direct cost, the median
+  of the per-pair ratios slower / base (expected 1.10), its run-to-run CV, and in how many runs it ranks the
+  slower kernel slower. Twice, alternating which goes first in each run: with the judge's eviction once per set
+  after both copies are written ("per set", the protocol), and before every call ("per call", the protocol
+  before Round 9 of docs/performance.md).
 
 Printed per size: the median error of the harness against the direct cost, the coefficient of
 variation of the run medians (target: at most 3% from 200 us up), and in how many of ``--runs``
@@ -35,6 +38,7 @@ from pathlib import Path
 import torch
 
 from pytest_cannbench.timing.in_worker import Flusher
+from pytest_cannbench.timing.perf import interleave
 from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 SUBMISSION = '''import torch
@@ -108,21 +112,20 @@ def harness_median_us(worker: CandidateWorker, n: int, k: int, repeat: int, seed
     return statistics.median(batch.seconds) * 1e6
 
 
-def paired_ratio(workers: tuple[CandidateWorker, CandidateWorker], sizes: tuple[int, int], k: int, repeat: int,
-                 seed: int, judge_flush: Callable[[], None]) -> float:
-    """The slower kernel over the base one, timed as a candidate and its baseline are (timing/perf.py): both
-    batches open in one window, calls alternating ABBA, each set streamed; the median of the per-pair ratios."""
+def paired_times(workers: tuple[CandidateWorker, CandidateWorker], sizes: tuple[int, int], k: int, repeat: int,
+                 seed: int, judge_flush: Callable[[], None], flush_each_call: bool) -> tuple[float, float, float]:
+    """The two kernels timed as a candidate and its baseline are (``timing.perf.interleave``): both batches open
+    in one window, calls alternating ABBA, each set streamed. Returns the median of the per-pair ratios
+    slower / base and each kernel's median (us). ``flush_each_call``: the judge's eviction before every call, as
+    before Round 9 (docs/performance.md), instead of once per set."""
     calls = list(range(1, repeat + 1))
     batches = [w.open_batch(TARGET, _sets(n, k, repeat, seed + i), calls, warmup=3, expected_out_bytes=n * 4,
                             timeout=120, judge_flushes=True) for i, (w, n) in enumerate(zip(workers, sizes))]
-    for call in range(repeat):
-        pair = list(zip(workers, batches))
-        for w, b in pair if call % 2 == 0 else pair[::-1]:
-            if b.waiting:
-                w.run_call(b, judge_flush)
+    interleave(list(zip(workers, batches)), judge_flush, flush_each_call=flush_each_call)
     base, slow = (b.result for b in batches)
     assert base is not None and slow is not None and base.status == slow.status == "ok"
-    return statistics.median(s / b for b, s in zip(base.seconds, slow.seconds))
+    return (statistics.median(s / b for b, s in zip(base.seconds, slow.seconds)),
+            statistics.median(base.seconds) * 1e6, statistics.median(slow.seconds) * 1e6)
 
 
 def main() -> int:
@@ -145,29 +148,37 @@ def main() -> int:
         for worker in workers:
             worker.start()
         print(f"{'target':>8} {'elements':>10} {'direct':>9} {'harness':>9} {'error':>7} {'CV':>6} {'ranked':>7}"
-              f" {'paired':>7} {'pair CV':>7} {'ranked':>7}   {'floor CV':>8} {'floor ranked':>12}")
+              f"   {'flush':>8} {'base us':>8} {'error':>7} {'paired':>7} {'pair CV':>7} {'ranked':>7}"
+              f"   {'floor CV':>8} {'floor ranked':>12}")
         for target in (float(v) for v in args.sizes.split(",")):
             n = elements_for(target, flusher)
             n_slow = ten_percent_slower(n, flusher)
             x, x_slow = torch.rand(n), torch.rand(n_slow)
             expected = direct_us(x, 10, flusher)
-            base, slower, ratios, floor, floor_slower = [], [], [], [], []
+            base, slower, floor, floor_slower = [], [], [], []
+            paired: dict[str, list[tuple[float, float, float]]] = {"per set": [], "per call": []}
             for run in range(args.runs):
                 base.append(harness_median_us(workers[0], n, 10, args.repeat, 2 * run, judge_flush.flush))
                 slower.append(harness_median_us(workers[0], n_slow, 10, args.repeat, 2 * run + 1, judge_flush.flush))
-                ratios.append(paired_ratio(workers, (n, n_slow), 10, args.repeat, 2 * run, judge_flush.flush))
+                for way in (paired if run % 2 == 0 else dict(reversed(paired.items()))):  # alternating first
+                    paired[way].append(paired_times(workers, (n, n_slow), 10, args.repeat, 2 * run,
+                                                    judge_flush.flush, flush_each_call=way == "per call"))
                 floor.append(direct_us(x, 10, flusher, n=args.repeat))
                 floor_slower.append(direct_us(x_slow, 10, flusher, n=args.repeat))
             median = statistics.median(base)
             cv = statistics.stdev(base) / statistics.mean(base)
             ranked = sum(s > b for b, s in zip(base, slower))
-            pair_cv = statistics.stdev(ratios) / statistics.mean(ratios)
-            pair_ranked = sum(r > 1.0 for r in ratios)
             floor_cv = statistics.stdev(floor) / statistics.mean(floor)
             floor_ranked = sum(s > b for b, s in zip(floor, floor_slower))
-            print(f"{target:>8.0f} {n:>10} {expected:>9.1f} {median:>9.1f} {median / expected - 1:>+7.1%} "
-                  f"{cv:>6.1%} {ranked:>4}/{args.runs} {statistics.median(ratios):>7.3f} {pair_cv:>7.1%} "
-                  f"{pair_ranked:>4}/{args.runs}   {floor_cv:>8.1%} {floor_ranked:>9}/{args.runs}", flush=True)
+            for i, (way, runs) in enumerate(paired.items()):
+                ratios, bases = [r for r, _, _ in runs], [b for _, b, _ in runs]
+                pair_cv = statistics.stdev(ratios) / statistics.mean(ratios)
+                head = (f"{target:>8.0f} {n:>10} {expected:>9.1f} {median:>9.1f} {median / expected - 1:>+7.1%} "
+                        f"{cv:>6.1%} {ranked:>4}/{args.runs}" if i == 0 else " " * 66)
+                tail = f"   {floor_cv:>8.1%} {floor_ranked:>9}/{args.runs}" if i == 0 else ""
+                print(f"{head}   {way:>8} {statistics.median(bases):>8.1f} "
+                      f"{statistics.median(bases) / expected - 1:>+7.1%} {statistics.median(ratios):>7.3f} "
+                      f"{pair_cv:>7.1%} {sum(r > 1.0 for r in ratios):>4}/{args.runs}{tail}", flush=True)
         for worker in workers:
             worker.close()
     return 0

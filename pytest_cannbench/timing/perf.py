@@ -145,13 +145,7 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
         streamed = dict(opts, judge_flushes=flush is not None)
         cb = worker.open_batch(target, sets, calls, case_log=log, **streamed)
         bb = bw.open_batch(main.target, sets, calls, **streamed) if main is not None and cb.waiting else None
-        for k in range(len(calls)):
-            pair: list[tuple[CandidateWorker, StreamedBatch | None]] = [(worker, cb), (bw, bb)]
-            for w, b in pair if k % 2 == 0 else pair[::-1]:
-                if b is not None and b.waiting:
-                    w.run_call(b, flush)
-            if not cb.waiting and bb is not None:  # the candidate ended early: the baseline's calls are moot
-                bw.stop_batch(bb)
+        interleave([(worker, cb), (bw, bb)], flush)
         ok = cb.result is not None and cb.result.status == "ok"
         results: dict[str, BatchResult | None] = {
             b.name: bw.time_batch(b.target, sets, calls, judge_flush=flush, **opts)
@@ -229,6 +223,38 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
     return None
 
 
+def interleave(participants: list[tuple[CandidateWorker, StreamedBatch | None]], flush: Callable[[], None] | None,
+               *, flush_each_call: bool = False) -> None:
+    """The timed calls of streamed batches open in one window, ABBA: for set k the participants run in order when
+    k is even, in reverse when it is odd. Every participant's copy of set k is written first, then the judge's
+    flush evicts the shared cache once, then each runs its call: a later call's set is as cold as the first's,
+    since no call touches another participant's region (``flush_each_call``: the protocol before, one eviction
+    per call, kept for ``benchmarks/timer_fidelity.py``). When the first participant (the candidate) ends early,
+    the others' batches are stopped: their calls are moot."""
+    lead, others = participants[0][1], participants[1:]
+    assert lead is not None
+    for k in range(len(lead.call_sets)):
+        order = [(w, b) for w, b in (participants if k % 2 == 0 else participants[::-1])
+                 if b is not None and b.waiting]
+        if flush_each_call:
+            for w, b in order:
+                if b.waiting:
+                    w.run_call(b, flush)
+        else:
+            for w, b in order:
+                w.stage_call(b)
+            if flush is not None and order:
+                flush()
+            for w, b in order:
+                if b.waiting:
+                    w.run_call(b)
+        if not lead.waiting:
+            for other, batch in others:
+                if batch is not None:
+                    other.stop_batch(batch)
+            return
+
+
 def _gpu_reading(ctx: PerfContext) -> dict[str, Any] | None:
     """The card's reading, or None where telemetry is off or unavailable (said once per case, in measure)."""
     if ctx.telemetry is None:
@@ -279,6 +305,7 @@ def _prepare_sets(source: CaseSource, seeds: list[tuple[int, int]], like: Refere
             hold.let_windows_pass()
             with clock.part("timing_sets"):
                 refs[index] = source.prepare(seed, like=like)
+                refs[index].kwargs()  # inputs the judge makes itself (small ones) are made here, fenced
 
 
 def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chunk: list[int], warmup: int,

@@ -381,15 +381,22 @@ class CandidateWorker(WorkerClient):
         self._frame(batch, reply)
         return batch
 
-    def run_call(self, batch: StreamedBatch, before_go: Callable[[], None] | None = None) -> None:
-        """Write the next timed call's set (the worker is frozen), run ``before_go`` (the judge's cache flush),
-        then let the worker run that one call; afterwards it waits again, frozen, or has ended."""
+    def stage_call(self, batch: StreamedBatch) -> None:
+        """Write the next timed call's set into the region now (the worker is frozen and cannot see it before its
+        ``go``): a window writes every participant's set first, then evicts the caches once for all of them."""
         assert batch.waiting and self.region is not None
         index = batch.call_sets[batch.next]
+        if index not in batch.written:
+            write_inputs(self.region, batch.layout, batch.layout.set_writes[index])
+            batch.written.add(index)
+
+    def run_call(self, batch: StreamedBatch, before_go: Callable[[], None] | None = None) -> None:
+        """Write the next timed call's set (the worker is frozen) unless :meth:`stage_call` did, run
+        ``before_go`` (the judge's cache flush), then let the worker run that one call; afterwards it waits
+        again, frozen, or has ended."""
+        assert batch.waiting and self.region is not None
         try:
-            if index not in batch.written:
-                write_inputs(self.region, batch.layout, batch.layout.set_writes[index])
-                batch.written.add(index)
+            self.stage_call(batch)
             if before_go is not None:
                 before_go()
             remaining = batch.deadline - time.perf_counter()

@@ -11,6 +11,7 @@ a golden prints goes to stderr, which the judge keeps in a log file.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import resource
 import sys
@@ -20,6 +21,11 @@ from typing import Any
 
 from pytest_cannbench.phases import PhaseClock
 from pytest_cannbench.workers import input_file, limits, procs, wire
+
+# Inputs and results smaller than this go through the pipe: a file's fixed cost (made, written, mapped, removed:
+# 1-2 ms either way) is more than pickling them, and a timed case asks for tens of small sets (Round 9 of
+# docs/performance.md). Larger ones go through files, never whole through the pipe (see _to_file).
+PIPE_BYTES = 1 << 20
 
 
 def _clone(values: list) -> list:
@@ -73,7 +79,9 @@ def prepare(req: dict) -> dict:
             hooked = None
             # generic inputs go straight into the judge's file, never whole in this process (before any golden
             # runs: one that writes into its inputs changes nothing the judge sees); else generated here
-            inputs_layout = _generate_into(req, plans) if gm.get_input is None else None
+            # inputs this small are cheaper to generate again in the judge than to pass through a file
+            shared_file = req.get("inputs_file") if planned_bytes(plans) >= PIPE_BYTES else None
+            inputs_layout = _generate_into(shared_file, req, plans) if gm.get_input is None else None
             if inputs_layout is not None:
                 inputs = input_file.view(req["inputs_file"], inputs_layout)
             else:
@@ -84,10 +92,10 @@ def prepare(req: dict) -> dict:
                 hooked = inputs
             stage = "bind parameters"
             binding = bind(gm.main, inputs, attrs)
-        if hooked is None and inputs_layout is None and req.get("inputs_file"):
+        if hooked is None and inputs_layout is None and shared_file:
             stage = "hand the inputs to the judge"
             with clock.phase("reply"):  # before the golden runs: one that writes into its inputs changes nothing
-                inputs_layout = _share_inputs(req["inputs_file"], inputs)
+                inputs_layout = _share_inputs(shared_file, inputs)
         # once in the file, the worker reads its inputs from there: no second copy beside the fp64 one
         kept: list | None = None if inputs_layout is not None else inputs
         del inputs
@@ -95,7 +103,7 @@ def prepare(req: dict) -> dict:
         stage = "golden (oracle)" if gm.oracle else "golden"
         truth = gm.oracle or gm.main
         with clock.phase("golden"):
-            mine = _own_inputs(kept, req.get("inputs_file"), inputs_layout)
+            mine = _own_inputs(kept, shared_file, inputs_layout)
             truth_inputs = upcast(mine) if req["precision"] == "fp64_cpu" else _clone(mine)
             if kept is None:  # nothing the golden gets may hold the file's mapping (upcast passes integers)
                 truth_inputs = _clone_views(truth_inputs, mine)
@@ -118,7 +126,7 @@ def prepare(req: dict) -> dict:
                 # judge has its own copy of generic inputs (the file written before any golden ran, or
                 # regenerated), so a golden writing into these changes nothing
                 native_inputs = (_clone(hooked) if hooked is not None
-                                 else _own_inputs(kept, req.get("inputs_file"), inputs_layout))
+                                 else _own_inputs(kept, shared_file, inputs_layout))
                 native = flatten_outputs(ref(**bind(ref, native_inputs, attrs).kwargs(native_inputs)))
                 del native_inputs
             except BaseException as exc:  # noqa: BLE001 - a missing reference only makes the check strict
@@ -156,13 +164,36 @@ def _own_inputs(inputs: list | None, path: str | None, layout: list | None) -> l
     return input_file.view(path, layout)
 
 
-def _generate_into(req: dict, plans: list) -> list | None:
+def planned_bytes(plans: list) -> int:
+    """The native bytes of the inputs ``plans`` describe (``taskformat.inputs.plan_inputs``); an input of a dtype
+    torch does not know counts as large (it is the file's to refuse)."""
+    import torch
+
+    total = 0
+    for plan in plans:
+        for t in plan.tensors if plan.kind != "none" else []:
+            dtype = getattr(torch, t.dtype, None)
+            total += math.prod(t.shape) * (dtype.itemsize if isinstance(dtype, torch.dtype) else PIPE_BYTES)
+    return total
+
+
+def payload_bytes(value: Any) -> int:
+    """The bytes of the tensors in a response (nested lists and dicts)."""
+    if isinstance(value, dict):
+        return sum(payload_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(payload_bytes(v) for v in value)
+    nbytes = getattr(value, "nbytes", None)
+    return nbytes if isinstance(nbytes, int) else 0
+
+
+def _generate_into(path: str | None, req: dict, plans: list) -> list | None:
     """The case's inputs generated into the judge's inputs file (``input_file.generate``); their layout, or None
     where there is no file or they cannot go through one (then they are generated in memory, as before)."""
-    if not req.get("inputs_file"):
+    if not path:
         return None
     try:
-        return input_file.generate(req["inputs_file"], plans, req["seed"], dist=req["dist"], compat=req["compat"])
+        return input_file.generate(path, plans, req["seed"], dist=req["dist"], compat=req["compat"])
     except OSError:
         return None
 
@@ -274,22 +305,24 @@ def main(argv: list[str] | None = None) -> int:
         handler = HANDLERS.get(req.get("op"))
         response = handler(req) if handler else {"ok": False, "error": f"unknown request {req.get('op')!r}"}
         try:
-            wire.send(out, _to_file(response, req.get("reply_file")) if response.get("ok") else response)
+            wire.send(out, _to_file(response, req.get("reply_file"), bool(req.get("reply_keep")))
+                      if response.get("ok") else response)
         except BaseException as exc:  # noqa: BLE001 - e.g. an output that cannot be pickled
             wire.send(out, _error("send result", exc))
         del response
         procs.give_back_freed_memory()  # idle between cases, as the memory plan counts it
 
 
-def _to_file(response: dict, path: str | None) -> dict:
-    """Large results go through a file, not the pipe.
+def _to_file(response: dict, path: str | None, keep: bool = False) -> dict:
+    """Large results go through a file, not the pipe (small ones, under ``PIPE_BYTES``, through the pipe, unless
+    the file is to be kept: a golden-cache entry).
 
     Pickling a response holds a second full copy of every tensor in memory, which under the
     address-space budget failed goldens that had themselves fitted (official cummin, unique,
     moe_re_routing). ``torch.save`` streams each storage to disk instead, and the judge maps the
     file back. When the judge names a cache entry as the file, this write is also the cache store.
     """
-    if not path:
+    if not path or (not keep and payload_bytes(response) < PIPE_BYTES):
         return response
     import torch
 

@@ -78,7 +78,7 @@ def test_a_golden_writing_into_its_inputs_cannot_change_what_the_judge_gets(tmp_
             x.zero_()  # an in-place golden: wipes its input after use
             return y
     """))
-    case = {"input_shape": [[64, 33]], "dtype": ["float32"], "value_range": [-1, 1]}
+    case = {"input_shape": [[512, 520]], "dtype": ["float32"], "value_range": [-1, 1]}  # over PIPE_BYTES
     inputs_path = str(tmp_path / "inputs.bin")
     reply = prepare({"op_dir": str(op), "rel_path": "level1/scale", "function_name": "scale", "name_lower": "scale",
                      "golden_sha256": "", "input_names": ["x"], "output_names": ["y"], "case": case, "seed": 1234,
@@ -100,6 +100,30 @@ def test_without_a_file_the_reply_carries_no_layout(tmp_path):
                      "case": {"input_shape": [[8]], "dtype": ["float16"]}, "seed": 1, "dist": "uniform",
                      "compat": "fixed", "precision": "fp64_cpu"})
     assert reply["ok"] and reply["inputs_layout"] is None
+
+
+@pytest.mark.parametrize("rows", [64, 512])
+def test_small_inputs_and_results_go_through_the_pipe(tmp_path, rows):
+    """Under PIPE_BYTES neither the inputs nor the reply go through a file (the judge generates the inputs again,
+    bit for bit); above it both do. A golden-cache entry is written whatever its size."""
+    from pytest_cannbench.workers.golden_main import PIPE_BYTES, _to_file, payload_bytes
+
+    op = tmp_path / "ident"
+    op.mkdir()
+    (op / "golden.py").write_text("import torch\n\ndef ident(x: torch.Tensor) -> torch.Tensor:\n    return x * 1\n")
+    inputs_path = str(tmp_path / "inputs.bin")
+    reply = prepare({"op_dir": str(op), "rel_path": "level1/ident", "function_name": "ident", "name_lower": "ident",
+                     "golden_sha256": "", "input_names": ["x"], "output_names": ["y"],
+                     "case": {"input_shape": [[rows, 520]], "dtype": ["float32"]}, "seed": 1, "dist": "uniform",
+                     "compat": "fixed", "precision": "fp64_cpu", "inputs_file": inputs_path})
+    large = rows * 520 * 4 >= PIPE_BYTES
+    assert reply["ok"] and (reply["inputs_layout"] is not None) == large == os.path.exists(inputs_path)
+    reply_path = str(tmp_path / "reply.pt")
+    sent = _to_file(reply, reply_path)
+    assert payload_bytes(reply) >= rows * 520 * 8  # the fp64 golden at least
+    assert (sent.get("reply_file") == reply_path) == (payload_bytes(reply) >= PIPE_BYTES) == os.path.exists(reply_path)
+    kept = str(tmp_path / "cache.pt")
+    assert _to_file(reply, kept, keep=True)["reply_file"] == kept and os.path.exists(kept)
 
 
 def test_a_write_error_falls_back_without_a_trace(tmp_path):
@@ -167,7 +191,8 @@ def test_once_in_the_file_the_worker_reads_its_inputs_from_there_with_the_same_r
             x.mul_(0)  # an in-place golden: the file, and so the judge's copy, stay as they were
             return y, torch.tensor([1.0 if own else 0.0])
     """))
-    case = {"input_shape": [[64], [10]], "dtype": ["float32", "int64"], "value_range": [[-1, 1], [0, 63]]}
+    case = {"input_shape": [[300_000], [10]], "dtype": ["float32", "int64"],  # over PIPE_BYTES: through the file
+            "value_range": [[-1, 1], [0, 299_999]]}
     request = {"op_dir": str(op), "rel_path": "level1/pick", "function_name": "pick", "name_lower": "pick",
                "golden_sha256": "", "input_names": ["x", "idx"], "output_names": ["y", "own"], "case": case,
                "seed": 77, "dist": "uniform", "compat": "fixed", "precision": "fp64_cpu"}
@@ -227,7 +252,7 @@ def test_the_worker_generates_generic_inputs_straight_into_the_file(tmp_path, mo
     (op / "golden.py").write_text("import torch\n\ndef twice(x: torch.Tensor):\n    return x * 2\n")
     request = {"op_dir": str(op), "rel_path": "level1/twice", "function_name": "twice", "name_lower": "twice",
                "golden_sha256": "", "input_names": ["x"], "output_names": ["y"],
-               "case": {"input_shape": [[(1 << 18) + 3]], "dtype": ["float16"], "value_range": [[-3, 3]]},
+               "case": {"input_shape": [[(1 << 19) + 3]], "dtype": ["float16"], "value_range": [[-3, 3]]},
                "seed": 5, "dist": "uniform", "compat": "fixed", "precision": "fp64_cpu"}
     plain = prepare(request)
     monkeypatch.setattr(golden_main, "generate_inputs", lambda *a, **k: pytest.fail("generated in memory"),
@@ -237,4 +262,4 @@ def test_the_worker_generates_generic_inputs_straight_into_the_file(tmp_path, mo
     _same(into["golden"], plain["golden"])
     _same(into["native"], plain["native"])
     _same(input_file.read(str(tmp_path / "inputs.bin"), into["inputs_layout"]),
-          generate_inputs(plan_inputs(["x"], [[(1 << 18) + 3]], ["float16"], [[-3, 3]]), 5))
+          generate_inputs(plan_inputs(["x"], [[(1 << 19) + 3]], ["float16"], [[-3, 3]]), 5))

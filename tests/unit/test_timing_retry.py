@@ -19,6 +19,13 @@ QUIET = {"sm_mhz": 1980.0, "sm_max_mhz": 1980.0, "reasons": 0, "source": "nvml"}
 HOT = {"sm_mhz": 1410.0, "sm_max_mhz": 1980.0, "reasons": 0x40, "source": "nvml"}  # hw thermal slowdown
 
 
+class Ref(str):
+    """A reference named by its seed; its inputs are nothing (the window is scripted)."""
+
+    def kwargs(self) -> dict[str, Any]:
+        return {}
+
+
 class Source:
     golden_noun = "golden"
 
@@ -28,9 +35,9 @@ class Source:
     def timed_seed(self, index: int) -> int:
         return index
 
-    def prepare(self, seed: int, like: Any = None) -> str:
+    def prepare(self, seed: int, like: Any = None) -> Ref:
         self.seeds.append(seed)
-        return f"ref-{seed}"
+        return Ref(f"ref-{seed}")
 
 
 def scripted(monkeypatch, windows: list[dict]) -> list[dict]:

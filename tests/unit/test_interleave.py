@@ -1,0 +1,77 @@
+"""The timed window's protocol (timing/perf.interleave): ABBA on streamed sets, every participant's copy of a set
+written before the judge's one eviction for them, none of their calls run yet; real workers, a real flush."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from pytest_cannbench.timing.perf import interleave
+from pytest_cannbench.workers.candidate_client import CandidateWorker
+
+SITE = '''import torch
+
+
+def double(x):
+    return x * 2
+
+
+def fragile(x):
+    if float(x[0]) > 2.5:  # the sets below make call 3 the first to see this
+        raise RuntimeError("gave up")
+    return x * 2
+'''
+
+TARGET = {"kind": "submission", "name": "double", "function_name": "double", "rel_path": "level1/double"}
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory):
+    root = tmp_path_factory.mktemp("interleave")
+    (root / "site" / "cann_bench").mkdir(parents=True)
+    (root / "site" / "cann_bench" / "__init__.py").write_text(SITE)
+    pair = tuple(CandidateWorker(log_path=root / f"w{i}.log", workdir=root / f"work{i}", threads=1, guard="off",
+                                 site_dir=str(root / "site")) for i in range(2))
+    for worker in pair:
+        worker.start()
+    yield pair
+    for worker in pair:
+        worker.close()
+
+
+def _sets(count: int) -> list[dict]:
+    return [{"x": torch.full((4096,), float(i))} for i in range(count + 1)]  # set i holds i everywhere
+
+
+def _open(workers, targets, count: int):
+    calls = list(range(1, count + 1))
+    return [w.open_batch(t, _sets(count), calls, warmup=1, expected_out_bytes=4096 * 4, timeout=60,
+                         judge_flushes=True) for w, t in zip(workers, targets)]
+
+
+@pytest.mark.parametrize("each_call", [False, True])
+def test_one_eviction_per_set_after_every_copy_is_written(workers, each_call: bool) -> None:
+    batches = _open(workers, [TARGET, TARGET], 6)
+    seen: list[list[tuple[int, bool]]] = []
+
+    def flush() -> None:  # what the judge's eviction finds: each batch's next call, and whether its set is written
+        seen.append([(b.next, b.call_sets[b.next] in b.written) for b in batches if b.waiting])
+
+    interleave(list(zip(workers, batches)), flush, flush_each_call=each_call)
+    for b in batches:
+        assert b.result is not None and b.result.status == "ok", b.result
+        assert len(b.result.seconds) == 6 and [float(o[0][0]) for o in b.result.outputs] == [2.0 * i
+                                                                                            for i in range(1, 7)]
+    if each_call:  # the protocol before: one eviction before every call, only that call's set written
+        assert len(seen) == 12 and all(len(s) <= 2 for s in seen)
+    else:
+        assert seen == [[(k, True), (k, True)] for k in range(6)]
+
+
+def test_a_candidate_ending_early_stops_its_baseline(workers) -> None:
+    fragile = dict(TARGET, name="fragile", function_name="fragile")
+    cb, bb = _open(workers, [fragile, TARGET], 6)
+    interleave([(workers[0], cb), (workers[1], bb)], lambda: None)
+    assert cb.result is not None and cb.result.status == "raised" and "gave up" in cb.result.message
+    assert bb.result is not None and bb.result.message == "stopped by the judge"
+    assert not cb.waiting and not bb.waiting
