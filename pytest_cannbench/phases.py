@@ -31,7 +31,7 @@ PHASES = {
 }
 # parts of "timing" (already inside it: printed beneath it, never summed with the phases above)
 TIMING_PARTS = {
-    "timing_sets": "the timed input sets' references (golden worker: inputs, fp64 golden, native)",
+    "timing_sets": "the timed input sets' references (golden worker: inputs, fp64 golden, native), room in the regions",
     "timing_wait": "waiting for the quiet-window fence and the device lock",
     "timing_window": "inside the lock: flushes, streamed writes, candidate and baseline calls",
     "timing_verify": "every timed output judged against its own set's reference",

@@ -132,6 +132,10 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
     opts: dict[str, Any] = dict(warmup=warmup, expected_out_bytes=expected, timeout=s.case_timeout_s, npu=ctx.npu,
                                 graph=got.graph)
     bw = ctx.baseline_worker
+    with ctx.fence.shared(record.accuracy_spans), clock.part("timing_sets"):  # a grown region faults in here
+        worker.make_room(sets, calls, expected, s.case_timeout_s)
+        if main is not None:
+            bw.make_room(sets, calls, expected, s.case_timeout_s)
     # the fence before the device lock, always (timing/isolation.py): no accuracy work of this session runs while
     # the window is timed, and none is held while waiting for the device
     asked, cpu = time.monotonic(), time.process_time()

@@ -97,6 +97,7 @@ class CandidateWorker(WorkerClient):
     last_tmp: str | None = None  # the operator whose files the private TMPDIR holds
     _killed_for: str | None = None
     _pid: int | None = None  # the worker's pid in the judge's namespace (bwrap's child under the sandbox)
+    _mapped: tuple[int, int] | None = None  # (pid, region size) the worker mapped at the last make_room
     evidence: OutsideEvidence | None = None  # what the judge samples and reads of the worker from outside
 
     # ------------------------------------------------------------ lifecycle
@@ -341,6 +342,28 @@ class CandidateWorker(WorkerClient):
             self.run_call(batch, judge_flush)
         assert batch.result is not None
         return batch.result
+
+    def make_room(self, kwargs_sets: list[dict[str, Any]], call_sets: list[int], expected_out_bytes: int,
+                  timeout: float) -> None:
+        """Grow the region for a timed batch and have the worker map it now, before the window: mapping a grown
+        region faults its new pages in (the kernel zeroes them; 0.3-0.5 s for some hundreds of MiB), work that
+        :meth:`open_batch` would otherwise do inside the window while every other worker waits. A worker that
+        cannot answer is left to :meth:`open_batch`, which reports it."""
+        layout, _ = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
+        try:
+            self._ensure()
+            assert self.proc is not None and self.region is not None  # _ensure started both
+            self.region.ensure(layout.size)
+            if self._mapped != (self.pid, self.region.size):
+                reply = self._exchange({"op": "map", "region_size": self.region.size}, timeout)
+                self._freeze()
+                if reply.get("ok"):
+                    self._mapped = (self.pid, self.region.size)
+        except WorkerGone:
+            pass
+        except BaseException:
+            self.kill()
+            raise
 
     def open_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
                    expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",

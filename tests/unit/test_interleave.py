@@ -75,3 +75,32 @@ def test_a_candidate_ending_early_stops_its_baseline(workers) -> None:
     assert cb.result is not None and cb.result.status == "raised" and "gave up" in cb.result.message
     assert bb.result is not None and bb.result.message == "stopped by the judge"
     assert not cb.waiting and not bb.waiting
+
+
+def _mapped_region_sizes(pid: int) -> list[int]:
+    sizes = []
+    with open(f"/proc/{pid}/maps") as fh:
+        for line in fh:
+            if "memfd:cannbench-region" in line:
+                lo, hi = (int(v, 16) for v in line.split()[0].split("-"))
+                sizes.append(hi - lo)
+    return sizes
+
+
+def test_make_room_maps_a_grown_region_before_the_window(workers) -> None:
+    """The worker maps (and faults in) the grown region when asked before the window, so the batch that follows
+    finds it mapped at that size; asking again at the same size costs nothing the worker does."""
+    worker = workers[0]
+    big = [{"x": torch.zeros(1 << 22)} for _ in range(3)]  # 16 MiB a set: more than the region has held so far
+    before = worker.region.size
+    worker.make_room(big, [1, 2], (1 << 22) * 4, timeout=60)
+    assert worker.region.size > before and worker.region.size in _mapped_region_sizes(worker.pid)
+    again = worker._mapped
+    worker.make_room(big, [1, 2], (1 << 22) * 4, timeout=60)
+    assert worker._mapped == again
+    batch = worker.open_batch(TARGET, big, [1, 2], warmup=0, expected_out_bytes=(1 << 22) * 4, timeout=60,
+                              judge_flushes=True)
+    while batch.waiting:
+        worker.run_call(batch)
+    assert batch.result is not None and batch.result.status == "ok"
+    assert batch.result.phases["prepare"] < 0.05  # no mapping left to do in the batch
