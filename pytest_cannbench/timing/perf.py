@@ -146,19 +146,24 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
         load = {"start": load_sample()}
         gpu = _gpu_reading(ctx)
         gpu = {"start": gpu} if gpu is not None else None
-        streamed = dict(opts, judge_flushes=flush is not None)
+        streamed = dict(opts, judge_flushes=flush is not None, defer=True)  # judged after the window
         cb = worker.open_batch(target, sets, calls, case_log=log, **streamed)
         bb = bw.open_batch(main.target, sets, calls, **streamed) if main is not None and cb.waiting else None
         interleave([(worker, cb), (bw, bb)], flush)
-        ok = cb.result is not None and cb.result.status == "ok"
+        extra = [b for b in live if b is not main] if cb.claims_ok else []
+        if extra and bb is not None:  # judged now: their batches write into the same worker's region
+            bw.conclude(bb)
         results: dict[str, BatchResult | None] = {
-            b.name: bw.time_batch(b.target, sets, calls, judge_flush=flush, **opts)
-            for b in live if b is not main and ok}
+            b.name: bw.time_batch(b.target, sets, calls, judge_flush=flush, **opts) for b in extra}
         load["end"] = load_sample()
         if gpu is not None:
             gpu["end"] = _gpu_reading(ctx) or {"unavailable": "no reading at the end"}
         window.append(time.monotonic())
         clock.add("timing_window", window[1] - window[0], time.process_time() - cpu)
+    with ctx.fence.shared(record.accuracy_spans), clock.part("timing_verify"):  # the batches' checks, fenced
+        worker.conclude(cb)
+        if bb is not None:
+            bw.conclude(bb)
     record.windows.append(window)
     record.load.append(load)
     if gpu is not None:

@@ -53,7 +53,16 @@ class StreamedBatch:
     calls: int = 0  # warm-up and timed calls the worker makes in the batch
     ready_at: float | None = None  # the judge's clock when the last "ready" arrived (the worker waits from then)
     held: float = 0.0  # summed from ready_at to each "go": inside the worker's wait, by the judge's clock
+    deferred: bool = False  # its final reply is judged by ``CandidateWorker.conclude``, after the window
+    ended: tuple[dict, float, float | None, float | None] | None = None  # (reply, wall, cpu, busiest) not judged yet
 
     @property
     def waiting(self) -> bool:
-        return self.result is None
+        return self.result is None and self.ended is None
+
+    @property
+    def claims_ok(self) -> bool:
+        """Judged ok, or ended with the worker's own claim of success (judged after the window)."""
+        if self.result is not None:
+            return self.result.status == "ok"
+        return self.ended is not None and bool(self.ended[0].get("ok"))

@@ -368,16 +368,17 @@ class CandidateWorker(WorkerClient):
     def open_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
                    expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
                    npu: dict | None = None, case_log: Path | None = None,
-                   judge_flushes: bool = False, graph: str = "off") -> StreamedBatch:
+                   judge_flushes: bool = False, graph: str = "off", defer: bool = False) -> StreamedBatch:
         """Start a streamed batch: only the warm-up set is in the region; the worker warms up and waits, frozen,
         for timed call 0 (``batch.waiting``), or has already ended (``batch.result``). ``graph``: the CUDA-graph
-        mode (``timing/cuda_graph.py``; ``off`` off CUDA)."""
+        mode (``timing/cuda_graph.py``; ``off`` off CUDA). ``defer``: its final reply waits for
+        :meth:`conclude`."""
         layout, _ = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
         self.log_mark = procs.log_size(self.log_path)
         self.wipe_tmp(str(target.get("rel_path") or target.get("name")))
         batch = StreamedBatch(layout=layout, kwargs_sets=kwargs_sets, call_sets=call_sets, case_log=case_log,
                               deadline=time.perf_counter() + timeout, timeout=timeout,
-                              keys=profile_keys(target, case_log), calls=warmup + len(call_sets))
+                              keys=profile_keys(target, case_log), calls=warmup + len(call_sets), deferred=defer)
         try:
             self._ensure()
             assert self.proc is not None and self.region is not None  # _ensure started both
@@ -466,7 +467,17 @@ class CandidateWorker(WorkerClient):
             return
         wall = time.perf_counter() - batch.t0
         cpu_s, busiest_s = cpu_used(batch.cpu0, thread_cpu(self.pid))
-        batch.result = self._conclude(batch, reply, wall, cpu_s, busiest_s)
+        batch.ended = (reply, wall, cpu_s, busiest_s)
+        if not batch.deferred:
+            self.conclude(batch)
+
+    def conclude(self, batch: StreamedBatch) -> None:
+        """Judge a batch that ended (``open_batch(defer=True)``: after the window, the worker still frozen and its
+        region untouched): the checks read /proc, the judge's CPU samples and every set's inputs in the region,
+        work that would otherwise hold the window while every other worker waits."""
+        if batch.result is None and batch.ended is not None:
+            reply, wall, cpu_s, busiest_s = batch.ended
+            batch.result = self._conclude(batch, reply, wall, cpu_s, busiest_s)
 
     def _conclude(self, batch: StreamedBatch, reply: dict, wall: float, cpu_s: float | None,
                   busiest_s: float | None) -> BatchResult:

@@ -16,6 +16,12 @@ def double(x):
     return x * 2
 
 
+def sneaky(x):
+    if float(x[0]) == 2.0:  # set 2 only
+        x.add_(1)
+    return x * 2
+
+
 def fragile(x):
     if float(x[0]) > 2.5:  # the sets below make call 3 the first to see this
         raise RuntimeError("gave up")
@@ -43,10 +49,10 @@ def _sets(count: int) -> list[dict]:
     return [{"x": torch.full((4096,), float(i))} for i in range(count + 1)]  # set i holds i everywhere
 
 
-def _open(workers, targets, count: int):
+def _open(workers, targets, count: int, defer: bool = False):
     calls = list(range(1, count + 1))
     return [w.open_batch(t, _sets(count), calls, warmup=1, expected_out_bytes=4096 * 4, timeout=60,
-                         judge_flushes=True) for w, t in zip(workers, targets)]
+                         judge_flushes=True, defer=defer) for w, t in zip(workers, targets)]
 
 
 @pytest.mark.parametrize("each_call", [False, True])
@@ -104,3 +110,21 @@ def test_make_room_maps_a_grown_region_before_the_window(workers) -> None:
         worker.run_call(batch)
     assert batch.result is not None and batch.result.status == "ok"
     assert batch.result.phases["prepare"] < 0.05  # no mapping left to do in the batch
+
+
+def test_a_deferred_batch_is_judged_after_the_window_as_it_would_have_been(workers) -> None:
+    """The window ends with the batches' final replies unjudged; judged afterwards (the workers frozen, their
+    regions untouched) they give the verdicts an immediate judgement gives: an input written into is caught."""
+    sneaky = dict(TARGET, name="sneaky", function_name="sneaky")
+    cb, bb = _open(workers, [sneaky, TARGET], 4, defer=True)
+    interleave([(workers[0], cb), (workers[1], bb)], lambda: None)
+    assert cb.result is None and bb.result is None and not cb.waiting and not bb.waiting
+    assert cb.claims_ok and bb.claims_ok  # the workers' own word, until judged
+    for w, b in zip(workers, (cb, bb)):
+        w.conclude(b)
+    assert bb.result is not None and bb.result.status == "ok"
+    assert cb.result is not None and cb.result.status == "input_mutated" and not cb.claims_ok
+    now, = _open(workers[:1], [sneaky], 4)
+    interleave([(workers[0], now)], lambda: None)
+    assert now.result is not None and (now.result.status, now.result.message) == (cb.result.status,
+                                                                               cb.result.message)
