@@ -1,10 +1,9 @@
 """Judge side of the candidate worker: start it, call operators, and survive whatever it does.
 
-A crash, ``os._exit``, hang or memory blow-up in a submission ends in one
-:class:`CandidateResult` with a status; the worker is killed (with its whole
-process group) and the next call starts a fresh one. Between calls the worker
-is frozen with ``SIGSTOP``: it cannot change its outputs while the judge reads
-them, nor burn CPU the judge's checks need.
+A crash, ``os._exit``, hang or memory blow-up in a submission ends in one :class:`CandidateResult` with a
+status; the worker is killed (with its whole process group) and the next call starts a fresh one. Between calls
+the worker is frozen with ``SIGSTOP``: it cannot change its outputs while the judge reads them, nor burn CPU the
+judge's checks need.
 """
 
 from __future__ import annotations
@@ -331,10 +330,9 @@ class CandidateWorker(WorkerClient):
                    expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
                    npu: dict | None = None, case_log: Path | None = None,
                    judge_flush: Callable[[], None] | None = None, graph: str = "off") -> BatchResult:
-        """``warmup`` calls on set 0, then one timed call per entry of ``call_sets``, each set written into the
-        region only when its call is next; never raises for the candidate. ``judge_flush`` (CPU) evicts the
-        shared cache after each write. The judge's wall clock brackets the exchange, for the plausibility
-        check. :meth:`open_batch` and :meth:`run_call` interleave several workers' batches."""
+        """``warmup`` calls on set 0, then one timed call per entry of ``call_sets``, each set written only when
+        its call is next, ``judge_flush`` (CPU) after each write; never raises for the candidate. The judge's
+        clock brackets the exchange. :meth:`open_batch` and :meth:`run_call` interleave several workers'."""
         batch = self.open_batch(target, kwargs_sets, call_sets, warmup=warmup, expected_out_bytes=expected_out_bytes,
                                 timeout=timeout, flush=flush, timer=timer, npu=npu, case_log=case_log,
                                 judge_flushes=judge_flush is not None, graph=graph)
@@ -345,25 +343,22 @@ class CandidateWorker(WorkerClient):
 
     def make_room(self, kwargs_sets: list[dict[str, Any]], call_sets: list[int], expected_out_bytes: int,
                   timeout: float) -> None:
-        """Grow the region for a timed batch and have the worker map it now, before the window: mapping a grown
-        region faults its new pages in (the kernel zeroes them; 0.3-0.5 s for some hundreds of MiB), work that
-        :meth:`open_batch` would otherwise do inside the window while every other worker waits. A worker that
-        cannot answer is left to :meth:`open_batch`, which reports it."""
+        """Grow the region for a timed batch and have the worker map (fault in) it now, not inside the window
+        (0.3-0.5 s for some hundreds of MiB). A worker that cannot answer is left to :meth:`open_batch`."""
         layout, _ = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
         try:
             self._ensure()
-            assert self.proc is not None and self.region is not None  # _ensure started both
+            assert self.region is not None  # _ensure made it
             self.region.ensure(layout.size)
-            if self._mapped != (self.pid, self.region.size):
-                reply = self._exchange({"op": "map", "region_size": self.region.size}, timeout)
-                self._freeze()
-                if reply.get("ok"):
-                    self._mapped = (self.pid, self.region.size)
+            mapped = (self.pid, self.region.size)
+            if self._mapped != mapped and self._exchange({"op": "map", "region_size": mapped[1]}, timeout).get("ok"):
+                self._mapped = mapped
         except WorkerGone:
-            pass
+            return
         except BaseException:
             self.kill()
             raise
+        self._freeze()
 
     def open_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
                    expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
@@ -371,8 +366,7 @@ class CandidateWorker(WorkerClient):
                    judge_flushes: bool = False, graph: str = "off", defer: bool = False) -> StreamedBatch:
         """Start a streamed batch: only the warm-up set is in the region; the worker warms up and waits, frozen,
         for timed call 0 (``batch.waiting``), or has already ended (``batch.result``). ``graph``: the CUDA-graph
-        mode (``timing/cuda_graph.py``; ``off`` off CUDA). ``defer``: its final reply waits for
-        :meth:`conclude`."""
+        mode (``timing/cuda_graph.py``; ``off`` off CUDA). ``defer``: its final reply waits for :meth:`conclude`."""
         layout, _ = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
         self.log_mark = procs.log_size(self.log_path)
         self.wipe_tmp(str(target.get("rel_path") or target.get("name")))
@@ -406,8 +400,7 @@ class CandidateWorker(WorkerClient):
         return batch
 
     def stage_call(self, batch: StreamedBatch) -> None:
-        """Write the next timed call's set into the region now (the worker is frozen and cannot see it before its
-        ``go``): a window writes every participant's set first, then evicts the caches once for all of them."""
+        """Write the next timed call's set now (the frozen worker sees it only at its ``go``)."""
         assert batch.waiting and self.region is not None
         index = batch.call_sets[batch.next]
         if index not in batch.written:
@@ -415,9 +408,8 @@ class CandidateWorker(WorkerClient):
             batch.written.add(index)
 
     def run_call(self, batch: StreamedBatch, before_go: Callable[[], None] | None = None) -> None:
-        """Write the next timed call's set (the worker is frozen) unless :meth:`stage_call` did, run
-        ``before_go`` (the judge's cache flush), then let the worker run that one call; afterwards it waits
-        again, frozen, or has ended."""
+        """Write the next call's set unless :meth:`stage_call` did, run ``before_go`` (the judge's flush), then let
+        the worker run that one call; afterwards it waits again, frozen, or has ended."""
         assert batch.waiting and self.region is not None
         try:
             self.stage_call(batch)
@@ -472,12 +464,10 @@ class CandidateWorker(WorkerClient):
             self.conclude(batch)
 
     def conclude(self, batch: StreamedBatch) -> None:
-        """Judge a batch that ended (``open_batch(defer=True)``: after the window, the worker still frozen and its
-        region untouched): the checks read /proc, the judge's CPU samples and every set's inputs in the region,
-        work that would otherwise hold the window while every other worker waits."""
+        """Judge a batch that ended (``open_batch(defer=True)``: after the window, the worker frozen, its region
+        untouched), so that these checks do not hold the window."""
         if batch.result is None and batch.ended is not None:
-            reply, wall, cpu_s, busiest_s = batch.ended
-            batch.result = self._conclude(batch, reply, wall, cpu_s, busiest_s)
+            batch.result = self._conclude(batch, *batch.ended)
 
     def _conclude(self, batch: StreamedBatch, reply: dict, wall: float, cpu_s: float | None,
                   busiest_s: float | None) -> BatchResult:
