@@ -11,7 +11,6 @@ a golden prints goes to stderr, which the judge keeps in a log file.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import resource
 import sys
@@ -166,15 +165,10 @@ def _own_inputs(inputs: list | None, path: str | None, layout: list | None) -> l
 
 def planned_bytes(plans: list) -> int:
     """The native bytes of the inputs ``plans`` describe (``taskformat.inputs.plan_inputs``); an input of a dtype
-    torch does not know counts as large (it is the file's to refuse)."""
-    import torch
+    outside the project's vocabulary counts as large (it is the file's to refuse)."""
+    from pytest_cannbench.taskformat.dtypes import DTYPE_INFO
 
-    total = 0
-    for plan in plans:
-        for t in plan.tensors if plan.kind != "none" else []:
-            dtype = getattr(torch, t.dtype, None)
-            total += math.prod(t.shape) * (dtype.itemsize if isinstance(dtype, torch.dtype) else PIPE_BYTES)
-    return total
+    return sum(t.nbytes if t.dtype in DTYPE_INFO else PIPE_BYTES for plan in plans for t in plan.tensors)
 
 
 def payload_bytes(value: Any) -> int:
