@@ -310,6 +310,12 @@ class CannBenchState:
         worker.protect = sorted({*worker.protect, str(log_dir)})
         return worker
 
+    def release_regions(self) -> None:
+        """After a case: the workers' shared regions give back their pages past ``KEEP_REGION`` (issue 22)."""
+        for worker in self._workers.values():
+            if worker.region is not None:
+                worker.region.release()
+
     def _new_worker(self, name: str, mode: str, submission: SubmissionState | None,
                     guard_role: str | None = None) -> CandidateWorker:
         from pytest_cannbench.guard.policy import mode_for
@@ -451,8 +457,8 @@ class CannBenchState:
         """The effective memory and thread budgets of this run's workers, and the inherited limits behind them."""
         from pytest_cannbench.workers import limits
 
-        plan = self.memory_plan()
-        return limits.header_line(limits.inherited(), plan.golden, plan.candidate, self._threads_of_workers())
+        plan, threads = self.memory_plan(), max(1, usable_cores() // self.run_processes())  # goldens, comparisons
+        return limits.header_line(limits.inherited(), plan.golden, plan.candidate, threads)
 
     def memory_plan(self) -> MemoryPlan:
         """The session's memory plan (issue 22): made once by the controller (or the only process), from
@@ -492,10 +498,6 @@ class CannBenchState:
             lock = self.memory_plan().lock
             self._memory_fence = Fence(Path(lock) if lock else None)
         return self._memory_fence
-
-    def _threads_of_workers(self) -> int:
-        """The intra-op threads each pytest process will use (goldens, comparisons), seen from any of them."""
-        return max(1, usable_cores() // self.run_processes())
 
     def runs_cases(self) -> bool:
         """Whether this pytest process runs cases itself: an xdist worker, or a session without xdist."""

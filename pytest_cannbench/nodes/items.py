@@ -277,6 +277,7 @@ class SourceItem(_CannItem):
 
     def teardown(self) -> None:
         self.reference = None  # outputs can be large; do not keep them for the whole session
+        state.of(self.config).release_regions()  # nor the regions' pages, grown to the largest case so far
         hold = getattr(self, "_memory_hold", None)  # the memory fence and any raised budgets (nodes.memory)
         if hold is not None:
             hold.close()

@@ -96,7 +96,6 @@ class CandidateWorker(WorkerClient):
     last_tmp: str | None = None  # the operator whose files the private TMPDIR holds
     _killed_for: str | None = None
     _pid: int | None = None  # the worker's pid in the judge's namespace (bwrap's child under the sandbox)
-    _mapped: tuple[int, int] | None = None  # (pid, region size) the worker mapped at the last make_room
     evidence: OutsideEvidence | None = None  # what the judge samples and reads of the worker from outside
 
     # ------------------------------------------------------------ lifecycle
@@ -343,16 +342,16 @@ class CandidateWorker(WorkerClient):
 
     def make_room(self, kwargs_sets: list[dict[str, Any]], call_sets: list[int], expected_out_bytes: int,
                   timeout: float) -> None:
-        """Grow the region for a timed batch and have the worker map (fault in) it now, not inside the window
-        (0.3-0.5 s for some hundreds of MiB). A worker that cannot answer is left to :meth:`open_batch`."""
+        """Grow the region and have the worker map and fault in the batch's part now, not in the window (0.3-0.5 s
+        for some hundreds of MiB); pages released after a case again. A worker that fails is :meth:`open_batch`'s."""
         layout, _ = plan_batch(kwargs_sets, call_sets, expected_out_bytes)
         try:
             self._ensure()
             assert self.region is not None  # _ensure made it
             self.region.ensure(layout.size)
-            mapped = (self.pid, self.region.size)
-            if self._mapped != mapped and self._exchange({"op": "map", "region_size": mapped[1]}, timeout).get("ok"):
-                self._mapped = mapped
+            request = {"op": "map", "region_size": self.region.size, "populate": layout.size}
+            if self.region.unfaulted(self.pid, layout.size) and self._exchange(request, timeout).get("ok"):
+                self.region.faulted(self.pid, layout.size)
         except WorkerGone:
             return
         except BaseException:

@@ -25,6 +25,7 @@ from pytest_cannbench.workers.raw_memory import copy_into, fill
 
 ALIGN = 64
 MIN_REGION = 1 << 20
+KEEP_REGION = 64 << 20  # what a region keeps backed between cases (issue 22: idle regions held 2 GiB of a 6.8 peak)
 MAX_OUTPUTS = 4096
 MAX_NDIM = 16
 MAX_DIM = 1 << 40  # any single size or stride beyond this is a lie (and would overflow torch's int64 maths)
@@ -71,17 +72,45 @@ class Region:
             self.fd = fd
         self.size = 0
         self.mm: mmap.mmap | None = None
+        self.used = 0  # how far pages may be backed since the last release
+        self.generation = 0  # counts releases: a worker's mapping older than the last one needs faulting in again
+        self._faulted: tuple[int, int, int, int] | None = None  # (pid, size, generation, extent): see faulted()
         self.ensure(size)
 
     def ensure(self, size: int) -> None:
         """At least ``size`` bytes. The old mapping is dropped, not closed: views of it may still be alive."""
-        if size <= self.size:
-            return
-        new = max(_aligned(size), self.size * 3 // 2, MIN_REGION)
-        new = (new + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
-        os.ftruncate(self.fd, new)
-        self.mm = mmap.mmap(self.fd, new)
-        self.size = new
+        if size > self.size:
+            new = max(_aligned(size), self.size * 3 // 2, MIN_REGION)
+            new = (new + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+            os.ftruncate(self.fd, new)
+            self.mm = mmap.mmap(self.fd, new)
+            self.size = self.used = new  # the worker maps (and faults in) all of it
+        self.used = max(self.used, size)
+
+    def release(self, keep: int = KEEP_REGION) -> int:
+        """Give the pages past ``keep`` back to the system (the size stays); returns the bytes released.
+
+        The region grows to the largest case so far, and its pages stayed backed for the whole session: on official
+        level 1 the two idle regions held 2 GiB while another case's golden ran. Punching them out between cases
+        costs the next large case fresh pages. Views of the released part read zeros (never a fault), and the
+        worker's mapping of it is emptied too, so ``generation`` tells the client to fault it in again before
+        anything is timed there."""
+        start = (keep + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
+        if self.mm is None or start >= min(self.used, self.size):
+            return 0
+        self.mm.madvise(mmap.MADV_REMOVE, start, self.size - start)
+        self.used, self.generation = start, self.generation + 1
+        return self.size - start
+
+    def unfaulted(self, pid: int, extent: int) -> bool:
+        """Whether worker ``pid`` may lack backed, mapped pages in the first ``extent`` bytes: it has not
+        :meth:`faulted` them in at this size since the last release."""
+        was = self._faulted
+        return was is None or was[:3] != (pid, self.size, self.generation) or was[3] < extent
+
+    def faulted(self, pid: int, extent: int) -> None:
+        """Worker ``pid`` mapped the region at its present size and faulted in its first ``extent`` bytes."""
+        self._faulted = (pid, self.size, self.generation, extent)
 
     def view(self, dtype: Any, shape: list[int], offset: int) -> Any:
         import torch

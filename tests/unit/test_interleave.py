@@ -93,6 +93,18 @@ def _mapped_region_sizes(pid: int) -> list[int]:
     return sizes
 
 
+def _region_resident(pid: int) -> int:
+    """Bytes of the region's pages mapped into ``pid`` now (its largest mapping: the one in use)."""
+    best, inside = 0, False
+    with open(f"/proc/{pid}/smaps") as fh:
+        for line in fh:
+            if "-" in line.split(" ", 1)[0]:  # a mapping's header line
+                inside = "memfd:cannbench-region" in line
+            elif inside and line.startswith("Rss:"):
+                best = max(best, int(line.split()[1]) * 1024)
+    return best
+
+
 def test_make_room_maps_a_grown_region_before_the_window(workers) -> None:
     """The worker maps (and faults in) the grown region when asked before the window, so the batch that follows
     finds it mapped at that size; asking again at the same size costs nothing the worker does."""
@@ -101,9 +113,7 @@ def test_make_room_maps_a_grown_region_before_the_window(workers) -> None:
     before = worker.region.size
     worker.make_room(big, [1, 2], (1 << 22) * 4, timeout=60)
     assert worker.region.size > before and worker.region.size in _mapped_region_sizes(worker.pid)
-    again = worker._mapped
-    worker.make_room(big, [1, 2], (1 << 22) * 4, timeout=60)
-    assert worker._mapped == again
+    assert not worker.region.unfaulted(worker.pid, worker.region.size)  # asking again sends nothing
     batch = worker.open_batch(TARGET, big, [1, 2], warmup=0, expected_out_bytes=(1 << 22) * 4, timeout=60,
                               judge_flushes=True)
     while batch.waiting:
@@ -128,3 +138,51 @@ def test_a_deferred_batch_is_judged_after_the_window_as_it_would_have_been(worke
     interleave([(workers[0], now)], lambda: None)
     assert now.result is not None and (now.result.status, now.result.message) == (cb.result.status,
                                                                                cb.result.message)
+
+
+def test_a_region_released_after_a_case_is_faulted_in_again_before_the_next_window(workers) -> None:
+    """After a case the region gives back its pages past KEEP_REGION, in the judge and in the worker's mapping;
+    the next timed batch has the worker fault its part in again in make_room, so no timed call faults a page."""
+    worker = workers[1]
+    big = [{"x": torch.full((1 << 23,), float(i))} for i in range(4)]  # 32 MiB a set: 224 MiB with the outputs
+    worker.make_room(big, [1, 2, 3], (1 << 23) * 4, timeout=60)
+    used = worker.region.used
+    assert used > 200 << 20 and _region_resident(worker.pid) >= used
+    assert worker.region.release() == worker.region.size - (64 << 20)
+    assert _region_resident(worker.pid) <= 64 << 20 and worker.region.unfaulted(worker.pid, used)
+    assert worker.region.release() == 0  # nothing backed past the kept part: no second release
+    worker.make_room(big, [1, 2, 3], (1 << 23) * 4, timeout=60)
+    assert _region_resident(worker.pid) >= used
+    batch = worker.open_batch(TARGET, big, [1, 2, 3], warmup=0, expected_out_bytes=(1 << 23) * 4, timeout=60,
+                              judge_flushes=True)
+    while batch.waiting:
+        worker.run_call(batch)
+    assert batch.result is not None and batch.result.status == "ok"
+    assert [float(o[0][-1]) for o in batch.result.outputs] == [2.0, 4.0, 6.0]  # read back past the kept part
+
+
+def test_populate_backs_the_pages_where_the_kernel_lacks_madv_populate_write() -> None:
+    """Kernels before 5.14 refuse MADV_POPULATE_WRITE: one write per page backs the same pages, contents kept."""
+    import mmap
+    import os
+
+    from pytest_cannbench.workers.candidate_main import populate
+
+    class OldKernel(mmap.mmap):
+        def madvise(self, *args: int) -> None:
+            raise OSError(22, "Invalid argument")
+
+    fd = os.memfd_create("cannbench-region-test", 0)
+    try:
+        os.ftruncate(fd, 8 << 20)
+        mm = OldKernel(fd, 8 << 20)
+        mm[4096 * 3] = 7
+        populate(mm, 6 << 20)
+        with open(f"/proc/{os.getpid()}/smaps") as fh:
+            text = fh.read()
+        block = text.split("memfd:cannbench-region-test", 1)[1]
+        rss = int(block.split("Rss:", 1)[1].split()[0]) * 1024
+        assert 6 << 20 <= rss < 7 << 20 and mm[4096 * 3] == 7
+        mm.close()
+    finally:
+        os.close(fd)
