@@ -350,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
             procs.exit_now()
         handler = handlers.get(op)
         reply = handler(req) if handler else {"ok": False, "stage": "protocol", "error": f"unknown request {op!r}"}
+        if op == "call" and not args.guard:  # trusted goldens (self-check, the baseline) idle between cases as
+            procs.give_back_freed_memory()  # planned; before the reply: the judge freezes the worker after it
         try:
             wire.send_json(out, reply)
         except (TypeError, ValueError) as exc:
