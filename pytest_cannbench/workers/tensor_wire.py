@@ -73,8 +73,7 @@ class Region:
         self.size = 0
         self.mm: mmap.mmap | None = None
         self.used = 0  # how far pages may be backed since the last release
-        self.generation = 0  # counts releases: a worker's mapping older than the last one needs faulting in again
-        self._faulted: tuple[int, int, int, int] | None = None  # (pid, size, generation, extent): see faulted()
+        self._faulted: tuple[int, int] | None = None  # (pid, extent) since the last growth or release: faulted()
         self.ensure(size)
 
     def ensure(self, size: int) -> None:
@@ -85,6 +84,7 @@ class Region:
             os.ftruncate(self.fd, new)
             self.mm = mmap.mmap(self.fd, new)
             self.size = self.used = new  # the worker maps (and faults in) all of it
+            self._faulted = None  # a mapping at the old size is not one at this size
         self.used = max(self.used, size)
 
     def release(self, keep: int = KEEP_REGION) -> int:
@@ -93,24 +93,24 @@ class Region:
         The region grows to the largest case so far, and its pages stayed backed for the whole session: on official
         level 1 the two idle regions held 2 GiB while another case's golden ran. Punching them out between cases
         costs the next large case fresh pages. Views of the released part read zeros (never a fault), and the
-        worker's mapping of it is emptied too, so ``generation`` tells the client to fault it in again before
+        worker's mapping of it is emptied too, so :meth:`unfaulted` tells the client to fault it in again before
         anything is timed there."""
         start = (keep + mmap.PAGESIZE - 1) // mmap.PAGESIZE * mmap.PAGESIZE
-        if self.mm is None or start >= min(self.used, self.size):
+        if self.mm is None or start >= self.used:
             return 0
         self.mm.madvise(mmap.MADV_REMOVE, start, self.size - start)
-        self.used, self.generation = start, self.generation + 1
+        self.used, self._faulted = start, None
         return self.size - start
 
     def unfaulted(self, pid: int, extent: int) -> bool:
         """Whether worker ``pid`` may lack backed, mapped pages in the first ``extent`` bytes: it has not
         :meth:`faulted` them in at this size since the last release."""
         was = self._faulted
-        return was is None or was[:3] != (pid, self.size, self.generation) or was[3] < extent
+        return was is None or was[0] != pid or was[1] < extent
 
     def faulted(self, pid: int, extent: int) -> None:
         """Worker ``pid`` mapped the region at its present size and faulted in its first ``extent`` bytes."""
-        self._faulted = (pid, self.size, self.generation, extent)
+        self._faulted = (pid, extent)
 
     def view(self, dtype: Any, shape: list[int], offset: int) -> Any:
         import torch
