@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# The GPU proof (issue 21): every CUDA path of the plugin run on a real CUDA GPU, in one go, results in one folder.
+#
+# Usage, from the repository root on a machine with a CUDA GPU and a CUDA build of torch:
+#   bash benchmarks/gpu_proof.sh OUT_DIR [STEP ...]
+# Steps (default: all, in this order): env install tests kernelbench main triton fidelity graph.
+# Each step runs under its own time limit (SIGINT first, so a pytest session still writes its reports), logs to
+# OUT_DIR/work/<step>.log, and never stops the next one; OUT_DIR/summary.txt has one line per step and the
+# figures worth quoting; OUT_DIR/proof.tgz packs the whole work folder (reports, JUnit XML, logs).
+#
+# Nothing is downloaded: the machine must already have torch (CUDA), pytest, pytest-xdist, pyyaml, numpy and
+# jinja2 (the optional pytest-html and pytest-timeout are used when present), nvcc and ninja for the CUDA example
+# and the KernelBench sample, and Triton for the Triton example (skipped without it). The project is installed
+# with pip, offline: from a wheel in .gpu/ when one is there (built beforehand with
+# `python -m pip wheel --no-deps -w .gpu .`), else editable from this checkout.
+# KB_PROBLEMS / KB_GENERATIONS: another KernelBench problems tree and generations folder to grade instead of the
+# bundled sample (benchmarks/gpu/kernelbench).
+# Budget: about 6 minutes on an H200 with 16 cores (the limits below sum to under 8).
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT=$PWD
+OUT=${1:?usage: bash benchmarks/gpu_proof.sh OUT_DIR [STEP ...]}
+shift
+mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
+W="$OUT/work"
+mkdir -p "$W"
+PY=${PYTHON:-python3}
+STEPS=${*:-env install tests kernelbench main triton fidelity graph}
+KB_PROBLEMS=${KB_PROBLEMS:-benchmarks/gpu/kernelbench/problems}
+KB_GENERATIONS=${KB_GENERATIONS:-benchmarks/gpu/kernelbench/generations}
+export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+SUMMARY="$OUT/summary.txt"
+: > "$SUMMARY"
+
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+# step NAME LIMIT_S CMD...: run CMD with a time limit (SIGINT, then SIGKILL 20 s later), log to $W/NAME.log
+step() {
+  local name=$1 limit=$2 t0 rc
+  shift 2
+  t0=$(date +%s)
+  timeout -s INT -k 20 "$limit" "$@" > "$W/$name.log" 2>&1
+  rc=$?
+  note "step $name: rc=$rc in $(( $(date +%s) - t0 )) s (limit ${limit} s)"
+  return $rc
+}
+
+wants() { [[ " $STEPS " == *" $1 "* ]]; }
+
+# the pytest summary line and the cannbench section of a log
+digest() {
+  grep -E "^(=+ .*(passed|failed|error|skipped).* =+|[0-9]+ operators?, [0-9]+ cases)" "$1" | tail -3 | sed 's/^/  /' >> "$SUMMARY"
+  awk '/^=+ cannbench =+$/{on=1; next} on && /^=+ .* =+$/{on=0} on' "$1" | head -40 | sed 's/^/  /' >> "$SUMMARY"
+}
+
+pack() {
+  (cd "$OUT" && tar czf proof.tgz --exclude='*.so' --exclude='*.whl' --exclude='*.o' --exclude='build' work) \
+    && note "packed: $OUT/proof.tgz ($(du -h "$OUT/proof.tgz" | cut -f1))"
+}
+trap pack EXIT  # an interrupted proof still leaves its logs
+
+if wants env; then
+  {
+    date -u +%FT%TZ
+    nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem,power.limit --format=csv
+    nvidia-smi -q | sed -n '1,40p'
+    nvcc --version | tail -2
+    $PY - <<'EOF'
+import platform, sys
+import torch
+print("python", sys.version.split()[0], platform.machine())
+print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())
+if torch.cuda.is_available():
+    p = torch.cuda.get_device_properties(0)
+    print("device", p.name, "cc", f"{p.major}.{p.minor}", "SMs", p.multi_processor_count,
+          "memory GiB", round(p.total_memory / 2**30, 1), "L2 MiB", getattr(p, "L2_cache_size", 0) >> 20)
+for name in ("triton", "pytest", "xdist", "pytest_timeout", "pytest_html", "yaml", "numpy", "jinja2", "ninja",
+             "pynvml"):
+    try:
+        mod = __import__(name)
+        print(name, getattr(mod, "__version__", "present"))
+    except Exception as exc:  # noqa: BLE001 - a report, not a check
+        print(name, "missing:", type(exc).__name__)
+EOF
+    nproc; free -g | head -2; command -v bwrap perf || true
+  } > "$W/env.log" 2>&1
+  grep -E "^(torch|device|triton|python) " "$W/env.log" | sed 's/^/  /' >> "$SUMMARY"
+  head -3 "$W/env.log" | tail -2 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+if wants install; then
+  wheel=$(ls .gpu/pytest_cannbench-*.whl 2>/dev/null | head -1)
+  if [ -n "$wheel" ]; then
+    step install 120 $PY -m pip install --no-deps --no-index --force-reinstall "$wheel"
+  else
+    step install 120 $PY -m pip install --no-deps --no-index --no-build-isolation -e .
+  fi
+  $PY -c "import pytest_cannbench, sys; print('installed', pytest_cannbench.__version__, pytest_cannbench.__file__)" \
+    >> "$SUMMARY" 2>&1
+fi
+
+kb_pid=""
+if wants kernelbench; then
+  # in the background, beside the tests: its time is mostly nvcc on the host's cores
+  step kernelbench 300 $PY -m pytest -p no:cacheprovider --cann-bench=stanford --cann-device=cuda \
+      --cann-tasks="$KB_PROBLEMS" --cann-source="$KB_GENERATIONS" -n 4 --cann-seed=0 \
+      --cann-report-dir="$W/kernelbench" -rA --junitxml="$W/kernelbench.xml" &
+  kb_pid=$!
+fi
+
+if wants tests; then
+  # every CUDA test of the suite (marker `cuda`); none may skip here
+  step tests 240 $PY -m pytest tests -m cuda -n 6 -p no:cacheprovider -rA --junitxml="$W/cuda-tests.xml"
+  digest "$W/tests.log"
+  grep -E "^(SKIPPED|FAILED|ERROR)" "$W/tests.log" | head -20 | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+if [ -n "$kb_pid" ]; then
+  wait "$kb_pid"
+  digest "$W/kernelbench.log"
+fi
+
+if wants main; then
+  # the README main job on the GPU, against the CUDA C++ example (built here by its build.sh through the plugin)
+  step main 240 $PY -m pytest -p no:cacheprovider --cann-tasks=tasks --cann-source=examples/cuda \
+      --cann-device=cuda -n 8 --cann-seed=0 --cann-report-dir="$W/main" --junitxml="$W/main.xml"
+  digest "$W/main.log"
+fi
+
+if wants triton; then
+  if $PY -c "import triton" 2>/dev/null; then
+    step triton 150 $PY -m pytest -p no:cacheprovider --cann-tasks=tasks --cann-source=examples/triton \
+        --cann-device=cuda -n 8 --cann-seed=0 --cann-report-dir="$W/triton" --junitxml="$W/triton.xml" \
+        -k "softplus or gelu or silu or leaky_relu or rms_scale or log_softmax"
+    digest "$W/triton.log"
+  else
+    note "step triton: skipped, Triton is not importable here"
+  fi
+fi
+
+if wants fidelity; then
+  # the timer against a kernel of known cost: error, CV, ranking power at 20 us, 200 us and 2 ms
+  step fidelity 150 $PY benchmarks/timer_fidelity.py --device cuda --sizes 20,200,2000 --runs 10 --repeat 10
+  sed 's/^/  /' "$W/fidelity.log" | tail -12 >> "$SUMMARY"
+fi
+
+if wants graph; then
+  step graph 60 $PY benchmarks/cuda_graph_fidelity.py --runs 3
+  tail -12 "$W/graph.log" | sed 's/^/  /' >> "$SUMMARY"
+fi
+
+trap - EXIT
+pack
+echo "----- summary -----"
+cat "$SUMMARY"
