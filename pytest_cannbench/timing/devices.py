@@ -1,13 +1,12 @@
 """Which device a pytest process grades on, and the lock that keeps timed regions from overlapping.
 
-``--cann-device auto|cpu|cuda|npu`` and ``--cann-device-ids 0,1,...|all``
-(default all: every visible card): xdist worker ``gwK`` uses id ``ids[K % len(ids)]``. The candidate and baseline
-workers see only that device (``CUDA_VISIBLE_DEVICES`` /
-``ASCEND_RT_VISIBLE_DEVICES``) and address it as device 0, as the official
-harness does. Accuracy checks of several workers on one device run in
-parallel; timed batches take an exclusive per-device file lock, so no two
-processes, sessions included, time on one device at once. The whole CPU is one
-device.
+``--cann-device auto|cpu|cuda|npu`` and ``--cann-device-ids 0,1,...|all`` (default all: every visible card):
+xdist worker ``gwK`` uses id ``ids[K % len(ids)]``. The candidate and baseline workers see only that device
+(``CUDA_VISIBLE_DEVICES`` / ``ASCEND_RT_VISIBLE_DEVICES``) and address it as device 0, as the official harness
+does. A visibility variable that names cards by UUID (``GPU-...``, ``MIG-...``) is passed on token by token: the
+workers then see the card the user allowed, never the host's card of the same position. Accuracy checks of
+several workers on one device run in parallel; timed batches take an exclusive per-device file lock, so no two
+processes, sessions included, time on one device at once. The whole CPU is one device.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ VISIBILITY_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVI
 @dataclass(frozen=True)
 class DevicePlan:
     kind: str  # cpu, cuda or npu
-    physical_id: int | None  # None on the CPU
+    physical_id: int | str | None  # None on the CPU; a UUID where the visibility variable names cards by UUID
     env: dict[str, str] = field(default_factory=dict)  # applied to the candidate and baseline workers only
 
     @property
@@ -74,11 +73,14 @@ def parse_ids(text: str | None) -> list[int]:
     return ids
 
 
-def all_ids(kind: str, env: dict[str, str], count: int) -> list[int]:
+def all_ids(kind: str, env: dict[str, str], count: int) -> list[int | str]:
     """Every device a run may use: those ``CUDA_VISIBLE_DEVICES``/``ASCEND_RT_VISIBLE_DEVICES`` names (physical
-    ids, which the workers are then given), else ``0..count-1``; [0] when none is seen."""
+    ids, or UUIDs as the variable spells them, which the workers are then given), else ``0..count-1``; [0] when
+    none is seen. Renumbering UUIDs as 0..n-1 would hand a worker the host's card 0, which the user may not have
+    been given."""
     visible = env.get(VISIBILITY_ENV.get(kind, ""), "")
-    named = [int(part) for part in visible.split(",") if part.strip().isdigit()]
+    tokens = [part.strip() for part in visible.split(",") if part.strip()]
+    named: list[int | str] = [int(t) if t.isdigit() else t for t in tokens]
     return named or list(range(count)) or [0]
 
 
@@ -95,7 +97,7 @@ def worker_index(worker_id: str) -> int:
     return int(worker_id[2:]) if worker_id.startswith("gw") and worker_id[2:].isdigit() else 0
 
 
-def plan(kind: str, ids: list[int], worker_id: str) -> DevicePlan:
+def plan(kind: str, ids: list[int] | list[int | str], worker_id: str) -> DevicePlan:
     if kind == "auto":
         kind = detect_kind()
     if kind == "cpu":

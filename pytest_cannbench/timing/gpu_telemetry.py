@@ -168,8 +168,9 @@ class Telemetry:
             return
         self.reason = f"{why}; nvidia-smi: not on PATH"
 
-    def read(self, index: int) -> dict[str, Any]:
-        """Card ``index``'s reading as a dict, or ``{"unavailable": reason}``; never raises."""
+    def read(self, index: int | str) -> dict[str, Any]:
+        """Card ``index``'s reading (a physical index, or a UUID) as a dict, or ``{"unavailable": reason}``;
+        never raises."""
         if not self._probed:
             self._probe()
         try:
@@ -182,7 +183,7 @@ class Telemetry:
         return {"unavailable": self.reason}
 
 
-def _smi_reading(index: int) -> GpuReading:
+def _smi_reading(index: int | str) -> GpuReading:
     done = subprocess.run(["nvidia-smi", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits",
                            "-i", str(index)], capture_output=True, text=True, timeout=SMI_TIMEOUT_S, check=True)
     readings = parse_smi(done.stdout)
@@ -191,8 +192,9 @@ def _smi_reading(index: int) -> GpuReading:
     return readings[0]
 
 
-def _nvml_reading(nvml: Any, index: int) -> GpuReading:
-    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+def _nvml_reading(nvml: Any, index: int | str) -> GpuReading:
+    handle = (nvml.nvmlDeviceGetHandleByUUID(index) if isinstance(index, str) else
+              nvml.nvmlDeviceGetHandleByIndex(index))
 
     def get(name: str, *args: Any, scale: float = 1.0) -> float | None:
         try:

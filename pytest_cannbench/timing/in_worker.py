@@ -10,9 +10,10 @@ taken by the device's timer:
 * ``cpu_clock``: a monotonic clock bound when the worker started, before the
   submission was imported; the judge cross-checks the phases it reports
   against the wall time it observed itself.
-* ``cuda_profiler``: the union of the kernel intervals the profiler records on
-  every stream during the call (work on a side stream counts), falling back
-  to ``cuda_events`` (events around the call and a full device synchronise).
+* ``cuda_profiler``: from the call's start to the end of the last kernel the profiler records on any
+  stream during it (:func:`device_span_us`: work on a side stream counts, and so does the host's work
+  between launches while the card idles), falling back to ``cuda_events`` (events around the call and a
+  full device synchronise).
 * ``cuda_graph`` (``--cann-cuda-graph``): replays of the call captured in a CUDA graph, the L2 clear
   captured apart and subtracted (:mod:`.cuda_graph`).
 * ``npu_profiler``: see :mod:`.npu_run` and :mod:`.npu_parse`.
@@ -202,26 +203,26 @@ def _cuda_profiled(fn: Callable, fetch: Callable[[int], Any], count: int, device
         if len(marks) != 1:
             raise RuntimeError(f"call marker {i} seen {len(marks)} times")
         windows.append((marks[0].time_range.start, marks[0].time_range.end))
-    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
-    for lo, hi in windows:
-        spans = sorted((k.time_range.start, k.time_range.end) for k in kernels if lo <= k.time_range.start <= hi)
-        out.seconds.append(_union_us(spans) / 1e6)
+    kernels = [(e.time_range.start, e.time_range.end) for e in events
+               if e.device_type == torch.autograd.DeviceType.CUDA]
+    for window in windows:
+        out.seconds.append(device_span_us(window, kernels) / 1e6)
     out.phases["total"] = clock() - start
     out.timer = "cuda_profiler"
     return out
 
 
-def _union_us(spans: list[tuple[int, int]]) -> float:
-    """Total length covered by possibly overlapping intervals (concurrent streams count once)."""
-    total, end = 0.0, None
-    for lo, hi in spans:
-        if end is None or lo > end:
-            total += hi - lo
-            end = hi
-        elif hi > end:
-            total += hi - end
-            end = hi
-    return total
+def device_span_us(window: tuple[int, int], kernels: list[tuple[int, int]]) -> float:
+    """A call's time on a CUDA card (profiler microseconds): from the call's start to the end of the last kernel
+    that started inside its window, on any stream.
+
+    The kernels' union alone would miss what the host did between launches while the card idled: a result
+    computed on the host and copied over would cost only the copy. The span counts it, as events around the call
+    do, without the final synchronise's latency; concurrent streams count once. A call that launched nothing
+    costs its whole window (it ends with a device synchronise)."""
+    lo, hi = window
+    ends = [end for start, end in kernels if lo <= start <= hi]
+    return float(max(ends) - lo) if ends else float(hi - lo)
 
 
 def _npu_profiled(fn: Callable, fetch: Callable[[int], Any], count: int, device: str, clock: Callable[[], float],

@@ -62,6 +62,20 @@ def test_device_ids_all_is_the_default_and_spreads_over_every_card() -> None:
     assert plan("cpu", [], "gw3").physical_id is None
 
 
+def test_cards_named_by_uuid_reach_the_workers_as_named() -> None:
+    """CUDA_VISIBLE_DEVICES=GPU-<uuid>,...: renumbering them 0..n-1 would give a worker the host's card 0, which
+    may be someone else's; each worker gets one UUID, as the variable spells it."""
+    from pytest_cannbench.timing.devices import all_ids, plan
+
+    env = {"CUDA_VISIBLE_DEVICES": "GPU-5e1f0c3a-77d2-4b1e-9a0c-1d2e3f405060, MIG-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"}
+    ids = all_ids("cuda", env, 1)  # torch counts what the variable lets it see
+    assert ids == ["GPU-5e1f0c3a-77d2-4b1e-9a0c-1d2e3f405060", "MIG-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"]
+    second = plan("cuda", ids, "gw1")
+    assert second.env == {"CUDA_VISIBLE_DEVICES": "MIG-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"}
+    assert second.worker_device == "cuda:0" and second.label == "cuda:MIG-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9"
+    assert all_ids("cuda", {"CUDA_VISIBLE_DEVICES": "3,1"}, 2) == [3, 1]  # numbers stay numbers
+
+
 def test_cache_dir_without_a_home(monkeypatch) -> None:
     """No $HOME and no passwd entry (Path.home raises): the per-machine cache goes to the temp directory."""
     import tempfile
