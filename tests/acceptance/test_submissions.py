@@ -51,11 +51,11 @@ def assert_intact(run: InnerRun, broken: dict[str, tuple], missing: tuple[str, .
 # the C++ example on the bundled tasks
 
 
-def example_operators() -> set[str]:
-    """The operators the C++ example exports (its ``__all__``), read without importing it."""
+def example_operators(example: str = "cpp_cpu") -> set[str]:
+    """The operators an example exports (its ``__all__``), read without importing it."""
     import ast
 
-    init = Path(__file__).resolve().parents[2] / "examples" / "cpp_cpu" / "cann_bench" / "__init__.py"
+    init = Path(__file__).resolve().parents[2] / "examples" / example / "cann_bench" / "__init__.py"
     for node in ast.parse(init.read_text()).body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in node.targets):
             return set(ast.literal_eval(node.value))
@@ -83,6 +83,24 @@ def test_cpp_example_passes_what_it_implements_and_misses_the_rest(pytester, cap
     assert run.ret == 0
     header = f"cannbench: {len(implemented)} interfaces discovered: {', '.join(sorted(implemented))}"
     assert run.text.count("interfaces discovered") == 1 and header in run.text, run.text
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="the CUDA example needs a CUDA GPU; none here")
+def test_cuda_example_passes_under_the_guard_and_is_timed_on_the_card(pytester, capsys, prebuilt):
+    """The CUDA C++ example (its own kernels, ``TORCH_LIBRARY_IMPL(..., CUDA, ...)``) under ``--cann-guard block``:
+    the first case of every operator it implements passes and is timed on the card against the baseline."""
+    tasks = Path(__file__).resolve().parents[2] / "tasks"
+    implemented = example_operators("cuda")
+    run = run_inner(pytester, capsys, tasks, f"--cann-tasks={tasks}", "-p", "no:cacheprovider",
+                    "--cann-golden-cache=off", f"--cann-source={prebuilt('cuda')}", "-n", "2", "--cann-device=cuda",
+                    "--cann-guard=block", "--cann-repeat=3", "-k", f"01 and ({' or '.join(sorted(implemented))})")
+    assert {n.split("[")[0] for n in run.cases} == implemented, sorted(run.cases)
+    for name, case in run.cases.items():
+        assert (case.outcome, case.cann["status"]) == ("passed", "passed"), (name, case.cann.get("message"))
+        t = case.cann["timing"]
+        assert t["device"] == "cuda:0" and t["timer"] in ("cuda_profiler", "cuda_events"), (name, t)
+        assert t["t_cand_us"] > 0 and t["t_baseline_us"] > 0, (name, t)
 
 
 # --------------------------------------------------------------------------------------------
