@@ -3,18 +3,21 @@
 #
 # Usage, from the repository root on a machine with a CUDA GPU and a CUDA build of torch:
 #   bash benchmarks/gpu_proof.sh OUT_DIR [STEP ...]
-# Steps (default: all, in this order): env install tests kernelbench main triton fidelity graph.
+# Steps (default: all but sandbox, in this order): env install tests kernelbench main triton fidelity graph sandbox.
+# sandbox grades the first case of each operator of the CUDA example under --cann-sandbox=bwrap (bubblewrap must be
+# installed: the device machines of this project have none, so it is asked for by name after putting one there).
 # Each step runs under its own time limit (SIGINT first, so a pytest session still writes its reports), logs to
-# OUT_DIR/work/<step>.log, and never stops the next one; OUT_DIR/summary.txt has one line per step and the
-# figures worth quoting; OUT_DIR/proof.tgz packs the whole work folder (reports, JUnit XML, logs).
+# <work>/<step>.log (<work>: $GPU_PROOF_WORK, else OUT_DIR/work), and never stops the next one; OUT_DIR/summary.txt
+# has one line per step and the figures worth quoting; OUT_DIR/proof.tgz packs the whole work folder (reports,
+# JUnit XML, logs).
 #
 # Nothing is downloaded: the machine must already have torch (CUDA), pytest, pytest-xdist, pyyaml, numpy and
 # jinja2 (the optional pytest-html and pytest-timeout are used when present), nvcc and ninja for the CUDA example
 # and the KernelBench sample, and Triton for the Triton example (skipped without it). The project is installed
 # with pip, offline: from a wheel in .gpu/ when one is there (built beforehand with
 # `python -m pip wheel --no-deps -w .gpu .`), else editable from this checkout.
-# KB_PROBLEMS / KB_GENERATIONS: another KernelBench problems tree and generations folder to grade instead of the
-# bundled sample (benchmarks/gpu/kernelbench).
+# KB_PROBLEMS / KB_SOURCES: another KernelBench problems tree and generation runs (space-separated folders) to
+# grade instead of the bundled sample (benchmarks/gpu/kernelbench).
 # Budget: about 6 minutes on an H200 with 16 cores (the limits below sum to under 8).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -22,17 +25,29 @@ ROOT=$PWD
 OUT=${1:?usage: bash benchmarks/gpu_proof.sh OUT_DIR [STEP ...]}
 shift
 mkdir -p "$OUT" && OUT=$(cd "$OUT" && pwd)
-W="$OUT/work"
-mkdir -p "$W"
+W=${GPU_PROOF_WORK:-$OUT/work}  # elsewhere when OUT_DIR must hold only the two results
+mkdir -p "$W" && W=$(cd "$W" && pwd)
 PY=${PYTHON:-python3}
 STEPS=${*:-env install tests kernelbench main triton fidelity graph}
 KB_PROBLEMS=${KB_PROBLEMS:-benchmarks/gpu/kernelbench/problems}
-KB_GENERATIONS=${KB_GENERATIONS:-benchmarks/gpu/kernelbench/generations}
+KB_SOURCES=${KB_SOURCES:-benchmarks/gpu/kernelbench/generations/honest_cuda benchmarks/gpu/kernelbench/generations/cheat_torch_softmax}
 export PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
+# build for this card only (the example's build.sh and the KernelBench sample's load_inline both honour it)
+if [ -z "${TORCH_CUDA_ARCH_LIST:-}" ]; then
+  TORCH_CUDA_ARCH_LIST=$($PY -c "import torch; print('%d.%d' % torch.cuda.get_device_capability())" 2>/dev/null) \
+    && export TORCH_CUDA_ARCH_LIST
+fi
 SUMMARY="$OUT/summary.txt"
 : > "$SUMMARY"
 
 note() { echo "$*" | tee -a "$SUMMARY"; }
+
+# the work folder as OUT_DIR/proof.tgz (written aside, then renamed: a step in the background may pack at once)
+pack() {
+  local tmp="$OUT/.proof.$$.$RANDOM.tgz"
+  tar czf "$tmp" -C "$(dirname "$W")" --exclude='*.so' --exclude='*.whl' --exclude='*.o' --exclude='build' \
+      "$(basename "$W")" 2>/dev/null && mv -f "$tmp" "$OUT/proof.tgz"
+}
 
 # step NAME LIMIT_S CMD...: run CMD with a time limit (SIGINT, then SIGKILL 20 s later), log to $W/NAME.log
 step() {
@@ -42,6 +57,7 @@ step() {
   timeout -s INT -k 20 "$limit" "$@" > "$W/$name.log" 2>&1
   rc=$?
   note "step $name: rc=$rc in $(( $(date +%s) - t0 )) s (limit ${limit} s)"
+  pack  # after every step: a proof cut short still brings back what it did
   return $rc
 }
 
@@ -53,10 +69,6 @@ digest() {
   awk '/^=+ cannbench =+$/{on=1; next} on && /^=+ .* =+$/{on=0} on' "$1" | head -40 | sed 's/^/  /' >> "$SUMMARY"
 }
 
-pack() {
-  (cd "$OUT" && tar czf proof.tgz --exclude='*.so' --exclude='*.whl' --exclude='*.o' --exclude='build' work) \
-    && note "packed: $OUT/proof.tgz ($(du -h "$OUT/proof.tgz" | cut -f1))"
-}
 trap pack EXIT  # an interrupted proof still leaves its logs
 
 if wants env; then
@@ -102,9 +114,10 @@ fi
 kb_pid=""
 if wants kernelbench; then
   # in the background, beside the tests: its time is mostly nvcc on the host's cores
-  step kernelbench 300 $PY -m pytest -p no:cacheprovider --cann-bench=stanford --cann-device=cuda \
-      --cann-tasks="$KB_PROBLEMS" --cann-source="$KB_GENERATIONS" -n 4 --cann-seed=0 \
-      --cann-report-dir="$W/kernelbench" -rA --junitxml="$W/kernelbench.xml" &
+  kb_args=()
+  for source in $KB_SOURCES; do kb_args+=("--cann-source=$source"); done
+  step kernelbench 240 $PY -m pytest "$KB_PROBLEMS" -p no:cacheprovider --cann-bench=stanford --cann-device=cuda \
+      "${kb_args[@]}" -n 4 --cann-seed=0 --cann-report-dir="$W/kernelbench" --junitxml="$W/kernelbench.xml" &
   kb_pid=$!
 fi
 
@@ -122,14 +135,14 @@ fi
 
 if wants main; then
   # the README main job on the GPU, against the CUDA C++ example (built here by its build.sh through the plugin)
-  step main 240 $PY -m pytest -p no:cacheprovider --cann-tasks=tasks --cann-source=examples/cuda \
+  step main 180 $PY -m pytest -p no:cacheprovider --cann-tasks=tasks --cann-source=examples/cuda \
       --cann-device=cuda -n 8 --cann-seed=0 --cann-report-dir="$W/main" --junitxml="$W/main.xml"
   digest "$W/main.log"
 fi
 
 if wants triton; then
   if $PY -c "import triton" 2>/dev/null; then
-    step triton 150 $PY -m pytest -p no:cacheprovider --cann-tasks=tasks --cann-source=examples/triton \
+    step triton 90 $PY -m pytest -p no:cacheprovider --cann-tasks=tasks --cann-source=examples/triton \
         --cann-device=cuda -n 8 --cann-seed=0 --cann-report-dir="$W/triton" --junitxml="$W/triton.xml" \
         -k "softplus or gelu or silu or leaky_relu or rms_scale or log_softmax"
     digest "$W/triton.log"
@@ -140,16 +153,28 @@ fi
 
 if wants fidelity; then
   # the timer against a kernel of known cost: error, CV, ranking power at 20 us, 200 us and 2 ms
-  step fidelity 150 $PY benchmarks/timer_fidelity.py --device cuda --sizes 20,200,2000 --runs 10 --repeat 10
+  step fidelity 100 $PY benchmarks/timer_fidelity.py --device cuda --sizes 20,200,2000 --runs 10 --repeat 10
   sed 's/^/  /' "$W/fidelity.log" | tail -12 >> "$SUMMARY"
 fi
 
+if wants sandbox; then
+  if command -v bwrap >/dev/null; then
+    step sandbox 90 $PY -m pytest -p no:cacheprovider --cann-tasks=tasks --cann-source=examples/cuda \
+        --cann-device=cuda --cann-sandbox=bwrap -n 4 --cann-seed=0 --cann-repeat=3 -k 01 \
+        --cann-report-dir="$W/sandbox" --junitxml="$W/sandbox.xml"
+    digest "$W/sandbox.log"
+    grep -m3 -i "sandbox" "$W/sandbox.log" | sed 's/^/  /' >> "$SUMMARY"
+  else
+    note "step sandbox: skipped, bubblewrap (bwrap) is not installed"
+  fi
+fi
+
 if wants graph; then
-  step graph 60 $PY benchmarks/cuda_graph_fidelity.py --runs 3
+  step graph 40 $PY benchmarks/cuda_graph_fidelity.py --runs 3
   tail -12 "$W/graph.log" | sed 's/^/  /' >> "$SUMMARY"
 fi
 
 trap - EXIT
-pack
+pack && note "packed: $OUT/proof.tgz ($(du -h "$OUT/proof.tgz" | cut -f1))"
 echo "----- summary -----"
 cat "$SUMMARY"
