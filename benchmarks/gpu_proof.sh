@@ -116,14 +116,14 @@ if wants kernelbench; then
   # in the background, beside the tests: its time is mostly nvcc on the host's cores
   kb_args=()
   for source in $KB_SOURCES; do kb_args+=("--cann-source=$source"); done
-  step kernelbench 240 $PY -m pytest "$KB_PROBLEMS" -p no:cacheprovider --cann-bench=stanford --cann-device=cuda \
+  step kernelbench 200 $PY -m pytest "$KB_PROBLEMS" -p no:cacheprovider --cann-bench=stanford --cann-device=cuda \
       "${kb_args[@]}" -n 4 --cann-seed=0 --cann-report-dir="$W/kernelbench" --junitxml="$W/kernelbench.xml" &
   kb_pid=$!
 fi
 
 if wants tests; then
   # every CUDA test of the suite (marker `cuda`); none may skip here
-  step tests 240 $PY -m pytest tests -m cuda -n 6 -p no:cacheprovider -rA --junitxml="$W/cuda-tests.xml"
+  step tests 200 $PY -m pytest tests -m cuda -n 6 -p no:cacheprovider -rA --junitxml="$W/cuda-tests.xml"
   digest "$W/tests.log"
   grep -E "^(SKIPPED|FAILED|ERROR)" "$W/tests.log" | head -20 | sed 's/^/  /' >> "$SUMMARY"
 fi
@@ -135,14 +135,14 @@ fi
 
 if wants main; then
   # the README main job on the GPU, against the CUDA C++ example (built here by its build.sh through the plugin)
-  step main 180 $PY -m pytest -p no:cacheprovider --cann-tasks=tasks --cann-source=examples/cuda \
+  step main 150 $PY -m pytest -p no:cacheprovider --cann-tasks=tasks --cann-source=examples/cuda \
       --cann-device=cuda -n 8 --cann-seed=0 --cann-report-dir="$W/main" --junitxml="$W/main.xml"
   digest "$W/main.log"
 fi
 
 if wants triton; then
   if $PY -c "import triton" 2>/dev/null; then
-    step triton 90 $PY -m pytest -p no:cacheprovider --cann-tasks=tasks --cann-source=examples/triton \
+    step triton 60 $PY -m pytest -p no:cacheprovider --cann-tasks=tasks --cann-source=examples/triton \
         --cann-device=cuda -n 8 --cann-seed=0 --cann-report-dir="$W/triton" --junitxml="$W/triton.xml" \
         -k "softplus or gelu or silu or leaky_relu or rms_scale or log_softmax"
     digest "$W/triton.log"
@@ -153,13 +153,13 @@ fi
 
 if wants fidelity; then
   # the timer against a kernel of known cost: error, CV, ranking power at 20 us, 200 us and 2 ms
-  step fidelity 100 $PY benchmarks/timer_fidelity.py --device cuda --sizes 20,200,2000 --runs 10 --repeat 10
+  step fidelity 80 $PY benchmarks/timer_fidelity.py --device cuda --sizes 20,200,2000 --runs 10 --repeat 10
   sed 's/^/  /' "$W/fidelity.log" | tail -12 >> "$SUMMARY"
 fi
 
 if wants sandbox; then
   if command -v bwrap >/dev/null; then
-    step sandbox 90 $PY -m pytest -p no:cacheprovider --cann-tasks=tasks --cann-source=examples/cuda \
+    step sandbox 60 $PY -m pytest -p no:cacheprovider --cann-tasks=tasks --cann-source=examples/cuda \
         --cann-device=cuda --cann-sandbox=bwrap -n 4 --cann-seed=0 --cann-repeat=3 -k 01 \
         --cann-report-dir="$W/sandbox" --junitxml="$W/sandbox.xml"
     digest "$W/sandbox.log"
@@ -170,7 +170,7 @@ if wants sandbox; then
 fi
 
 if wants graph; then
-  step graph 40 $PY benchmarks/cuda_graph_fidelity.py --runs 3
+  step graph 30 $PY benchmarks/cuda_graph_fidelity.py --runs 3
   tail -12 "$W/graph.log" | sed 's/^/  /' >> "$SUMMARY"
 fi
 
