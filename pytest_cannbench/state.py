@@ -421,7 +421,7 @@ class CannBenchState:
         s, config = self.settings, self.config
         if not s.perf:
             return ["cannbench: timing off (--cann-no-perf): cases are 'not measured'"]
-        from pytest_cannbench.timing.anchors import hardware_key, roofline_limits
+        from pytest_cannbench.timing.anchors import hardware_key, roofline_line
         from pytest_cannbench.timing.in_worker import MAX_FLUSH_BYTES
         from pytest_cannbench.timing.machine import last_level_cache_bytes
 
@@ -449,8 +449,7 @@ class CannBenchState:
             return lines
         reporter = config.pluginmanager.get_plugin("terminalreporter")
         announce = reporter.write_line if reporter is not None else None
-        limits = roofline_limits(cache_dir(), plan, self.timed_threads(), announce)
-        lines.append(f"cannbench: T_HW from the {limits.describe()}")
+        lines.append(roofline_line(cache_dir(), plan, self.timed_threads(), announce))
         return lines
 
     def budget_line(self) -> str:

@@ -194,7 +194,7 @@ class Guard:
             (torch.autograd.profiler, ("profile", "record_function")),
             (torch.profiler, ("profile", "record_function", "schedule")),
             (worker_timing, ("run_batch", "synchronize", "_cuda_profiled", "_cuda_events", "_npu_profiled",
-                             "graph_batch")),
+                             "graph_batch", "device_span_us")),
             (worker_timing.Flusher, ("flush",)),
             (tensor_wire, ("read_args", "write_outputs", "flatten", "poison")),
             (Guard, ("call", "batch", "report", "_audit", "check", "_found", "_classify", "_path_problem",
@@ -222,7 +222,8 @@ class Guard:
                                                                                    "synchronize"))]
             # --cann-cuda-graph: the graph timer and the graph API it replays through
             owners += [(cuda_graph, ("graph_batch", "subtract", "wants_graph", "_Graphs", "_copy_into", "_clone",
-                                     "_poison", "_aliases", "_eager_median", "_eager_rest", "LAUNCH_BOUND_S")),
+                                     "_poison", "_aliases", "_eager_median", "_eager_rest", "LAUNCH_BOUND_S",
+                                     "_RandomState")),
                        (cuda_graph._Graphs, ("__init__", "replay", "close")),
                        (torch.cuda, ("CUDAGraph", "graph")), (torch.cuda.CUDAGraph, ("replay", "reset"))]
         npu = getattr(torch, "npu", None)

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pytest_cannbench.submission.jit_load import ARTEFACTS, MANIFEST_ENV, MANIFEST_NAME, Manifest, uses_jit
 
 LOG_NAME = "jit_build.log"
+MAX_JOBS = 8
 # build._run and build._build_env, passed in by the caller (build imports this module, not the reverse)
 Runner = Callable[[list[str], Path, Path, float, dict[str, str]], tuple[int | None, float]]
 
@@ -58,12 +60,20 @@ def _tail(log: Path, chars: int = 3000) -> str:
         return ""
 
 
+def jobs(items: int, cores: int | None = None) -> int:
+    """How many build children run side by side: each compiles with one compiler process at a time for the most
+    part (nvcc, then the host compiler), so one child per two cores, at most 8; a 2-core machine keeps one."""
+    from pytest_cannbench.workers.limits import usable_cores
+
+    return max(1, min(items, (usable_cores() if cores is None else cores) // 2, MAX_JOBS))
+
+
 def run_jit_build(site: Path, work: Path, log_dir: Path, timeout: float, *, runner: Runner,
                   env: dict[str, str], packages: tuple[str, ...] = (),
                   modules: dict[str, Path] | None = None) -> JitBuild:
-    """Import ``packages`` (from ``site``) and ``modules`` (label -> file) in the build child; the returned
-    record names each one that did not import, with the child's message (the compiler's output) or the
-    timeout, and the log's path."""
+    """Import ``packages`` (from ``site``) and ``modules`` (label -> file) in build children (:func:`jobs` of
+    them, each given every k-th module, all under the same time limit); the returned record names each one that
+    did not import, with the child's message (the compiler's output) or the timeout, and the log's path."""
     modules = modules or {}
     artefacts = site / ARTEFACTS
     manifest = artefacts / MANIFEST_NAME
@@ -75,21 +85,39 @@ def run_jit_build(site: Path, work: Path, log_dir: Path, timeout: float, *, runn
     log.write_bytes(b"")
     env = dict(env)
     env.update(TORCH_EXTENSIONS_DIR=str(cache / "torch_extensions"), TRITON_CACHE_DIR=str(cache / "triton"))
-    cmd = [sys.executable, "-m", "pytest_cannbench.submission.jit_main", "--manifest", str(manifest),
-           "--artefacts", str(artefacts), "--site", str(site)]
-    cmd += [f"--package={p}" for p in packages] + [f"--module={label}={path}" for label, path in modules.items()]
-    rc, seconds = runner(cmd, work, log, timeout, env)
-    record = Manifest.read(manifest) if manifest.is_file() else Manifest()
-    if not manifest.is_file():
-        manifest.parent.mkdir(parents=True, exist_ok=True)
-        manifest.write_text(record.to_json())
-    why = (f"the JIT build did not finish within {timeout:g} s (--cann-build-timeout) and was killed" if rc is None
-           else f"the JIT build exited with code {rc}")
+    items = [f"--package={p}" for p in packages] + [f"--module={label}={path}" for label, path in modules.items()]
+    k = jobs(len(items))
+    shards = [(items[i::k], manifest if k == 1 else artefacts / f"manifest.{i}.json",
+               log if k == 1 else log_dir / f"jit_build.{i}.log") for i in range(k)]
+
+    def build(shard: tuple[list[str], Path, Path]) -> tuple[int | None, float]:
+        args, shard_manifest, shard_log = shard
+        cmd = [sys.executable, "-m", "pytest_cannbench.submission.jit_main", "--manifest", str(shard_manifest),
+               "--artefacts", str(artefacts), "--site", str(site), *args]
+        return runner(cmd, work, shard_log, timeout, env)
+
+    with ThreadPoolExecutor(max_workers=k) as pool:
+        results = list(pool.map(build, shards))
+    record = Manifest()
+    for _, shard_manifest, shard_log in shards:
+        part = Manifest.read(shard_manifest) if shard_manifest.is_file() else Manifest()
+        record.extensions += part.extensions
+        record.modules.update(part.modules)
+        if k > 1:
+            with open(log, "ab") as out:
+                out.write(shard_log.read_bytes() if shard_log.is_file() else b"")
+            shard_log.unlink(missing_ok=True)
+            shard_manifest.unlink(missing_ok=True)
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(record.to_json())
     failures = {label: message for label, message in record.modules.items() if message}
-    for label in [*packages, *modules]:
-        if label not in record.modules:
-            failures[label] = f"{why}; log {log}\n{_tail(log)}"
+    for (args, _, _), (rc, _) in zip(shards, results):
+        why = (f"the JIT build did not finish within {timeout:g} s (--cann-build-timeout) and was killed"
+               if rc is None else f"the JIT build exited with code {rc}")
+        for label in (a.split("=", 1)[1].split("=", 1)[0] for a in args):
+            if label not in record.modules:
+                failures[label] = f"{why}; log {log}\n{_tail(log)}"
     for label, message in failures.items():
         failures[label] = f"compiling at import failed: {message}\n(log {log})"
     return JitBuild(manifest=manifest, failures=failures, extensions=len(record.extensions),
-                    seconds=round(seconds, 3), log=log)
+                    seconds=round(max(seconds for _, seconds in results), 3), log=log)

@@ -44,6 +44,18 @@ def roofline_limits(cache_dir: Path, device: DevicePlan, threads: int, announce:
                          announce=announce)
 
 
+def roofline_line(cache_dir: Path, device: DevicePlan, threads: int, announce: Any = None) -> str:
+    """The header's T_HW line. A calibration that fails is said there and never ends the session: every timed
+    case then fails with the same reason (harness_error), without measuring again."""
+    from pytest_cannbench.timing.calibrate import CalibrationError
+
+    try:
+        limits = roofline_limits(cache_dir, device, threads, announce)
+    except CalibrationError as exc:
+        return f"cannbench: T_HW UNAVAILABLE, timed cases fail as harness_error: {exc}"[:600]
+    return f"cannbench: T_HW from the {limits.describe()}"
+
+
 def tensor_facts(task: Any, data: Any) -> dict[str, Any]:
     """Shapes and element sizes of the case's inputs and reference outputs, by proto name."""
     from pytest_cannbench.taskformat.perf_model import TensorFacts

@@ -124,8 +124,14 @@ def _measure_cpu(torch: Any, threads: int) -> dict[str, Any]:
                         "bandwidth_by_bytes": table}}
 
 
+def indexed(device: str) -> str:
+    """``cuda`` -> ``cuda:0``: torch.cuda.set_device and get_device_name refuse a device without an index (seen
+    with torch 2.11 on an H200), and the calibration child sees one card, the one it measures."""
+    return device if ":" in device or device == "cpu" else f"{device}:0"
+
+
 def _measure_cuda(torch: Any, device: str) -> dict[str, Any]:
-    dev = torch.device(device)
+    dev = torch.device(indexed(device))
     torch.cuda.set_device(dev)
     torch.backends.cuda.matmul.allow_tf32 = False  # fp32 peak, not TF32
     sync = torch.cuda.synchronize

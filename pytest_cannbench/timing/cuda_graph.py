@@ -167,6 +167,31 @@ class _Graphs:
         self.clear.reset()
 
 
+class _RandomState:
+    """The card's default random generator, kept before a capture. A capture that fails part-way leaves the
+    generator's state marked as capturing (seen with torch 2.11 on an H200: every later random draw on the card
+    raised "Offset increment outside graph capture encountered unexpectedly"); :meth:`restore` gives the generator
+    a clean copy of the state it had, so the eager calls that follow, the submission's included, draw as before."""
+
+    def __init__(self) -> None:
+        import torch
+
+        self.generator: Any = None
+        self.saved: Any = None
+        try:
+            self.generator = torch.cuda.default_generators[torch.cuda.current_device()]
+            self.saved = self.generator.clone_state()
+        except Exception:  # noqa: BLE001 - an older torch without graph-safe states, or no CUDA build
+            self.generator = None
+
+    def restore(self) -> None:
+        if self.generator is not None:
+            try:
+                self.generator.graphsafe_set_state(self.saved.clone_state())
+            except (AttributeError, RuntimeError):
+                pass
+
+
 def _eager_median(fn: Callable, kwargs: dict[str, Any], clear: Callable[[], None]) -> float:
     import torch
 
@@ -201,6 +226,7 @@ def graph_batch(fn: Callable, warmup_kwargs: dict[str, Any], fetch: Callable[[in
             notes.append(f"eager median {median * 1e6:.1f} us is not launch-bound (< {LAUNCH_BOUND_S * 1e6:g} us): "
                          "timed eagerly")
             return None
+    rng = _RandomState()
     try:
         graphs = _Graphs(fn, warmup_kwargs, clear)
         preflight = [graphs.replay() for _ in range(PREFLIGHT_REPLAYS)]
@@ -209,6 +235,7 @@ def graph_batch(fn: Callable, warmup_kwargs: dict[str, Any], fetch: Callable[[in
             torch.cuda.synchronize()
         except Exception:  # noqa: BLE001
             pass
+        rng.restore()
         notes.append(f"CUDA graph capture failed ({type(exc).__name__}: {str(exc)[:160]}); timed eagerly")
         return None
     if _aliases(graphs.out, graphs.static):

@@ -268,6 +268,10 @@ def _write_atomic(path: Path, data: dict[str, Any]) -> None:
     write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
+# calibrations that failed in this process, by (device, threads): not measured again
+_FAILED: dict[tuple[str, int], CalibrationError] = {}
+
+
 def cached_limits(cache_dir: Path, device: str = "cpu", threads: int = 1, *,
                   recalibrate: bool = False, announce: Callable[[str], None] | None = None) -> MachineLimits:
     """The limits of this machine from ``cache_dir``, calibrating when no entry matches its key
@@ -280,10 +284,17 @@ def cached_limits(cache_dir: Path, device: str = "cpu", threads: int = 1, *,
     cache_dir = Path(cache_dir)
 
     def measure() -> MachineLimits:
+        failed = _FAILED.get((device, threads))
+        if failed is not None:  # said once; every case that needs T_HW then fails with it, without a retry each
+            raise failed
         if announce is not None:
             announce(f"cannbench: calibrating the roofline (T_HW) of this machine on {device} with {threads} "
                      f"thread(s): once per machine, a few seconds; cached in {cache_dir}")
-        return calibrate(device, threads)
+        try:
+            return calibrate(device, threads)
+        except CalibrationError as exc:
+            _FAILED[(device, threads)] = exc
+            raise
 
     try:
         cache_dir.mkdir(parents=True, exist_ok=True)

@@ -90,3 +90,13 @@ def test_cache_dir_without_a_home(monkeypatch) -> None:
 
     monkeypatch.setattr(Path, "home", staticmethod(no_home))
     assert state.cache_dir() == Path(tempfile.gettempdir()) / f"pytest-cannbench-{__import__('os').getuid()}"
+
+
+def test_jit_build_children_one_per_two_cores() -> None:
+    """KernelBench generations compile at import, one extension after another in a build child: on the H200's 16
+    cores five load_inline extensions took 200 s that way. A child per two cores, at most 8, none beyond the work;
+    a 2-core machine keeps the single child (and its single log)."""
+    from pytest_cannbench.submission.jit_build import jobs
+
+    assert [jobs(n, 16) for n in (0, 1, 5, 12)] == [1, 1, 5, 8]
+    assert jobs(40, 2) == 1 and jobs(40, 3) == 1 and jobs(40, 6) == 3 and jobs(40, 64) == 8

@@ -316,3 +316,32 @@ def test_more_threads_never_get_lower_limits_than_fewer(tmp_path: Path, monkeypa
     assert two.key["threads"] == 2 and (two.bandwidth_gbs, two.peak_gflops) == (29.5, 86.6)
     assert two.details["bandwidth_by_bytes"] == [[4194304.0, 29.2]]
     assert cached_limits(tmp_path, "cpu", 1).bandwidth_gbs == one.bandwidth_gbs  # fewer threads: never more
+
+
+def test_a_failed_calibration_is_said_once_and_never_ends_the_session(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Seen on an H200 (torch 2.11): the calibration child failed, and the header's exception ended the session
+    as an INTERNALERROR. Now the header says why, and later cases get the same error without measuring again."""
+    from pytest_cannbench.timing.anchors import roofline_line
+    from pytest_cannbench.timing.devices import DevicePlan
+
+    calls: list[str] = []
+
+    def failing(device: str = "cpu", threads: int = 1, timeout_s: float = 0) -> MachineLimits:
+        calls.append(device)
+        raise CalibrationError(f"roofline calibration on {device} failed (exit 1): ValueError: no index")
+
+    monkeypatch.setattr(roofline, "calibrate", failing)
+    monkeypatch.setattr(roofline, "_FAILED", {})
+    line = roofline_line(tmp_path, DevicePlan("cuda", 0), 1)
+    assert line.startswith("cannbench: T_HW UNAVAILABLE") and "no index" in line
+    with pytest.raises(CalibrationError, match="no index"):
+        cached_limits(tmp_path, "cuda", 1)
+    assert calls == ["cuda"]
+    assert not list(tmp_path.glob("*.json")), "a failure is not cached on disk: the next session measures again"
+
+
+def test_the_calibration_child_addresses_its_card_by_index() -> None:
+    from pytest_cannbench.timing.calibrate import indexed
+
+    assert indexed("cuda") == "cuda:0" and indexed("cuda:1") == "cuda:1" and indexed("cpu") == "cpu"
