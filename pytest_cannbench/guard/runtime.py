@@ -28,10 +28,12 @@ says what is and is not defended.
 from __future__ import annotations
 
 import os
+import struct
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from pytest_cannbench.guard import builtin_ops, recorder
@@ -103,6 +105,22 @@ def calls_without_kernel(events: list[tuple[Any, ...]]) -> int:
     return sum(1 for lo, hi in windows if not any(lo <= s and e <= hi for s, e in own))
 
 
+def library_problems(path: str) -> list[str]:
+    """What a shared object built while the submission runs imports that its wheel's libraries may not (ATen's
+    kernels, BLAS and friends: :mod:`builtin_ops`), as the build's symbol scan says it for those."""
+    from pytest_cannbench.guard.elf_symbols import read_imports
+
+    try:
+        imports = read_imports(Path(path))
+    except (OSError, ValueError, struct.error) as exc:
+        return [f"{path}: unreadable shared object ({exc})"]
+    found = [f"{os.path.basename(path)} imports {name} ({why})" for name in sorted(set(imports.undefined))
+             if (why := builtin_ops.forbidden_symbol(name.split("@", 1)[0]))]
+    found += [f"{os.path.basename(path)} {why}" for lib in imports.needed
+              if (why := builtin_ops.forbidden_library(lib))]
+    return found
+
+
 def _all_threads() -> bool:
     """Whether the profiler can record ops on every thread, not only the caller's (a submission may compute on
     a helper thread and join it before returning). torch before 2.5 lacks the option: then only the calling
@@ -164,6 +182,8 @@ class Guard:
         self._op_names = torch._C._dispatch_get_all_op_names
         self._ops_before = frozenset(self._op_names())
         self._mapped, self._under, self._attribute = _mapped_libraries, _under, _attribute
+        self._imports_problems = library_problems
+        self._own_dirs: tuple[str, ...] = ()
         self._enabled = torch.autograd._profiler_enabled
         self._realpath = os.path.realpath
         if mode != OFF:  # the profiler starts a thread and maps libraries the first time: not the submission's
@@ -199,7 +219,8 @@ class Guard:
             (tensor_wire, ("read_args", "write_outputs", "flatten", "poison")),
             (Guard, ("call", "batch", "report", "_audit", "check", "_found", "_classify", "_path_problem",
                      "_capture", "__init__")),
-            (sys.modules[__name__], ("builtin_ops_inside", "_mapped_libraries", "_attribute", "_under", "Guard")),
+            (sys.modules[__name__], ("builtin_ops_inside", "_mapped_libraries", "_attribute", "_under", "Guard",
+                                     "library_problems")),
             (builtin_ops, ("is_allowed", "own_namespaces", "base_name", "ALLOWED", "LIBRARY_NAMESPACES",
                            "SUBMISSION_NAMESPACE")),
             (recorder, ("read_trace", "capture", "seal", "Recorder", "MARK", "CANARY_OP", "REDISPATCH",
@@ -251,9 +272,20 @@ class Guard:
                 self._found(API_TAMPERED, f"{label}.{name} was replaced or rewritten")
         libraries = self._mapped()
         for path in sorted(libraries - self._libraries):
-            if not (self.site and self._under(self._realpath(path), (self.site,))):
-                self._found(HOST_LIBRARY, f"loaded the shared object {path}")
+            real = self._realpath(path)
+            if self.site and self._under(real, (self.site,)):
+                continue
+            if self._own_dirs and self._under(real, self._own_dirs):
+                for detail in self._imports_problems(real):  # built at run time: the wheel's scan never saw it
+                    self._found(BUILTIN_COMPUTE, detail)
+                continue
+            self._found(HOST_LIBRARY, f"loaded the shared object {path}")
         self._libraries = libraries
+
+    def own_dir(self, path: str) -> None:
+        """Shared objects built into ``path`` while the submission runs (its private Triton cache) are its own,
+        once their imports pass the same symbol checks as the wheel's libraries."""
+        self._own_dirs = (*self._own_dirs, os.path.realpath(path))
 
     def report(self) -> list[dict[str, str]]:
         """The problems found since the last report (each reported once)."""

@@ -280,6 +280,22 @@ def _warm_thread_pools(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def _start_triton(args: argparse.Namespace) -> str:
+    """A Triton submission's compilers, through a helper started before containment (workers/triton_helper.py);
+    its private cache, or "" when the submission does not use Triton."""
+    from pytest_cannbench.workers import triton_helper
+
+    if not triton_helper.uses_triton(args.site):
+        return ""
+    try:
+        cache, status = triton_helper.start(args.workdir or os.getcwd())
+    except ImportError as exc:  # the submission's own import then fails with the same reason
+        print(f"cannbench: Triton not importable here: {exc}", file=sys.stderr, flush=True)
+        return ""
+    print(f"cannbench: {status}", file=sys.stderr, flush=True)
+    return cache
+
+
 def _lookup(namespace: Any, name: str) -> Any:
     if namespace is None:
         return None
@@ -326,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         from pytest_cannbench.submission.jit_load import route_from_environment
 
         route_from_environment()
+    triton_cache = _start_triton(args) if args.guard and args.device.startswith("cuda") and args.site else ""
     worker = Worker(args.region_fd, args.device)
     worker.out = out
     if args.guard:
@@ -333,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         from pytest_cannbench.guard.runtime import Guard
 
         worker.guard = Guard(args.guard, args.device, args.site, args.protect)
+        if triton_cache:
+            worker.guard.own_dir(triton_cache)
         containment.limit_resources()
         if args.contain:
             status = containment.install_filter(allow_processes=args.device.startswith("npu"))

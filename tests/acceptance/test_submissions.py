@@ -85,15 +85,24 @@ def test_cpp_example_passes_what_it_implements_and_misses_the_rest(pytester, cap
     assert run.text.count("interfaces discovered") == 1 and header in run.text, run.text
 
 
+def _triton_importable() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
+
+
 @pytest.mark.cuda
-@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="the CUDA example needs a CUDA GPU; none here")
-def test_cuda_example_passes_under_the_guard_and_is_timed_on_the_card(pytester, capsys, prebuilt):
-    """The CUDA C++ example (its own kernels, ``TORCH_LIBRARY_IMPL(..., CUDA, ...)``) under ``--cann-guard block``:
-    the first case of every operator it implements passes and is timed on the card against the baseline."""
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="the GPU examples need a CUDA GPU; none here")
+@pytest.mark.parametrize("example", ["cuda", pytest.param("triton", marks=pytest.mark.skipif(
+    not _triton_importable(), reason="Triton is not installed"))])
+def test_gpu_example_passes_under_the_guard_and_is_timed_on_the_card(example, pytester, capsys, prebuilt):
+    """The CUDA C++ example (its own kernels, ``TORCH_LIBRARY_IMPL(..., CUDA, ...)``) and the Triton one (kernels
+    compiled at their first launch, through the worker's compiler helper) under ``--cann-guard block``: the first
+    case of every operator each implements passes and is timed on the card against the baseline."""
     tasks = Path(__file__).resolve().parents[2] / "tasks"
-    implemented = example_operators("cuda")
+    implemented = example_operators(example)
     run = run_inner(pytester, capsys, tasks, f"--cann-tasks={tasks}", "-p", "no:cacheprovider",
-                    "--cann-golden-cache=off", f"--cann-source={prebuilt('cuda')}", "-n", "2", "--cann-device=cuda",
+                    "--cann-golden-cache=off", f"--cann-source={prebuilt(example)}", "-n", "2", "--cann-device=cuda",
                     "--cann-guard=block", "--cann-repeat=3", "-k", f"01 and ({' or '.join(sorted(implemented))})")
     assert {n.split("[")[0] for n in run.cases} == implemented, sorted(run.cases)
     for name, case in run.cases.items():

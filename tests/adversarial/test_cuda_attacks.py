@@ -79,7 +79,7 @@ DEFERRED_AFTER_RESULT = f"""    out = {REAL}
 
 HOST_WORK = f"""    import time
     y = {REAL.replace("x.float()", "x.cpu().float()")}  # stands for the submission's own loop on the host
-    deadline = time.perf_counter() + CYCLES / 2e9  # and as long as the spin: the card idles meanwhile
+    deadline = time.perf_counter() + HOST_S  # as long as the spin takes on this card: the card idles meanwhile
     while time.perf_counter() < deadline:
         pass
     return y.to(x.device)
@@ -92,6 +92,7 @@ def test_work_hidden_from_the_timer_is_timed(body, pytester, capsys, task_tree, 
     """Right answers, so the cases pass; but every timed call carries the spin, whichever stream ran it, whether
     or not it was still running when the call returned, and whether the card or the host did it (a timer that
     adds up kernels alone would see only the copy of a result the host computed)."""
+    body = body.replace("HOST_S", repr(sleep_us / 1e6))
     run, _board = grade(pytester, capsys, task_tree("submission"), softplus_submission(pytester, body),
                         "--cann-guard=off")
     for name in SOFTPLUS:
