@@ -117,7 +117,8 @@ if wants kernelbench; then
   kb_args=()
   for source in $KB_SOURCES; do kb_args+=("--cann-source=$source"); done
   step kernelbench 200 $PY -m pytest "$KB_PROBLEMS" -p no:cacheprovider --cann-bench=stanford --cann-device=cuda \
-      "${kb_args[@]}" -n 4 --cann-seed=0 --cann-report-dir="$W/kernelbench" --junitxml="$W/kernelbench.xml" &
+      "${kb_args[@]}" -n 4 --cann-seed=0 --cann-kb-trials=2 --cann-warmup=1 --cann-repeat=5 \
+      --cann-report-dir="$W/kernelbench" --junitxml="$W/kernelbench.xml" &
   kb_pid=$!
 fi
 
