@@ -16,6 +16,7 @@
 # and the KernelBench sample, and Triton for the Triton example (skipped without it). The project is installed
 # with pip, offline: from a wheel in .gpu/ when one is there (built beforehand with
 # `python -m pip wheel --no-deps -w .gpu .`), else editable from this checkout.
+# FIDELITY_RUNS: runs per size of the timer fidelity benchmark (default 10).
 # KB_PROBLEMS / KB_SOURCES: another KernelBench problems tree and generation runs (space-separated folders) to
 # grade instead of the bundled sample (benchmarks/gpu/kernelbench).
 # Budget: about 6 minutes on an H200 with 16 cores (the limits below sum to under 8).
@@ -154,7 +155,8 @@ fi
 
 if wants fidelity; then
   # the timer against a kernel of known cost: error, CV, ranking power at 20 us, 200 us and 2 ms
-  step fidelity 80 $PY benchmarks/timer_fidelity.py --device cuda --sizes 20,200,2000 --runs 10 --repeat 10
+  step fidelity 80 $PY benchmarks/timer_fidelity.py --device cuda --sizes 20,200,2000 --runs "${FIDELITY_RUNS:-10}" \
+      --repeat 10
   sed 's/^/  /' "$W/fidelity.log" | tail -12 >> "$SUMMARY"
 fi
 

@@ -8,7 +8,10 @@ is forbidden, so an op added to a future torch is refused until someone decides 
 
 from __future__ import annotations
 
+import re
+
 SUBMISSION_NAMESPACE = "cann_bench"
+DEVICE_API = re.compile(r"(cuda|cu|hip)[A-Z][A-Za-z0-9_]*\Z")  # cudaLaunchKernel, cuLaunchKernelEx, hipMalloc
 # A call into a prebuilt JIT extension's function runs inside a profiler label with this prefix
 # (submission.jit_load); the ops its TORCH_LIBRARY extensions register are collected in OWN_OPS, in the worker.
 CUSTOM_PREFIX = "cannbench::custom::"
@@ -71,11 +74,19 @@ def own_op(op: str) -> bool:
     return namespace not in BUILTIN_NAMESPACES and op.split(".", 1)[0] in OWN_OPS
 
 
+def device_api(name: str) -> bool:
+    """A CUDA runtime or driver API call the profiler records beside the ops (``cudaLaunchKernel``, ``cudaMalloc``,
+    ``cuLaunchKernelEx`` from Triton's launcher: seen on an H200 with torch 2.11). It is how any kernel is
+    launched, the submission's own included; the ATen op that would launch a builtin kernel is recorded itself.
+    Ops always carry a namespace (``aten::``, a library's), so a custom op cannot pass for one."""
+    return "::" not in name and bool(DEVICE_API.match(name))
+
+
 def is_allowed(op: str, own: frozenset[str] = frozenset({SUBMISSION_NAMESPACE})) -> bool:
-    """An op event name from the profiler: one of the submission's own namespaces (or JIT ops) or an allowed
-    ATen op."""
+    """An op event name from the profiler: one of the submission's own namespaces (or JIT ops), an allowed ATen
+    op, or a device runtime call (:func:`device_api`)."""
     namespace = op.split("::", 1)[0] if "::" in op else ""
-    if namespace in own or namespace == SUBMISSION_NAMESPACE or own_op(op):
+    if namespace in own or namespace == SUBMISSION_NAMESPACE or own_op(op) or device_api(op):
         return True
     return namespace == "aten" and base_name(op) in ALLOWED
 

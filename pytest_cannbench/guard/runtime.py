@@ -59,6 +59,7 @@ CTYPES_EVENTS = frozenset({"ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle
                            "ctypes.addressof"})
 PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system",
                             "subprocess.Popen", "pty.spawn", "os.startfile"})
+RUNTIME_LOADER = frozenset({"dlopen", "dlmopen", "dlsym", "dlvsym", "dlclose", "dlerror", "dladdr", "dlinfo"})
 NETWORK_EVENTS = frozenset({"socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg"})
 NETWORK_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET (AF_UNIX stays: local)
 PATH_EVENTS = frozenset({"open", "os.listdir", "os.scandir", "os.remove", "os.rmdir", "os.rename", "os.truncate",
@@ -114,8 +115,11 @@ def library_problems(path: str) -> list[str]:
         imports = read_imports(Path(path))
     except (OSError, ValueError, struct.error) as exc:
         return [f"{path}: unreadable shared object ({exc})"]
-    found = [f"{os.path.basename(path)} imports {name} ({why})" for name in sorted(set(imports.undefined))
-             if (why := builtin_ops.forbidden_symbol(name.split("@", 1)[0]))]
+    # dlopen/dlsym are allowed here: Triton's launchers find libcuda with them, and whatever they load is mapped,
+    # so the mapped-library check sees it (a wheel's libraries are scanned before anything runs, and may not)
+    names = sorted({name.split("@", 1)[0] for name in imports.undefined} - RUNTIME_LOADER)
+    found = [f"{os.path.basename(path)} imports {name} ({why})" for name in names
+             if (why := builtin_ops.forbidden_symbol(name))]
     found += [f"{os.path.basename(path)} {why}" for lib in imports.needed
               if (why := builtin_ops.forbidden_library(lib))]
     return found
@@ -383,7 +387,9 @@ class Guard:
                 path = os.fsdecode(args[0])
                 if self.site and os.sep in path and _under(self._realpath(path), (self.site,)):
                     return None  # its own library (torch.ops.load_library)
-            return Problem(HOST_LIBRARY, f"used ctypes ({event})")
+            what = os.fsdecode(args[0])[:200] if event == "ctypes.dlopen" and args and isinstance(
+                args[0], (str, bytes)) else ""
+            return Problem(HOST_LIBRARY, f"used ctypes ({event}{': ' + what if what else ''})")
         if event in PROCESS_EVENTS:
             return Problem(FORBIDDEN_ACCESS, f"started a process ({event})")
         if event in NETWORK_EVENTS:

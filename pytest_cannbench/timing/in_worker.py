@@ -184,10 +184,13 @@ def _cuda_profiled(fn: Callable, fetch: Callable[[int], Any], count: int, device
     keeping only kernels that start inside a call's range (each range ends with a device sync).
     """
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+
+    # torch.autograd.profiler, not torch.profiler: the latter's start asks hasattr(torch, "_inductor"), which
+    # imports Inductor into the worker (seen with torch 2.11: the guard's import hook then refused the batch)
+    from torch.autograd.profiler import profile, record_function
 
     windows: list[tuple[int, int]] = []
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    with profile(use_device="cuda") as prof:
         for i in range(count):
             kwargs = fetch(i)
             if flusher is not None:
@@ -197,7 +200,7 @@ def _cuda_profiled(fn: Callable, fetch: Callable[[int], Any], count: int, device
                 result = fn(**kwargs)
                 torch.cuda.synchronize()
             sink(i, result)
-    events = prof.events()
+    events = prof.function_events
     cuda = torch.autograd.DeviceType.CUDA
     for i in range(count):
         # the host's range; the profiler also draws it on the card's timeline (a gpu_user_annotation of the

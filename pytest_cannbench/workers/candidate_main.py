@@ -278,6 +278,13 @@ def _warm_thread_pools(device: str) -> None:
     if device.startswith("cuda"):
         torch.ones(1, device=device).add_(1)
         torch.cuda.synchronize()
+        # the CUDA timer's profiler starts threads of its own (CUPTI's) at its first session: seen as "3 new
+        # thread(s)" left running after a candidate's first timed batch on an H200
+        from torch.autograd.profiler import profile
+
+        with profile(use_device="cuda"):
+            torch.ones(1, device=device).add_(1)
+            torch.cuda.synchronize()
 
 
 def _start_triton(args: argparse.Namespace) -> str:
