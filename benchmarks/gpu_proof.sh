@@ -16,6 +16,7 @@
 # and the KernelBench sample, and Triton for the Triton example (skipped without it). The project is installed
 # with pip, offline: from a wheel in .gpu/ when one is there (built beforehand with
 # `python -m pip wheel --no-deps -w .gpu .`), else editable from this checkout.
+# STEP_LIMIT: seconds no step may exceed (a lease shorter than the limits below).
 # FIDELITY_RUNS: runs per size of the timer fidelity benchmark (default 10).
 # KB_PROBLEMS / KB_SOURCES: another KernelBench problems tree and generation runs (space-separated folders) to
 # grade instead of the bundled sample (benchmarks/gpu/kernelbench).
@@ -54,6 +55,7 @@ pack() {
 step() {
   local name=$1 limit=$2 t0 rc
   shift 2
+  if [ -n "${STEP_LIMIT:-}" ] && [ "$STEP_LIMIT" -lt "$limit" ]; then limit=$STEP_LIMIT; fi
   t0=$(date +%s)
   timeout -s INT -k 20 "$limit" "$@" > "$W/$name.log" 2>&1
   rc=$?
