@@ -7,8 +7,9 @@ by the judge while the worker is frozen, after every call: libraries can be load
 - ``runtime``: the language runtime every submission runs on: the interpreter and its stdlib extension
   modules, libc/libm/ld.so/libstdc++/libgcc, and libtorch_python, torch's Python binding (argument parsing,
   tensor <-> list conversion, no kernels: it held up to a third of an honest Python loop's samples, measured);
-- ``system``: time that is no one's compute: [kernel] (page faults of fresh allocations, futexes), [vdso] and
-  the OpenMP runtime (threads spinning at a barrier; measured at 40% of a 2-thread torch.exp on a busy machine).
+- ``system``: time that is no one's compute: [kernel] (page faults of fresh allocations, futexes), [vdso], the
+  OpenMP runtime (threads spinning at a barrier; measured at 40% of a 2-thread torch.exp on a busy machine) and
+  a card's driver and runtime (libcuda, libcudart: launching, and spinning while the card computes).
   It is reported but left out of the shares that judge: it would otherwise dilute delegation;
 - ``jit``: anonymous executable memory. Not the submission's by default: torch's own oneDNN generates its
   conv2d and bf16 matmul kernels there (measured: docs/security.md), and honest submissions compile ahead;
@@ -48,6 +49,11 @@ RUNTIME_LIBRARY = re.compile(
     r"|libstdc\+\+\.so.*|libgcc_s\.so.*|libatomic\.so.*|libtorch_python\.so"
     r"|lib(ffi|z|bz2|lzma|expat|uuid|ssl|crypto|sqlite3|ncursesw?|tinfo|readline|mpdec|gdbm)\.so.*)$")
 OPENMP_LIBRARY = re.compile(r"^lib(gomp|iomp5|omp)(-[0-9a-f]+)?\.so.*$")  # threads and barriers, no kernels
+# a card's user-space driver and runtime: launches, copies submitted, and the host spinning while it waits on the
+# card (seen on an H200: 28-43% of an honest CUDA kernel's samples were in libcuda). The card's compute is its
+# timer's and its op trace's to judge; on the host these are waiting, like OpenMP's barriers.
+DEVICE_DRIVER_LIBRARY = re.compile(r"^lib(cuda|cudart|cupti|nvidia-[a-z0-9-]+|amdhip64|hsa-runtime64|ascendcl)"
+                                   r"([-.][\w.-]*)?\.so.*$")
 # builtin libraries by name: a copy in the private install is still builtin code
 BUILTIN_LIBRARY = re.compile(
     r"^lib(torch|torch_cpu|torch_global_deps|c10|shm|mkl\w*|dnnl|mkldnn|openblas\w*|blas|cblas"
@@ -120,7 +126,7 @@ def classify(path: str, own: tuple[str, ...]) -> str:
         return RUNTIME
     if not path.startswith(TRUSTED_ROOTS):
         return BUILTIN
-    if OPENMP_LIBRARY.match(name):
+    if OPENMP_LIBRARY.match(name) or DEVICE_DRIVER_LIBRARY.match(name):
         return SYSTEM
     if RUNTIME_LIBRARY.match(name) or path.startswith(RUNTIME_DIRS):
         return RUNTIME

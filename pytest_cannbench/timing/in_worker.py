@@ -104,23 +104,9 @@ def run_batch(fn: Callable, warmup_kwargs: Any, fetch: Callable[[int], Any], cou
     synchronize(device)
     mark = clock()
     out.phases["warmup"] = mark - start
-    if device.startswith("npu"):
-        return _npu_profiled(fn, fetch, count, device, clock, sink, out, start, npu or {})
-    if device.startswith("cuda") and graph != "off":
-        graphed = graph_batch(fn, warmup_kwargs, fetch, count, device, graph,
-                              flusher.flush if flusher is not None else None, sink, out.notes)
-        if graphed is not None:
-            out.seconds, out.timer = graphed
-            out.phases["total"] = clock() - start
-            return out
-    if device.startswith("cuda") and timer in ("auto", "cuda_profiler"):
-        try:
-            import torch.profiler  # noqa: F401 - fails before any set is fetched when there is no profiler
-        except Exception as exc:  # noqa: BLE001 - no CUPTI: fall back to events
-            out.notes.append(f"profiler unavailable ({type(exc).__name__}: {exc}); timed with events")
-        else:
-            return _cuda_profiled(fn, fetch, count, device, clock, flusher, sink, out, start)
-        return _cuda_events(fn, fetch, count, device, clock, flusher, sink, out, start)
+    if device.startswith(("cuda", "npu")):
+        return with_waits(_device_batch(fn, warmup_kwargs, fetch, count, device, clock, flusher, sink, timer, npu,
+                                        graph, out, start), waits)
     # One clock reading ends a phase and starts the next, so the phases tile the batch exactly: a preemption
     # between two statements of the loop lands in a phase (flush), never in a gap the judge would have to
     # forgive. The judge's "not accounted for" check is then exact for an honest worker, however loaded.
@@ -150,6 +136,38 @@ def run_batch(fn: Callable, warmup_kwargs: Any, fetch: Callable[[int], Any], cou
     out.phases.update(flush=flush_s, wait=wait_s, calls=calls_s, write=sink_s, total=mark - start)
     out.timer = "cpu_clock" if device == "cpu" else "host_clock"
     return out
+
+
+def with_waits(out: BatchTimes, waits: list[float] | None) -> BatchTimes:
+    """A device timer's batch with its ``wait`` phase: the time ``fetch`` spent blocked on the judge, which the
+    judge compares with how long it held the worker. The device timers time calls on the card and left it out:
+    seen on an H200, every streamed CUDA batch was refused as "0.00 ms of waiting for the judge, who held it
+    80 ms" (timing_implausible)."""
+    out.phases["wait"] = sum(waits or [])
+    return out
+
+
+def _device_batch(fn: Callable, warmup_kwargs: Any, fetch: Callable[[int], Any], count: int, device: str,
+                  clock: Callable[[], float], flusher: Flusher | None, sink: Callable[[int, Any], None], timer: str,
+                  npu: dict | None, graph: str, out: BatchTimes, start: float) -> BatchTimes:
+    """The timed calls on a card: the NPU's profiler, CUDA graph replays, the CUDA profiler or events."""
+    if device.startswith("npu"):
+        return _npu_profiled(fn, fetch, count, device, clock, sink, out, start, npu or {})
+    if device.startswith("cuda") and graph != "off":
+        graphed = graph_batch(fn, warmup_kwargs, fetch, count, device, graph,
+                              flusher.flush if flusher is not None else None, sink, out.notes)
+        if graphed is not None:
+            out.seconds, out.timer = graphed
+            out.phases["total"] = clock() - start
+            return out
+    if device.startswith("cuda") and timer in ("auto", "cuda_profiler"):
+        try:
+            import torch.profiler  # noqa: F401 - fails before any set is fetched when there is no profiler
+        except Exception as exc:  # noqa: BLE001 - no CUPTI: fall back to events
+            out.notes.append(f"profiler unavailable ({type(exc).__name__}: {exc}); timed with events")
+        else:
+            return _cuda_profiled(fn, fetch, count, device, clock, flusher, sink, out, start)
+    return _cuda_events(fn, fetch, count, device, clock, flusher, sink, out, start)
 
 
 def _cuda_events(fn: Callable, fetch: Callable[[int], Any], count: int, device: str, clock: Callable[[], float],

@@ -285,6 +285,10 @@ def _warm_thread_pools(device: str) -> None:
         with profile(use_device="cuda"):
             torch.ones(1, device=device).add_(1)
             torch.cuda.synchronize()
+        # cached once the card is up; until then each call loads NVML through ctypes, which the guard refuses
+        # (seen on an H200: the first timed batch of every worker, from the flusher's get_device_properties)
+        torch.cuda.device_count()
+        torch.cuda.get_device_properties(torch.device(device))
 
 
 def _start_triton(args: argparse.Namespace) -> str:

@@ -42,3 +42,48 @@ def test_a_kernel_started_inside_the_window_counts_to_its_end_even_after_the_win
     # the window ends at the host's synchronise; a kernel's end is never later in practice, but the rule is the
     # kernel's own end, not the window's
     assert device_span_us((T0, T0 + 100), [(T0 + 10, T0 + 100 + late)]) == 100 + late
+
+
+def test_a_card_batch_accounts_for_the_time_it_waited_for_the_judge():
+    """Seen on an H200: every streamed CUDA batch was refused as "0.00 ms of waiting for the judge, who held it
+    80 ms" (timing_implausible): the device timers left the wait phase out of their account."""
+    from pytest_cannbench.timing.in_worker import BatchTimes, with_waits
+    from pytest_cannbench.timing.stats import implausible
+
+    def batch(waits):
+        out = BatchTimes()
+        out.phases.update(warmup=0.01, total=0.40)
+        out.seconds = [2e-5] * 10
+        out.timer = "cuda_profiler"
+        return with_waits(out, waits) if waits is not None else out
+
+    held = 0.30  # the judge's own clock: how long it held the worker between the calls
+    honest = batch([0.03] * 10)
+    assert honest.phases["wait"] == pytest.approx(0.30)
+    assert implausible(honest.seconds, honest.phases, wall_s=0.45, timer=honest.timer, held_s=held) is None
+    before = batch(None)
+    assert "of waiting for the judge" in implausible(before.seconds, before.phases, wall_s=0.45, timer=before.timer,
+                                                     held_s=held)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU; none here")
+def test_a_streamed_cuda_batch_records_its_waits():
+    import time
+
+    import torch
+
+    from pytest_cannbench.timing.in_worker import run_batch
+
+    waits: list[float] = []
+    sets = [{"x": torch.randn(1 << 16, device="cuda")} for _ in range(4)]
+
+    def fetch(i):
+        t0 = time.perf_counter()
+        time.sleep(0.01)  # the judge writing set i
+        waits.append(time.perf_counter() - t0)
+        return sets[i]
+
+    out = run_batch(lambda x: x * 2, sets[0], fetch, 4, 1, "cuda:0", time.perf_counter, None, lambda i, r: None,
+                    waits=waits)
+    assert out.timer in ("cuda_profiler", "cuda_events") and out.phases["wait"] >= 0.04

@@ -350,6 +350,19 @@ def test_maps_and_classes() -> None:
     assert classify("/venv/numpy.libs/libopenblas64_p-r0-1.so", own) == BUILTIN
 
 
+def test_a_cards_driver_is_waiting_not_builtin_compute() -> None:
+    """Seen on an H200: 28-43% of an honest CUDA kernel's host samples were in libcuda (launching, and spinning
+    while the card computed), and the sampled rule failed the case as builtin compute. The driver and runtime
+    are waiting, like OpenMP's barriers; a copy of one outside the system is not."""
+    own = ("/sub/install",)
+    assert classify("/usr/lib/x86_64-linux-gnu/libcuda.so.580.159.04", own) == SYSTEM
+    assert classify(f"{sys.prefix}/lib/python3.12/site-packages/nvidia/cu13/lib/libcudart.so.13", own) == SYSTEM
+    assert classify("/usr/lib/x86_64-linux-gnu/libnvidia-ptxjitcompiler.so.580.159.04", own) == SYSTEM
+    assert classify(f"{sys.prefix}/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so", own) == BUILTIN
+    assert classify("/tmp/sub-tmp/libcuda.so.1", own) == BUILTIN  # where the submission can write
+    assert classify("/usr/lib/x86_64-linux-gnu/libcublas.so.13", own) == BUILTIN
+
+
 def _profile(**counts: int) -> CallProfile:
     kinds = {"own": OWN, "runtime": RUNTIME, "system": SYSTEM, "builtin": BUILTIN, "jit": JIT}
     return CallProfile({name: ObjectSamples(kinds[name], count) for name, count in counts.items()},
