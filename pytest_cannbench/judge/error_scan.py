@@ -1,12 +1,13 @@
 """Error statistics of one float output against its truncated golden, computed chunk by chunk.
 
-The precision rules need counts, sums and maxima of the absolute and relative errors over the whole
-output and over its small-value, cancellation and normal regions (for the candidate and for the
-same-precision native reference).  :func:`scan` computes them all in one pass over 1 Mi-element
-chunks: through :func:`analyse` (the general path, the definition), or for float32 and narrower outputs
-through a fast path that gives the same figures bit for bit at about half the cost (see ``SUB``; the tests
-compare the two). :func:`chunks` gives the per-chunk view for the rare second pass that locates a worst point.
-This module imports torch at top level; the plugin imports it lazily.
+The precision rules need counts, sums and maxima of the absolute and relative errors over the whole output and
+over its small-value, cancellation and normal regions (for the candidate and for the same-precision native
+reference). :func:`scan` computes them all in one pass over 1 Mi-element chunks (``CHUNK``: the fp64 temporaries
+stay in the allocator's cache instead of a dozen full-size copies, and the memory plan charges that dozen,
+``taskformat.memory_need``): through :func:`analyse` (the general path, the definition), or for float32 and
+narrower outputs through a fast path that gives the same figures bit for bit at about half the cost (see ``SUB``;
+the tests compare the two). :func:`chunks` gives the per-chunk view for the rare second pass that locates a worst
+point. This module imports torch at top level; the plugin imports it lazily.
 """
 
 from __future__ import annotations
@@ -17,16 +18,13 @@ from dataclasses import dataclass
 import torch
 
 from pytest_cannbench.judge.thresholds import DtypeThresholds
+from pytest_cannbench.taskformat.memory_need import COMPARISON_CHUNK as CHUNK
 
 __all__ = ["CHUNK", "Analysis", "Stats", "all_finite", "analyse", "chunks", "relative_errors", "scan"]
 
 # Denominator guard of the relative error, as in the official standard.
 _EPS = 1e-7
 
-# Outputs are scanned in chunks: every statistic is a count, a sum or a max, and working on
-# 1 Mi elements at a time keeps the fp64 temporaries in the allocator's cache instead of
-# page-faulting a dozen full-size copies (16 Mi-element outputs went from 8 s to well under 1 s).
-CHUNK = 1 << 20
 
 
 @dataclass

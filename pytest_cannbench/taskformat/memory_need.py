@@ -12,7 +12,11 @@ Outputs are not in the task files; each proto output is taken to be the size of 
 - golden phase (setup, in the golden worker): the native inputs, their fp64 up-cast copies, the fp64 golden
   outputs and the native reference outputs;
 - candidate phase (call): the candidate's native inputs and outputs (the shared region) plus the judge's side:
-  the fp64 golden and native reference outputs it holds and the comparison's two fp64 temporaries per output.
+  the fp64 golden and native reference outputs it holds and the comparison's temporaries. A floating output is
+  compared in chunks of :data:`COMPARISON_CHUNK` elements (``judge.error_scan``), so its temporaries are
+  :data:`CHUNK_TEMPORARIES` fp64 chunks whatever its size; an integer or bool output is compared whole, with
+  :data:`COMPARISON_COPIES` full-size 8-byte temporaries. (Until 2026-12-04 every output was charged two
+  full-size copies: official level 1 under ``--cann-session-memory 5`` refused 4 cases whose peak was 3.5 GiB.)
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pytest_cannbench.taskformat.dtypes import DTYPE_INFO
+from pytest_cannbench.taskformat.dtypes import DTYPE_INFO, is_float_name
 from pytest_cannbench.taskformat.errors import CaseFormatError
 from pytest_cannbench.taskformat.inputs import plan_inputs
 
@@ -28,7 +32,9 @@ if TYPE_CHECKING:
     from pytest_cannbench.taskformat.spec import CaseSpec, OperatorSpec
 
 GOLDEN_ITEMSIZE = 8  # the fp64 golden (and int64 indices)
-COMPARISON_COPIES = 2  # the candidate's output up-cast to fp64 and the error tensor
+COMPARISON_COPIES = 2  # an integer output's comparison: both sides widened to 8 bytes (the difference reuses one)
+COMPARISON_CHUNK = 1 << 20  # elements of a floating output compared at a time (judge.error_scan.CHUNK)
+CHUNK_TEMPORARIES = 12  # fp64 temporaries of one chunk's general path ("a dozen", judge.error_scan)
 
 
 @dataclass(frozen=True)
@@ -64,5 +70,15 @@ def estimate(spec: OperatorSpec, case: CaseSpec) -> MemoryNeed | None:
     native_out = outputs * largest.nbytes
     golden_out = outputs * largest.numel * GOLDEN_ITEMSIZE
     golden = native_in + numel_in * GOLDEN_ITEMSIZE + golden_out + native_out
-    judge = golden_out + native_out + COMPARISON_COPIES * largest.numel * GOLDEN_ITEMSIZE
+    judge = golden_out + native_out + comparison_bytes(spec, largest.numel)
     return MemoryNeed(golden=golden, candidate=native_in + native_out + judge)
+
+
+def comparison_bytes(spec: OperatorSpec, numel: int) -> int:
+    """The temporaries of comparing every output (each taken to have ``numel`` elements) with the golden."""
+    total = 0
+    for out in spec.outputs or [None]:
+        floating = out is not None and bool(out.dtypes) and all(is_float_name(d) for d in out.dtypes)
+        total += (CHUNK_TEMPORARIES * min(numel, COMPARISON_CHUNK) if floating else COMPARISON_COPIES * numel) \
+            * GOLDEN_ITEMSIZE
+    return total

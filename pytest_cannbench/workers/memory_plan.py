@@ -31,7 +31,12 @@ from pytest_cannbench.workers.limits import Inherited
 
 GIB = 1 << 30
 HEADROOM = 0.10  # of the usable memory, never planned: page cache, the xdist controller, short-lived children
-IDLE_BYTES = 512 << 20  # resident memory of a process with torch imported and nothing to do (measured ~0.35 GiB)
+# what a process with torch imported and nothing to do adds to the machine's use: its proportional set size, which
+# counts a shared library once across the processes that map it (measured 2026-12-04 on official level 1: idle
+# judges 0.21-0.25 GiB, candidate workers 0.19, golden workers 0.15; docs/performance.md, Round 10). Its resident
+# size, 0.35-0.5 GiB, counts torch's libraries again in every process: the plan used it until 2026-12-04, and a
+# 5 GiB session left a case running alone 2.5 GiB.
+IDLE_BYTES = 256 << 20
 ADDRESS_SPACE_SLACK = 2 * GIB  # RLIMIT_AS counts reserved, untouched mappings (torch's libraries, thread stacks)
 MIN_SLOT = 1 * GIB  # below this nothing useful runs; the plan says so instead of planning nonsense
 WORKERINPUT_KEY = "cannbench_memory_plan"
