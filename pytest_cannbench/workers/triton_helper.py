@@ -36,10 +36,34 @@ TRITON_MODULES = ("triton.knobs", "triton.runtime.build", "triton.backends.nvidi
 
 @dataclass(frozen=True)
 class Toolchain:
-    """What the helper may run: Triton's own directory (ptxas, cuobjdump, ... ship there) and the C compilers."""
+    """What the helper may run, as it was when the helper started (before the submission was imported): each
+    executable under Triton's package (ptxas, cuobjdump, ... ship there), the C compilers and ``ldconfig``, by real
+    path, with the identity of the file then. A file added or replaced since (a writable install, no sandbox) is
+    not Triton's toolchain any more."""
 
     triton_dir: str
     compilers: tuple[str, ...]
+    ldconfig: str = ""
+    files: tuple[tuple[str, tuple[int, int, int, int]], ...] = ()
+
+    @classmethod
+    def of(cls, triton_dir: str, compilers: tuple[str, ...]) -> Toolchain:
+        triton_dir = os.path.realpath(triton_dir)
+        found = [os.path.join(root, name) for root, _dirs, names in os.walk(triton_dir) for name in names]
+        ldconfig = next((os.path.realpath(p) for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig", "/usr/bin/ldconfig")
+                         if os.path.isfile(p)), "")
+        files = {os.path.realpath(p): _identity(p) for p in [*found, *compilers, ldconfig]
+                 if p and os.path.isfile(p) and os.access(p, os.X_OK)}
+        return cls(triton_dir, tuple(os.path.realpath(c) for c in compilers), ldconfig,
+                   tuple(sorted((k, v) for k, v in files.items() if v is not None)))
+
+
+def _identity(path: str) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _resolved(program: str) -> str:
@@ -52,7 +76,11 @@ def refusal(argv: Any, tools: Toolchain) -> str | None:
     if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
         return "not a command line"
     exe = _resolved(argv[0])
-    if os.path.basename(exe) == "ldconfig":
+    known = dict(tools.files).get(exe)
+    if known is None or _identity(exe) != known:
+        return (f"{argv[0][:120]} is not part of Triton's toolchain" if known is None else
+                f"{argv[0][:120]} changed since the worker started")
+    if exe == tools.ldconfig:
         return None if argv[1:] == ["-p"] else "ldconfig only lists (-p)"
     if exe.startswith(tools.triton_dir.rstrip(os.sep) + os.sep):
         return None if not any(a.startswith("@") for a in argv[1:]) else "a response file"
@@ -75,9 +103,13 @@ def serve(tools: Toolchain, inp: IO[str], out: IO[str]) -> None:
             argv = json.loads(line).get("argv")
         except (ValueError, AttributeError):
             argv = None
-        why = refusal(argv, tools)
-        if why is not None:
-            reply: dict[str, Any] = {"refused": why}
+        missing = isinstance(argv, list) and bool(argv) and isinstance(argv[0], str) and \
+            not os.path.exists(_resolved(argv[0]))
+        why = None if missing else refusal(argv, tools)
+        if missing:  # as subprocess says it (Triton probes for optional tools and catches this)
+            reply: dict[str, Any] = {"missing": f"No such file or directory: {argv[0][:200]!r}"}
+        elif why is not None:
+            reply = {"refused": why}
         else:
             try:
                 done = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, timeout=TOOL_TIMEOUT_S,
@@ -184,8 +216,8 @@ def start(workdir: str) -> tuple[str, str]:
     os.environ["TRITON_CACHE_DIR"] = cache
     import triton  # type: ignore[import-not-found,unused-ignore]
 
-    tools = Toolchain(os.path.realpath(os.path.dirname(triton.__file__)), compilers())
-    helper = subprocess.Popen([sys.executable, "-m", __name__, tools.triton_dir, *tools.compilers],
+    triton_dir = os.path.realpath(os.path.dirname(triton.__file__))
+    helper = subprocess.Popen([sys.executable, "-m", __name__, triton_dir, *compilers()],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=workdir)
     proxy = Proxy(helper)
     patched = []
@@ -208,7 +240,7 @@ def start(workdir: str) -> tuple[str, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    serve(Toolchain(args[0], tuple(args[1:])), sys.stdin, sys.stdout)
+    serve(Toolchain.of(args[0], tuple(args[1:])), sys.stdin, sys.stdout)
     return 0
 
 

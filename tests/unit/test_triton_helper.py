@@ -32,8 +32,8 @@ def triton_dir(tmp_path: Path) -> Path:
     return tmp_path / "triton"
 
 
-def test_only_tritons_toolchain_runs(triton_dir: Path) -> None:
-    tools = Toolchain(str(triton_dir), compilers())
+def test_only_tritons_toolchain_runs(triton_dir: Path, tmp_path: Path) -> None:
+    tools = Toolchain.of(str(triton_dir), compilers())
     ptxas = str(triton_dir / "backends" / "nvidia" / "bin" / "ptxas")
     assert refusal([ptxas, "--gpu-name=sm_90", "k.ptx", "-o", "k.o"], tools) is None
     assert refusal([CC, "launcher.c", "-O3", "-shared", "-fPIC", "-o", "l.so", "-lcuda"], tools) is None
@@ -46,6 +46,17 @@ def test_only_tritons_toolchain_runs(triton_dir: Path) -> None:
     assert refusal(["/sbin/ldconfig", "/tmp"], tools) == "ldconfig only lists (-p)"
     assert refusal([ptxas, "@options"], tools) == "a response file"
     assert refusal("gcc x.c", tools) == "not a command line"
+    # what was not there, or not the same file, when the helper started is not Triton's (a writable install)
+    fake = tmp_path / "ldconfig"
+    fake.write_text("#!/bin/sh\nid\n")
+    fake.chmod(0o755)
+    assert "not part of Triton's toolchain" in refusal([str(fake), "-p"], tools)
+    added = triton_dir / "backends" / "nvidia" / "bin" / "helper"
+    added.write_text("#!/bin/sh\nid\n")
+    added.chmod(0o755)
+    assert "not part of Triton's toolchain" in refusal([str(added)], tools)
+    Path(ptxas).write_text("#!/bin/sh\nid  # replaced\n")
+    assert "changed since the worker started" in refusal([ptxas, "k.ptx"], tools)
 
 
 @pytest.fixture
