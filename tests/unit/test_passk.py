@@ -30,3 +30,22 @@ def test_summary_counts_samples_per_problem_and_skips_the_ungraded():
 def test_candidate_keys():
     assert candidate_of_key("cand=run1_s0/level1/19_ReLU.py_1") == "run1_s0"
     assert candidate_of_key("level1/exp_1") == ""
+
+
+def test_the_sessions_kernelbench_line_says_when_it_pools_candidates():
+    """The session's kernelbench section pools every candidate's items per problem: with an honest candidate and
+    a cheat, "0/1 problems correct" read like the honest one failed. The line now says what it counts."""
+    from pytest_cannbench.report.kernelbench import section, summary_lines
+
+    def item(candidate: str, status: str) -> dict:
+        return {"key": f"cand={candidate}/level1/23_Softmax.py_1", "rel_path": "level1/23_Softmax.py",
+                "operator": "23_Softmax", "case_id": 1, "status": status, "candidate": candidate,
+                "failure_type": None if status == "passed" else "no_custom_kernel", "message": "",
+                "kernelbench": {"problem": "23_Softmax"}}
+
+    pooled = section([item("honest_s0", "passed"), item("cheat_s0", "failed")])
+    assert pooled is not None and pooled["candidates"] == 2 and pooled["problems_correct"] == 0
+    lines = summary_lines(pooled)
+    assert "kernelbench: 0/1 problems correct" in lines[-2] and "the 2 candidates' items together" in lines[-1]
+    alone = section([item("honest_s0", "passed")])
+    assert alone is not None and not any("together" in line for line in summary_lines(alone))
