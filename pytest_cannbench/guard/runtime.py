@@ -217,8 +217,8 @@ class Guard:
             (torch.autograd, ("_profiler_enabled",)),
             (torch.autograd.profiler, ("profile", "record_function")),
             (torch.profiler, ("profile", "record_function", "schedule")),
-            (worker_timing, ("run_batch", "synchronize", "_cuda_profiled", "_cuda_events", "_npu_profiled",
-                             "graph_batch", "device_span_us")),
+            (worker_timing, ("run_batch", "synchronize", "_device_batch", "with_waits", "_cuda_profiled",
+                             "_cuda_events", "_npu_profiled", "graph_batch", "device_span_us")),
             (worker_timing.Flusher, ("flush",)),
             (tensor_wire, ("read_args", "write_outputs", "flatten", "poison")),
             (Guard, ("call", "batch", "report", "_audit", "check", "_found", "_classify", "_path_problem",
@@ -383,13 +383,11 @@ class Guard:
         if event in CTYPES_EVENTS:
             if self.mode == OFF:
                 return None
-            if event == "ctypes.dlopen" and args and isinstance(args[0], (str, bytes)):
-                path = os.fsdecode(args[0])
-                if self.site and os.sep in path and _under(self._realpath(path), (self.site,)):
-                    return None  # its own library (torch.ops.load_library)
-            what = os.fsdecode(args[0])[:200] if event == "ctypes.dlopen" and args and isinstance(
-                args[0], (str, bytes)) else ""
-            return Problem(HOST_LIBRARY, f"used ctypes ({event}{': ' + what if what else ''})")
+            path = os.fsdecode(args[0]) if event == "ctypes.dlopen" and args and isinstance(args[0], (str, bytes)) \
+                else ""
+            if path and self.site and os.sep in path and _under(self._realpath(path), (self.site,)):
+                return None  # its own library (torch.ops.load_library)
+            return Problem(HOST_LIBRARY, f"used ctypes ({event}{': ' + path[:200] if path else ''})")
         if event in PROCESS_EVENTS:
             return Problem(FORBIDDEN_ACCESS, f"started a process ({event})")
         if event in NETWORK_EVENTS:

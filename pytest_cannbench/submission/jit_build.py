@@ -85,15 +85,16 @@ def run_jit_build(site: Path, work: Path, log_dir: Path, timeout: float, *, runn
     log.write_bytes(b"")
     env = dict(env)
     env.update(TORCH_EXTENSIONS_DIR=str(cache / "torch_extensions"), TRITON_CACHE_DIR=str(cache / "triton"))
-    items = [f"--package={p}" for p in packages] + [f"--module={label}={path}" for label, path in modules.items()]
+    items = [(p, f"--package={p}") for p in packages] + [(label, f"--module={label}={path}")
+                                                         for label, path in modules.items()]
     k = jobs(len(items))
     shards = [(items[i::k], manifest if k == 1 else artefacts / f"manifest.{i}.json",
                log if k == 1 else log_dir / f"jit_build.{i}.log") for i in range(k)]
 
-    def build(shard: tuple[list[str], Path, Path]) -> tuple[int | None, float]:
-        args, shard_manifest, shard_log = shard
+    def build(shard: tuple[list[tuple[str, str]], Path, Path]) -> tuple[int | None, float]:
+        labelled, shard_manifest, shard_log = shard
         cmd = [sys.executable, "-m", "pytest_cannbench.submission.jit_main", "--manifest", str(shard_manifest),
-               "--artefacts", str(artefacts), "--site", str(site), *args]
+               "--artefacts", str(artefacts), "--site", str(site), *(arg for _, arg in labelled)]
         return runner(cmd, work, shard_log, timeout, env)
 
     with ThreadPoolExecutor(max_workers=k) as pool:
@@ -111,10 +112,10 @@ def run_jit_build(site: Path, work: Path, log_dir: Path, timeout: float, *, runn
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text(record.to_json())
     failures = {label: message for label, message in record.modules.items() if message}
-    for (args, _, _), (rc, _) in zip(shards, results):
+    for (labelled, _, _), (rc, _) in zip(shards, results):
         why = (f"the JIT build did not finish within {timeout:g} s (--cann-build-timeout) and was killed"
                if rc is None else f"the JIT build exited with code {rc}")
-        for label in (a.split("=", 1)[1].split("=", 1)[0] for a in args):
+        for label, _ in labelled:
             if label not in record.modules:
                 failures[label] = f"{why}; log {log}\n{_tail(log)}"
     for label, message in failures.items():

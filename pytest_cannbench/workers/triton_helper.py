@@ -103,12 +103,11 @@ def serve(tools: Toolchain, inp: IO[str], out: IO[str]) -> None:
             argv = json.loads(line).get("argv")
         except (ValueError, AttributeError):
             argv = None
-        missing = isinstance(argv, list) and bool(argv) and isinstance(argv[0], str) and \
-            not os.path.exists(_resolved(argv[0]))
-        why = None if missing else refusal(argv, tools)
-        if missing:  # as subprocess says it (Triton probes for optional tools and catches this)
-            reply: dict[str, Any] = {"missing": f"No such file or directory: {argv[0][:200]!r}"}
-        elif why is not None:
+        reply: dict[str, Any]
+        # a missing tool is answered as subprocess says it: Triton probes for optional tools and catches that
+        if isinstance(argv, list) and argv and isinstance(argv[0], str) and not os.path.exists(_resolved(argv[0])):
+            reply = {"missing": f"No such file or directory: {argv[0][:200]!r}"}
+        elif (why := refusal(argv, tools)) is not None:
             reply = {"refused": why}
         else:
             try:
