@@ -3,7 +3,8 @@
 Usage: python benchmarks/timer_fidelity.py [--runs 20] [--repeat 10] [--sizes 50,200,1000,5000] [--device cuda]
 
 A kernel of known cost: ``passes(x, k)`` makes k read-modify-write passes over a buffer. For each
-target duration (microseconds) the buffer is sized so that k = 10 passes take about that long, and
+target duration (microseconds) the buffer is sized so that k passes take about that long (k = 10 on the CPU; on
+a card one launch per 20 us of target: ``passes_for``), and
 a second buffer so that the same kernel costs 10% more, both measured directly (below). Side by
 side in one process:
 
@@ -91,24 +92,30 @@ def direct_us(x: torch.Tensor, k: int, flusher: Flusher, n: int = 50) -> float:
     return statistics.median(samples) * 1e6
 
 
-def elements_for(target_us: float, flusher: Flusher, device: str) -> int:
-    """Buffer size making 10 passes last about target_us (found by doubling from a small buffer)."""
+def passes_for(target_us: float, device: str) -> int:
+    """Passes per call: 10 on the CPU; on a card, one launch per 20 us of target (1 to 100). Ten launches cannot
+    make a 20 us call on a card: seen on an H200, ten tiny launches (and a synchronise) took 136 us."""
+    return 10 if device == "cpu" else min(100, max(1, round(target_us / 20)))
+
+
+def elements_for(target_us: float, k: int, flusher: Flusher, device: str) -> int:
+    """Buffer size making k passes last about target_us (found by doubling from a small buffer)."""
     n = 1024
     while True:
         x = torch.rand(n, device=device)
-        if direct_us(x, 10, flusher, n=7) >= target_us or n >= 1 << 27:
+        if direct_us(x, k, flusher, n=7) >= target_us or n >= 1 << 28:
             return n
         n *= 2
 
 
-def ten_percent_slower(n: int, flusher: Flusher, device: str) -> int:
-    """A buffer size on which 10 passes cost 1.10x what they cost on ``n`` elements (bisection on the
+def ten_percent_slower(n: int, k: int, flusher: Flusher, device: str) -> int:
+    """A buffer size on which k passes cost 1.10x what they cost on ``n`` elements (bisection on the
     direct cost: fixed per-call overheads make the cost less than proportional to the size)."""
-    goal = 1.10 * direct_us(torch.rand(n, device=device), 10, flusher, n=60)
+    goal = 1.10 * direct_us(torch.rand(n, device=device), k, flusher, n=60)
     lo, hi = n, 2 * n
     for _ in range(8):
         mid = (lo + hi) // 2
-        if direct_us(torch.rand(mid, device=device), 10, flusher, n=40) < goal:
+        if direct_us(torch.rand(mid, device=device), k, flusher, n=40) < goal:
             lo = mid
         else:
             hi = mid
@@ -183,20 +190,22 @@ def main() -> int:
               f"   {'flush':>8} {'base us':>8} {'error':>7} {'paired':>7} {'pair CV':>7} {'ranked':>7}"
               f"   {'floor CV':>8} {'floor ranked':>12}")
         for target in (float(v) for v in args.sizes.split(",")):
-            n = elements_for(target, flusher, device)
-            n_slow = ten_percent_slower(n, flusher, device)
+            k = passes_for(target, device)
+            n = elements_for(target, k, flusher, device)
+            n_slow = ten_percent_slower(n, k, flusher, device)
             x, x_slow = torch.rand(n, device=device), torch.rand(n_slow, device=device)
-            expected = direct_us(x, 10, flusher)
+            expected = direct_us(x, k, flusher)
+            print(f"# {target:.0f} us: {k} pass(es) per call over {n} floats", flush=True)
             base, slower, floor, floor_slower = [], [], [], []
             paired: dict[str, list[tuple[float, float, float]]] = {"per set": [], "per call": []}
             for run in range(args.runs):
-                base.append(harness_median_us(workers[0], n, 10, args.repeat, 2 * run, judge_flush))
-                slower.append(harness_median_us(workers[0], n_slow, 10, args.repeat, 2 * run + 1, judge_flush))
+                base.append(harness_median_us(workers[0], n, k, args.repeat, 2 * run, judge_flush))
+                slower.append(harness_median_us(workers[0], n_slow, k, args.repeat, 2 * run + 1, judge_flush))
                 for way in (paired if run % 2 == 0 else dict(reversed(paired.items()))):  # alternating first
-                    paired[way].append(paired_times(workers, (n, n_slow), 10, args.repeat, 2 * run,
+                    paired[way].append(paired_times(workers, (n, n_slow), k, args.repeat, 2 * run,
                                                     judge_flush, flush_each_call=way == "per call"))
-                floor.append(direct_us(x, 10, flusher, n=args.repeat))
-                floor_slower.append(direct_us(x_slow, 10, flusher, n=args.repeat))
+                floor.append(direct_us(x, k, flusher, n=args.repeat))
+                floor_slower.append(direct_us(x_slow, k, flusher, n=args.repeat))
             median = statistics.median(base)
             cv = statistics.stdev(base) / statistics.mean(base)
             ranked = sum(s > b for b, s in zip(base, slower))
