@@ -19,6 +19,8 @@
 # `python -m pip wheel --no-deps -w .gpu .`), else editable from this checkout.
 # STEP_LIMIT: seconds no step may exceed (a lease shorter than the limits below).
 # FIDELITY_RUNS: runs per size of the timer fidelity benchmark (default 10).
+# TESTS_K / MAIN_K: a pytest -k expression narrowing the tests step / the main job (a rerun of what failed, or
+# of what a cut-short run left; merge the main job's parts with `pytest-cannbench merge`).
 # KB_PROBLEMS / KB_SOURCES: another KernelBench problems tree and generation runs (space-separated folders) to
 # grade instead of the bundled sample (benchmarks/gpu/kernelbench).
 # Budget: the limits (install 120 s; tests 200 s, with kernelbench 200 s and triton 120 s beside it; main 240 s;
@@ -142,7 +144,8 @@ fi
 
 if wants tests; then
   # every CUDA test of the suite (marker `cuda`); none may skip here
-  step tests 200 $PY -m pytest tests -m cuda -n 6 -p no:cacheprovider -rA --junitxml="$W/cuda-tests.xml"
+  step tests 200 $PY -m pytest tests -m cuda -n 6 -p no:cacheprovider -rA --junitxml="$W/cuda-tests.xml" \
+      ${TESTS_K:+-k "$TESTS_K"}
   digest "$W/tests.log"
   grep -E "^(SKIPPED|FAILED|ERROR)" "$W/tests.log" | head -20 | sed 's/^/  /' >> "$SUMMARY"
 fi
@@ -159,7 +162,7 @@ fi
 if wants main; then
   # the README main job on the GPU, against the CUDA C++ example (built here by its build.sh through the plugin)
   step main 240 $PY -m pytest -p no:cacheprovider --cann-tasks=tasks --cann-source=examples/cuda \
-      --cann-device=cuda -n 8 --cann-seed=0 --cann-report-dir="$W/main" --junitxml="$W/main.xml"
+      --cann-device=cuda -n 8 --cann-seed=0 --cann-report-dir="$W/main" --junitxml="$W/main.xml" ${MAIN_K:+-k "$MAIN_K"}
   digest "$W/main.log"
 fi
 

@@ -27,8 +27,10 @@ run-to-run noise, which no out-of-process timer can beat.
 
 ``--device cuda`` runs the same kernel on the GPU (``--sizes 20,200,2000`` is the GPU proof's set): "direct"
 is then CUDA events around the call after the L2 clear, as the worker's event fallback times it, and the harness
-uses the worker's CUDA timer (the profiler's kernel union, every stream); there is no judge-side eviction (the
-judge has no cache in common with the card), so the two "flush" rows differ only in the call order.
+uses the worker's CUDA timer (the profiler's span from the call's start to its last kernel's end, every stream),
+and an "events:" row below each size times the same sets with the worker's event timer (events around the call and
+a full synchronise); there is no judge-side eviction (the judge has no cache in common with the card), so the two
+"flush" rows differ only in the call order.
 """
 
 from __future__ import annotations
@@ -131,10 +133,11 @@ def _sets(n: int, k: int, repeat: int, seed: int) -> list[dict]:
 
 
 def harness_median_us(worker: CandidateWorker, n: int, k: int, repeat: int, seed: int,
-                      judge_flush: Callable[[], None] | None) -> float:
-    """One case's timing as the harness does it on the CPU: streamed sets, the judge's shared-cache flush."""
+                      judge_flush: Callable[[], None] | None, timer: str = "auto") -> float:
+    """One case's timing as the harness does it on the CPU: streamed sets, the judge's shared-cache flush.
+    ``timer``: on a card, ``cuda_events`` forces the worker's event timer (``auto`` is the profiler's span)."""
     batch = worker.time_batch(TARGET, _sets(n, k, repeat, seed), list(range(1, repeat + 1)), warmup=3,
-                              expected_out_bytes=n * 4, timeout=120, judge_flush=judge_flush)
+                              expected_out_bytes=n * 4, timeout=120, judge_flush=judge_flush, timer=timer)
     assert batch.status == "ok", batch.message
     return statistics.median(batch.seconds) * 1e6
 
@@ -196,7 +199,7 @@ def main() -> int:
             x, x_slow = torch.rand(n, device=device), torch.rand(n_slow, device=device)
             expected = direct_us(x, k, flusher)
             print(f"# {target:.0f} us: {k} pass(es) per call over {n} floats", flush=True)
-            base, slower, floor, floor_slower = [], [], [], []
+            base, slower, floor, floor_slower, events, events_slower = [], [], [], [], [], []
             paired: dict[str, list[tuple[float, float, float]]] = {"per set": [], "per call": []}
             for run in range(args.runs):
                 base.append(harness_median_us(workers[0], n, k, args.repeat, 2 * run, judge_flush))
@@ -204,6 +207,10 @@ def main() -> int:
                 for way in (paired if run % 2 == 0 else dict(reversed(paired.items()))):  # alternating first
                     paired[way].append(paired_times(workers, (n, n_slow), k, args.repeat, 2 * run,
                                                     judge_flush, flush_each_call=way == "per call"))
+                if device != "cpu":  # the event timer beside the profiler's span, on the same sets
+                    events.append(harness_median_us(workers[0], n, k, args.repeat, 2 * run, None, "cuda_events"))
+                    events_slower.append(harness_median_us(workers[0], n_slow, k, args.repeat, 2 * run + 1, None,
+                                                           "cuda_events"))
                 floor.append(direct_us(x, k, flusher, n=args.repeat))
                 floor_slower.append(direct_us(x_slow, k, flusher, n=args.repeat))
             median = statistics.median(base)
@@ -220,6 +227,12 @@ def main() -> int:
                 print(f"{head}   {way:>8} {statistics.median(bases):>8.1f} "
                       f"{statistics.median(bases) / expected - 1:>+7.1%} {statistics.median(ratios):>7.3f} "
                       f"{pair_cv:>7.1%} {sum(r > 1.0 for r in ratios):>4}/{args.runs}{tail}", flush=True)
+            if events:
+                ev = statistics.median(events)
+                print(f"{'':>8} {'':>10} {'events:':>9} {ev:>9.1f} {ev / expected - 1:>+7.1%} "
+                      f"{statistics.stdev(events) / statistics.mean(events):>6.1%} "
+                      f"{sum(s > b for b, s in zip(events, events_slower)):>4}/{args.runs}"
+                      "   (the worker's cuda_events timer, unpaired)", flush=True)
         for worker in workers:
             worker.close()
     return 0

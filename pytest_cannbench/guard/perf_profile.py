@@ -9,7 +9,11 @@ by the judge while the worker is frozen, after every call: libraries can be load
   tensor <-> list conversion, no kernels: it held up to a third of an honest Python loop's samples, measured);
 - ``system``: time that is no one's compute: [kernel] (page faults of fresh allocations, futexes), [vdso], the
   OpenMP runtime (threads spinning at a barrier; measured at 40% of a 2-thread torch.exp on a busy machine) and
-  a card's driver and runtime (libcuda, libcudart: launching, and spinning while the card computes).
+  a card's driver and runtime (libcuda, libcudart: launching, and spinning while the card computes), and a
+  kernel compiler's time: Triton's ``libtriton.so`` (its MLIR/LLVM passes, at a kernel's first launch) and
+  ``[toolchain]``, the samples of the worker's child processes when it may start none (containment): the
+  compiler helper's tools, ptxas and cc (``attribute(toolchain_except=...)``). Seen on an H200: a Triton
+  kernel's first call spent 30-55% of its samples compiling, and every case was refused as builtin compute.
   It is reported but left out of the shares that judge: it would otherwise dilute delegation;
 - ``jit``: anonymous executable memory. Not the submission's by default: torch's own oneDNN generates its
   conv2d and bf16 matmul kernels there (measured: docs/security.md), and honest submissions compile ahead;
@@ -41,7 +45,7 @@ OWN, RUNTIME, SYSTEM, BUILTIN, JIT, UNKNOWN = "own", "runtime", "system", "built
 KINDS = (OWN, RUNTIME, SYSTEM, BUILTIN, JIT, UNKNOWN)
 WORK_KINDS = (OWN, RUNTIME, BUILTIN, JIT, UNKNOWN)  # where computing can happen
 FOREIGN_KINDS = (BUILTIN, JIT, UNKNOWN)  # code that is not the submission's nor the language's
-KERNEL, VDSO, ANON_EXEC, UNMAPPED = "[kernel]", "[vdso]", "[anon exec]", "[unmapped]"
+KERNEL, VDSO, ANON_EXEC, UNMAPPED, TOOLCHAIN = "[kernel]", "[vdso]", "[anon exec]", "[unmapped]", "[toolchain]"
 
 RUNTIME_LIBRARY = re.compile(
     r"^(python3(\.\d+)*|libpython3[\d.]*\.so.*|ld-linux.*\.so.*|ld64\.so.*|ld-[\d.]+\.so"
@@ -54,6 +58,8 @@ OPENMP_LIBRARY = re.compile(r"^lib(gomp|iomp5|omp)(-[0-9a-f]+)?\.so.*$")  # thre
 # timer's and its op trace's to judge; on the host these are waiting, like OpenMP's barriers.
 DEVICE_DRIVER_LIBRARY = re.compile(r"^lib(cuda|cudart|cupti|nvidia-[a-z0-9-]+|amdhip64|hsa-runtime64|ascendcl)"
                                    r"([-.][\w.-]*)?\.so.*$")
+# a kernel compiler's in-process library (trusted roots only): compiling, not computing a result
+COMPILER_LIBRARY = re.compile(r"^libtriton\.so$")
 # builtin libraries by name: a copy in the private install is still builtin code
 BUILTIN_LIBRARY = re.compile(
     r"^lib(torch|torch_cpu|torch_global_deps|c10|shm|mkl\w*|dnnl|mkldnn|openblas\w*|blas|cblas"
@@ -110,7 +116,7 @@ def read_maps(pid: int) -> list[Mapping]:
 
 def classify(path: str, own: tuple[str, ...]) -> str:
     """The kind of the object a mapping's path names (see the module docstring)."""
-    if path in (KERNEL, VDSO, "[vsyscall]"):
+    if path in (KERNEL, VDSO, "[vsyscall]", TOOLCHAIN):
         return SYSTEM
     if path == UNMAPPED:
         return UNKNOWN
@@ -126,7 +132,7 @@ def classify(path: str, own: tuple[str, ...]) -> str:
         return RUNTIME
     if not path.startswith(TRUSTED_ROOTS):
         return BUILTIN
-    if OPENMP_LIBRARY.match(name) or DEVICE_DRIVER_LIBRARY.match(name):
+    if OPENMP_LIBRARY.match(name) or DEVICE_DRIVER_LIBRARY.match(name) or COMPILER_LIBRARY.match(name):
         return SYSTEM
     if RUNTIME_LIBRARY.match(name) or path.startswith(RUNTIME_DIRS):
         return RUNTIME
@@ -230,13 +236,17 @@ def _symbol_path(path: str, pid: int | None) -> str | None:
 
 
 def attribute(raw: RawSamples, maps: dict[int, list[Mapping]], own: tuple[str, ...], *, period_ns: int = 0,
-              calls: int = 1) -> CallProfile:
-    """Fold raw samples into a profile by the object mapped at each address of the process it came from."""
+              calls: int = 1, toolchain_except: int | None = None) -> CallProfile:
+    """Fold raw samples into a profile by the object mapped at each address of the process it came from.
+    ``toolchain_except``: the worker's pid when it may start no process; its children's samples are then
+    ``[toolchain]`` (a compiler that has often exited by now, its maps gone: seen as "[unmapped]")."""
     starts = {pid: [m.start for m in found] for pid, found in maps.items()}
     profile = CallProfile(lost=raw.lost, threads=len(raw.tids), period_ns=period_ns, calls=calls)
     for (pid, ip, kernel), count in raw.ips.items():
         offset = 0
-        if kernel:
+        if toolchain_except is not None and pid != toolchain_except:
+            name = TOOLCHAIN
+        elif kernel:
             name = KERNEL
         else:
             found = maps.get(pid, [])

@@ -202,11 +202,13 @@ class RingBuffer:
 class CallSampler:
     """The judge's sampler of one worker: open once right after the spawn, arm/collect around every call.
 
-    ``own`` are the directories whose objects are the submission's own code (its private install)."""
+    ``own`` are the directories whose objects are the submission's own code (its private install);
+    ``children_are_toolchain``: the worker may start no process, so its children are its compiler helper's."""
 
     pid: int
     own: tuple[str, ...] = ()
     period_ns: int = DEFAULT_PERIOD_NS
+    children_are_toolchain: bool = False
     fds: list[int] = field(default_factory=list)
     buffers: list[RingBuffer] = field(default_factory=list)
     exclude_kernel: bool = False
@@ -219,7 +221,7 @@ class CallSampler:
 
     @classmethod
     def open(cls, pid: int, own: tuple[str, ...] | list[str] = (), *, period_ns: int = DEFAULT_PERIOD_NS,
-             pages: int = DEFAULT_PAGES) -> CallSampler | Unavailable:
+             pages: int = DEFAULT_PAGES, children_are_toolchain: bool = False) -> CallSampler | Unavailable:
         """Events on every thread ``pid`` has now (each inherited by the threads it makes later) on every CPU.
 
         Call it right after the spawn, or while the worker is frozen: a thread created between the listing of
@@ -231,7 +233,7 @@ class CallSampler:
             tids = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task"))
         except (OSError, ValueError) as exc:
             return Unavailable(f"no such worker process {pid}: {exc}", getattr(exc, "errno", 0) or 0)
-        sampler = cls(pid, tuple(str(p) for p in own), period_ns)
+        sampler = cls(pid, tuple(str(p) for p in own), period_ns, children_are_toolchain=children_are_toolchain)
         for cpu in online_cpus():
             leader: int | None = None  # the event whose buffer this CPU's other events write into
             for tid in tids:
@@ -286,7 +288,8 @@ class CallSampler:
         since ``arm`` (a timing batch's warm-up and timed calls). Never raises."""
         raw = self.disarm()
         maps = {pid: read_maps(pid) for pid in raw.pids | {self.pid}}
-        profile = attribute(raw, maps, self.own, period_ns=self.period_ns, calls=calls)
+        profile = attribute(raw, maps, self.own, period_ns=self.period_ns, calls=calls,
+                            toolchain_except=self.pid if self.children_are_toolchain else None)
         profile.error = self.error
         return profile
 

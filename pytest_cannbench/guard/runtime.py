@@ -28,16 +28,14 @@ says what is and is not defended.
 from __future__ import annotations
 
 import os
-import struct
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from pytest_cannbench.guard import builtin_ops, recorder
-from pytest_cannbench.guard.maps import executable_files
+from pytest_cannbench.guard.maps import executable_files, library_problems
 from pytest_cannbench.guard.policy import BLOCK, KERNEL, OFF
 from pytest_cannbench.outcome import (
     API_TAMPERED,
@@ -59,7 +57,6 @@ CTYPES_EVENTS = frozenset({"ctypes.dlopen", "ctypes.dlsym", "ctypes.dlsym/handle
                            "ctypes.addressof"})
 PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec", "os.system",
                             "subprocess.Popen", "pty.spawn", "os.startfile"})
-RUNTIME_LOADER = frozenset({"dlopen", "dlmopen", "dlsym", "dlvsym", "dlclose", "dlerror", "dladdr", "dlinfo"})
 NETWORK_EVENTS = frozenset({"socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg"})
 NETWORK_FAMILIES = (2, 10, 17)  # AF_INET, AF_INET6, AF_PACKET (AF_UNIX stays: local)
 PATH_EVENTS = frozenset({"open", "os.listdir", "os.scandir", "os.remove", "os.rmdir", "os.rename", "os.truncate",
@@ -104,25 +101,6 @@ def calls_without_kernel(events: list[tuple[Any, ...]]) -> int:
     own = [(start, end) for name, start, end, annotation in spans
            if (name.startswith(builtin_ops.CUSTOM_PREFIX) if annotation else builtin_ops.own_op(name))]
     return sum(1 for lo, hi in windows if not any(lo <= s and e <= hi for s, e in own))
-
-
-def library_problems(path: str) -> list[str]:
-    """What a shared object built while the submission runs imports that its wheel's libraries may not (ATen's
-    kernels, BLAS and friends: :mod:`builtin_ops`), as the build's symbol scan says it for those."""
-    from pytest_cannbench.guard.elf_symbols import read_imports
-
-    try:
-        imports = read_imports(Path(path))
-    except (OSError, ValueError, struct.error) as exc:
-        return [f"{path}: unreadable shared object ({exc})"]
-    # dlopen/dlsym are allowed here: Triton's launchers find libcuda with them, and whatever they load is mapped,
-    # so the mapped-library check sees it (a wheel's libraries are scanned before anything runs, and may not)
-    names = sorted({name.split("@", 1)[0] for name in imports.undefined} - RUNTIME_LOADER)
-    found = [f"{os.path.basename(path)} imports {name} ({why})" for name in names
-             if (why := builtin_ops.forbidden_symbol(name))]
-    found += [f"{os.path.basename(path)} {why}" for lib in imports.needed
-              if (why := builtin_ops.forbidden_library(lib))]
-    return found
 
 
 def _all_threads() -> bool:

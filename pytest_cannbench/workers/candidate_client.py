@@ -147,7 +147,7 @@ class CandidateWorker(WorkerClient):
         beside its own kernels, so its workers are not sampled)."""
         self._close_sampler()
         if self.mode == "submission" and self.guard != "off" and self._pid is not None:
-            self.evidence = OutsideEvidence(site_dir=self.site_dir)
+            self.evidence = OutsideEvidence.of_worker(self.site_dir, self.workdir, self.contain, self.device)
             self.evidence.open(self._pid)
 
     def _close_sampler(self) -> None:

@@ -20,16 +20,29 @@ class OutsideEvidence:
     """The sampler of one worker process and the profiles merged so far (reset with each new process)."""
 
     site_dir: str | None = None
+    own_dirs: tuple[str, ...] = ()  # code the worker builds while it runs (guard.maps.foreign_findings)
+    # the worker may start no process (containment): samples of its children are its compiler helper's tools
+    children_are_toolchain: bool = False
     sampler: Any = None  # guard.perf_sample.CallSampler
     note: str = ""  # why there is no sampler (perf_event_open refused)
     profiles: dict[str, Any] = field(default_factory=dict)  # case / operator key -> merged CallProfile
+
+    @classmethod
+    def of_worker(cls, site_dir: str | None, workdir: Path, contain: bool, device: str) -> OutsideEvidence:
+        """For a candidate worker: it builds code into its private Triton cache; contained on a CPU or a CUDA
+        card it may start no process, so its children are the compiler helper's (an NPU runtime starts its own)."""
+        from pytest_cannbench.workers.triton_helper import CACHE_NAME
+
+        return cls(site_dir=site_dir, own_dirs=(str(workdir / CACHE_NAME),),
+                   children_are_toolchain=contain and not device.startswith("npu"))
 
     def open(self, pid: int) -> None:
         """Sample the new worker before it starts threads (they inherit the events)."""
         from pytest_cannbench.guard.perf_sample import CallSampler, Unavailable
 
         self.close()
-        opened = CallSampler.open(pid, own=tuple(p for p in (self.site_dir,) if p))
+        opened = CallSampler.open(pid, own=tuple(p for p in (self.site_dir,) if p),
+                                  children_are_toolchain=self.children_are_toolchain)
         if isinstance(opened, Unavailable):
             self.note = f"CPU sampling unavailable: {opened.reason}"
         else:
@@ -63,7 +76,7 @@ class OutsideEvidence:
         """Executable code the frozen worker mapped from outside its install, torch and the system."""
         from pytest_cannbench.guard.maps import foreign_findings
 
-        return [(str(k), str(d)) for k, d in foreign_findings(pid, self.site_dir)]
+        return [(str(k), str(d)) for k, d in foreign_findings(pid, self.site_dir, own_dirs=self.own_dirs)]
 
     def after_call(self, pid: int, keys: tuple[str, ...], calls: int) -> list[Problem]:
         return self.sampled(keys, calls) + self.mapped(pid)

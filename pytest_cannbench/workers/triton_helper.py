@@ -30,6 +30,7 @@ from typing import IO, Any
 REFUSED_PREFIXES = ("-fplugin", "-wrapper", "-B", "-specs", "--specs", "-Xclang", "-load", "--sysroot", "-iwithprefix",
                     "-fuse-ld", "-Wl,--plugin", "-Wl,-plugin", "--param=plugin", "@")
 TOOL_TIMEOUT_S = 600.0
+CACHE_NAME = "triton-cache"  # the private cache, in the worker's work directory (the judge checks what maps it)
 TRITON_MODULES = ("triton.knobs", "triton.runtime.build", "triton.backends.nvidia.compiler",
                   "triton.backends.nvidia.driver")
 
@@ -210,7 +211,7 @@ def start(workdir: str) -> tuple[str, str]:
     Returns ``(cache directory, status line)``."""
     import importlib
 
-    cache = os.path.join(workdir, "triton-cache")
+    cache = os.path.join(workdir, CACHE_NAME)
     os.makedirs(cache, exist_ok=True)
     os.environ["TRITON_CACHE_DIR"] = cache
     import triton  # type: ignore[import-not-found,unused-ignore]

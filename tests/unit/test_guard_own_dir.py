@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cannbench.guard.runtime import library_problems
+from pytest_cannbench.guard.maps import library_problems
 
 CC = shutil.which("gcc") or shutil.which("cc")
 pytestmark = pytest.mark.skipif(CC is None, reason="no C compiler")
@@ -90,3 +90,39 @@ def test_device_runtime_calls_are_not_builtin_compute(name: str, allowed: bool) 
     from pytest_cannbench.guard.builtin_ops import is_allowed
 
     assert is_allowed(name) is allowed
+
+
+LOADED = textwrap.dedent("""
+    import ctypes, os, sys
+    for path in sys.argv[1:]:
+        ctypes.CDLL(path, mode=os.RTLD_LAZY)
+    print("loaded", flush=True)
+    sys.stdin.read()
+""")
+
+
+def test_the_judge_reads_the_own_directory_itself(tmp_path: Path) -> None:
+    """The judge's side of the same rule (guard.maps.foreign_findings, read from /proc/<pid>/maps of the frozen
+    worker): seen on an H200, Triton's launcher modules in the worker's private cache were refused as
+    host_library by the judge after the worker's guard had passed them."""
+    from pytest_cannbench.guard.maps import foreign_findings
+
+    own, elsewhere, site = tmp_path / "triton-cache", tmp_path / "elsewhere", tmp_path / "site"
+    for d in (own, elsewhere, site):
+        d.mkdir()
+    paths = [shared_object(own / "clean.so", CLEAN), shared_object(own / "blas.so", BLAS),
+             shared_object(elsewhere / "clean.so", CLEAN)]
+    child = subprocess.Popen([sys.executable, "-c", LOADED, *map(str, paths)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout is not None and child.stdin is not None
+    try:
+        assert child.stdout.readline().strip() == "loaded"
+        found = foreign_findings(child.pid, str(site), own_dirs=[str(own)])
+        without = foreign_findings(child.pid, str(site))
+    finally:
+        child.stdin.close()
+        child.wait(timeout=30)
+    assert sorted(found) == sorted([
+        ("builtin_compute", "blas.so imports cblas_sgemm (BLAS)"),
+        ("host_library", f"mapped code from outside its install: {elsewhere / 'clean.so'}")]), found
+    assert sorted(d for _, d in without) == sorted(f"mapped code from outside its install: {p}" for p in paths)

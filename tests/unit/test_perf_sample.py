@@ -27,6 +27,7 @@ from pytest_cannbench.guard.perf_profile import (
     OWN,
     RUNTIME,
     SYSTEM,
+    TOOLCHAIN,
     UNKNOWN,
     UNMAPPED,
     CallProfile,
@@ -361,6 +362,59 @@ def test_a_cards_driver_is_waiting_not_builtin_compute() -> None:
     assert classify(f"{sys.prefix}/lib/python3.12/site-packages/torch/lib/libtorch_cuda.so", own) == BUILTIN
     assert classify("/tmp/sub-tmp/libcuda.so.1", own) == BUILTIN  # where the submission can write
     assert classify("/usr/lib/x86_64-linux-gnu/libcublas.so.13", own) == BUILTIN
+
+
+def test_a_kernel_compiler_is_not_builtin_compute() -> None:
+    """Seen on an H200: a Triton kernel's first call spent 30-55% of its samples in libtriton.so's MLIR and LLVM
+    passes, and every Triton case failed as builtin compute. Compiling is no result computed; a copy of the
+    library where the submission can write stays builtin."""
+    own = ("/sub/install",)
+    assert classify(f"{sys.prefix}/lib/python3.12/site-packages/triton/_C/libtriton.so", own) == SYSTEM
+    assert classify("/tmp/sub-tmp/libtriton.so", own) == BUILTIN
+    assert classify(TOOLCHAIN, own) == SYSTEM
+
+
+@needs_perf
+@pytest.mark.parametrize("children_are_toolchain", [True, False])
+def test_a_child_process_is_the_toolchain_only_when_the_worker_may_start_none(
+        c_loop: Path, children_are_toolchain: bool) -> None:
+    """A contained worker starts no process, so its children are the compiler helper's tools (ptxas, cc), which
+    have often exited by collection time (seen on an H200: 20-70% "[unmapped]"). Uncontained, a child is
+    attributed by its own maps as before."""
+    code = textwrap.dedent(f"""
+        import ctypes, os
+        def forked():
+            child = os.fork()
+            if child == 0:  # a tool that computes for a while, then exits before the judge collects
+                ctypes.CDLL({str(c_loop)!r}).cann_spin(ctypes.c_int64(60_000_000))
+                os._exit(0)
+            os.waitpid(child, 0)
+            return child
+    """)
+    script = code + "print('ready', flush=True)\nsys.stdin.readline()\nprint(forked(), flush=True)\nsys.stdin.read()\n"
+    child = subprocess.Popen([sys.executable, "-c", "import sys\n" + script], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        sampler = ps.CallSampler.open(child.pid, (str(c_loop.parent),), children_are_toolchain=children_are_toolchain)
+        assert not isinstance(sampler, ps.Unavailable), sampler
+        with sampler:
+            assert child.stdout.readline().strip() == "ready"
+            sampler.arm()
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert int(child.stdout.readline()) != child.pid
+            os.killpg(child.pid, signal.SIGSTOP)
+            profile = sampler.collect()
+            os.killpg(child.pid, signal.SIGCONT)
+        if children_are_toolchain:
+            assert profile.objects[TOOLCHAIN].samples > 20 and profile.objects[TOOLCHAIN].kind == SYSTEM
+            assert UNMAPPED not in profile.objects
+        else:  # the exited child's addresses are in no mapping any more: unknown, foreign
+            assert TOOLCHAIN not in profile.objects and profile.objects[UNMAPPED].samples > 20
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
 
 
 def _profile(**counts: int) -> CallProfile:
