@@ -27,10 +27,15 @@ run-to-run noise, which no out-of-process timer can beat.
 
 ``--device cuda`` runs the same kernel on the GPU (``--sizes 20,200,2000`` is the GPU proof's set): "direct"
 is then CUDA events around the call after the L2 clear, as the worker's event fallback times it, and the harness
-uses the worker's CUDA timer (the profiler's span from the call's start to its last kernel's end, every stream),
-and an "events:" row below each size times the same sets with the worker's event timer (events around the call and
-a full synchronise); there is no judge-side eviction (the judge has no cache in common with the card), so the two
-"flush" rows differ only in the call order.
+uses the worker's CUDA timer (the profiler's span from the call's start to its last kernel's end, every stream).
+An "events:" row below each size times the same sets with the worker's event timer (events around the call and
+a full synchronise), and a "# in this process" line runs both timers here, without the worker, then "direct"
+again (whether a profiler once started slows later calls). There is no judge-side eviction (the judge has no cache
+in common with the card), so the two "flush" rows differ only in the call order.
+
+Measured on an H200 (2026-12-04, docs/timing.md): at the 20 us size, direct 21.9 us, the harness's profiler
+span 138.3 us (+533%), its event timer 68.2 us (+212%): a constant per call, not a per-launch cost (ten launches
+showed the same +118 us).
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from pathlib import Path
 
 import torch
 
-from pytest_cannbench.timing.in_worker import Flusher
+from pytest_cannbench.timing.in_worker import Flusher, run_batch
 from pytest_cannbench.timing.perf import interleave
 from pytest_cannbench.workers.candidate_client import CandidateWorker
 
@@ -128,8 +133,21 @@ TARGET = {"kind": "submission", "name": "Passes", "function_name": "passes"}
 
 
 def _sets(n: int, k: int, repeat: int, seed: int) -> list[dict]:
+    """Fresh input sets: one random draw, each set a distinct shift of it (a copy or a scaling costs the same on
+    any values; drawing 11 x 64 MB per batch took most of the 2026-12-04 GPU run's fidelity time)."""
     gen = torch.Generator().manual_seed(seed)
-    return [{"x": torch.rand(n, generator=gen), "k": k} for _ in range(repeat + 1)]
+    base = torch.rand(n, generator=gen)
+    return [{"x": base + float(i), "k": k} for i in range(repeat + 1)]
+
+
+def in_process_us(x: torch.Tensor, k: int, flusher: Flusher, timer: str, count: int = 30) -> float:
+    """The worker's own device timer (``timing.in_worker.run_batch``) run in this process on the same tensor: no
+    worker, no streaming, no guard. Beside "direct" and "harness" it tells the timer's own cost from the
+    harness's."""
+    kwargs = {"x": x, "k": k}
+    out = run_batch(passes, kwargs, lambda i: kwargs, count, 3, str(x.device), time.perf_counter, flusher,
+                    lambda i, result: None, timer=timer)
+    return statistics.median(out.seconds) * 1e6
 
 
 def harness_median_us(worker: CandidateWorker, n: int, k: int, repeat: int, seed: int,
@@ -199,6 +217,11 @@ def main() -> int:
             x, x_slow = torch.rand(n, device=device), torch.rand(n_slow, device=device)
             expected = direct_us(x, k, flusher)
             print(f"# {target:.0f} us: {k} pass(es) per call over {n} floats", flush=True)
+            if device != "cpu":  # the timers alone, then "direct" again: does a profiler once used slow the calls?
+                events_here = in_process_us(x, k, flusher, "cuda_events")
+                span_here = in_process_us(x, k, flusher, "cuda_profiler")
+                print(f"# in this process: cuda_events {events_here:.1f} us, cuda_profiler span {span_here:.1f} us; "
+                      f"direct after the profiler {direct_us(x, k, flusher):.1f} us", flush=True)
             base, slower, floor, floor_slower, events, events_slower = [], [], [], [], [], []
             paired: dict[str, list[tuple[float, float, float]]] = {"per set": [], "per call": []}
             for run in range(args.runs):

@@ -6,6 +6,7 @@ entry point), so it imports nothing heavy: no torch, numpy or yaml.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -38,7 +39,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.tasks and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [settings.tasks]
     if not hasattr(config, "workerinput"):
-        collector = results.ResultCollector()
+        collector = results.ResultCollector(key_of=partial(items.key_from_nodeid, rootdir=config.rootpath,
+                                                           kb_trials=settings.kb_trials))
         config.stash[COLLECTOR_KEY] = collector
         config.pluginmanager.register(collector, "cannbench-results")
         if config.pluginmanager.hasplugin("xdist"):

@@ -80,6 +80,22 @@ def problem_of(path: Path) -> Problem:
     return Problem(path=path, rel_path=rel, name=path.stem, level=level)
 
 
+# an item's name, as ProblemFile makes it
+ITEM_NAME = re.compile(r"(?P<problem>[^\[\]]+)\[(?P<label>timed|trial(?P<trial>\d+))\](?:\[cand=(?P<cand>[^\[\]]+)\])?")
+
+
+def key_of_name(path: Path, name: str, trials: int) -> str | None:
+    """The case key of the item ``name`` of the problem file ``path``, from its name alone, as :class:`ProblemFile`
+    names its items (``<problem>[trial<i>]`` or ``[timed]``, then ``[cand=<name>]``): what the controller of an
+    interrupted xdist session files an unrun item under (nodes.items.key_from_nodeid)."""
+    match = ITEM_NAME.fullmatch(name)
+    if match is None or match["problem"] != path.stem:
+        return None
+    case_id = trials + 1 if match["label"] == "timed" else int(match["trial"])
+    key = problem_of(path).key(case_id)
+    return f"cand={match['cand']}/{key}" if match["cand"] else key
+
+
 class ProblemItem(SourceItem):
     """One correctness trial (``case_id`` 1..T) or the timed case (``case_id`` T+1) of a problem."""
 

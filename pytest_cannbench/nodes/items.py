@@ -11,7 +11,9 @@ a broken case one failing item; neither stops the session.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -22,8 +24,6 @@ from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.phases import PhaseClock
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     from pytest_cannbench.judge.source import CaseSource, Reference
     from pytest_cannbench.state import CannBenchState
     from pytest_cannbench.taskformat.memory_need import MemoryNeed
@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 OUTCOME_KEY = pytest.StashKey[CaseOutcome]()
 NO_CANDIDATE = "no candidate to grade: pass --cann-source or --cann-self-check"
+
+# an item's name: "<op>[<label>]" with "[cand=<name>]" after it in a multi-candidate run, or a hidden case's
+# "hidden-<n>" (key_of_name reads it back)
+_ITEM_NAME = re.compile(r"(?:[^\[\]]+\[(?P<label>[^\[\]]+)\]|(?P<hidden>hidden-\d+))(?:\[cand=(?P<cand>[^\[\]]+)\])?")
 
 
 class CannTaskWarning(pytest.PytestWarning):
@@ -383,6 +387,46 @@ class OperatorFile(pytest.File):
             for message in case.warnings if warn else ():
                 item.warn(CannTaskWarning(message))
             yield item
+
+
+def key_of_name(path: Path, name: str) -> str | None:
+    """The case key of the item ``name`` of the operator file ``path`` (a ``cases.yaml``), from its name alone, as
+    :class:`OperatorFile` names its items: what the controller of an interrupted xdist session, which collects
+    nothing and heard no key from its killed workers, files an unrun case under. None when not one of ours."""
+    from pytest_cannbench.taskformat.dirs import find_bench_root
+
+    match = _ITEM_NAME.fullmatch(name)
+    if path.name != "cases.yaml" or match is None:
+        return None
+    op_dir = path.parent
+    try:
+        rel_path = op_dir.resolve().relative_to(find_bench_root(op_dir)).as_posix()
+    except ValueError:
+        return None
+    label, candidate = match["label"] or match["hidden"], match["cand"]
+    if label == "task":
+        key = f"{rel_path}_task"
+    elif label.startswith("hidden-"):
+        key = f"{rel_path}#{label}"
+    elif label.startswith("#") and label[1:].isdigit():
+        key = f"{rel_path}_#{label[1:]}"
+    elif label.partition("#")[0].isdigit():
+        key = f"{rel_path}_{int(label.partition('#')[0])}"
+    else:
+        return None
+    return f"cand={candidate}/{key}" if candidate else key
+
+
+def key_from_nodeid(nodeid: str, rootdir: Path, kb_trials: int) -> str | None:
+    """The case key of a node id of ours (an operator's case or a KernelBench problem's item), None otherwise."""
+    path, sep, name = nodeid.partition("::")
+    if not sep:
+        return None
+    if path.endswith(".py"):
+        from pytest_cannbench.kernelbench.collect import key_of_name as problem_key
+
+        return problem_key(rootdir / path, name, kb_trials)
+    return key_of_name(rootdir / path, name)
 
 
 def case_key(item: pytest.Item) -> str | None:

@@ -8,6 +8,7 @@ attribute and becomes a ``crashed`` case, so no case is lost from the tally.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +99,8 @@ class ResultCollector:
     crashed: dict[str, str] = field(default_factory=dict)  # nodeid -> the key its crash was recorded under
     gate: str = ""  # why --cann-fail-under fails the session, if it does
     selection: dict[str, Any] = field(default_factory=dict)  # what -k/-m/paths chose: the board's config.selection
+    # a node id's case key when no worker named it (nodes.items.key_from_nodeid); None: not known here
+    key_of: Callable[[str], str | None] | None = None
 
     def record(self, result: CaseOutcome) -> None:
         result.flags = sorted(set(result.flags) | set(self.run_flags))
@@ -143,6 +146,8 @@ class ResultCollector:
         for nodeid, key in sorted(self.expected.items()):
             if nodeid in self.settled:
                 continue
+            if key is None:  # seen on an H200: a SIGINT to the process group ends the workers before they name keys
+                key = self.key_of(nodeid) if self.key_of is not None else None
             if key is None:
                 if not _ours(nodeid):
                     continue

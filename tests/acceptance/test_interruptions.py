@@ -127,3 +127,48 @@ def test_the_board_records_the_selection(pytester, capsys, task_tree) -> None:
     assert {k: selection[k] for k in ("keyword", "markexpr", "selected", "deselected", "interrupted", "partial")} == {
         "keyword": "axpy and 01", "markexpr": "", "selected": 1, "deselected": 2, "interrupted": 0, "partial": True}
     assert [c["key"] for op in board["operators"] for c in op["cases"]] == ["level1/axpy_1"]
+
+
+def test_an_interrupted_xdist_session_files_unrun_cases_under_their_operators(pytester, task_tree) -> None:
+    """SIGINT to the whole process group, as `timeout` and a terminal's Ctrl-C send it: the xdist workers end
+    before they name their cases' keys to the controller. Seen on an H200 (benchmarks/gpu_proof.sh): each unrun
+    case became an "operator" of its own, keyed by its node id ("236 operators" for 25). The controller now reads
+    the key from the node id as collection makes it."""
+    tasks = task_tree("golden_timeout")
+    cases_yaml = tasks / "slow_golden" / "cases.yaml"  # both workers busy: neither can name the other's keys
+    cases_yaml.write_text(cases_yaml.read_text().replace("delay_s: 0.0", "delay_s: 600.0"))
+    cmd = [sys.executable, "-m", "pytest", *BASE, "--cann-tasks=tasks", "--cann-self-check", "-n", "2"]
+    proc = subprocess.Popen(cmd, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
+    deadline = time.monotonic() + 240
+    logs = pytester.path / "reports" / "logs"
+    while time.monotonic() < deadline and proc.poll() is None:
+        if logs.is_dir() and len([p for p in logs.glob("golden-worker-gw*.log")]) >= 2:
+            break
+        time.sleep(0.2)
+    time.sleep(5)  # each worker sleeps in a case's golden
+    os.killpg(proc.pid, signal.SIGINT)
+    out = proc.communicate(timeout=120)[0].decode(errors="replace")
+    board = json.loads((pytester.path / "reports" / "leaderboard.json").read_text())
+    assert [op["rel_path"] for op in board["operators"]] == ["slow_golden"], out[-3000:]
+    cases = {c["key"]: c["status"] for op in board["operators"] for c in op["cases"]}
+    assert set(cases) == {"slow_golden_1", "slow_golden_2"}, (cases, out[-3000:])
+    assert set(cases.values()) == {"interrupted"}
+
+
+def test_every_collected_key_reads_back_from_its_node_id(pytester, task_tree) -> None:
+    """What the controller reads from a node id (nodes.items.key_from_nodeid) is the key collection gave the item,
+    for an operator tree's cases and a KernelBench tree's trials and timed cases."""
+    import shutil
+
+    from pytest_cannbench.nodes.items import case_key, key_from_nodeid
+
+    task_tree("basic")
+    shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "kernelbench" / "problems",
+                    pytester.path / "problems")
+    for args in (("tasks", "--cann-self-check"), ("problems", "--cann-kb-trials=3", "--cann-self-check")):
+        items, _ = pytester.inline_genitems(*args, "-p", "no:cacheprovider")
+        keys = {item.nodeid: case_key(item) for item in items}
+        assert keys and all(keys.values()), keys
+        assert {n: key_from_nodeid(n, pytester.path, kb_trials=3) for n in keys} == keys
