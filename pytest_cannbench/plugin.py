@@ -14,7 +14,7 @@ import pytest
 from pytest_cannbench import options, state
 from pytest_cannbench.judge import goldens
 from pytest_cannbench.kernelbench.collect import ProblemItem
-from pytest_cannbench.nodes import hidden, items
+from pytest_cannbench.nodes import hidden, items, keys
 from pytest_cannbench.report import collector as results
 from pytest_cannbench.report import journal as reporting
 from pytest_cannbench.report import progress
@@ -39,7 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.tasks and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [settings.tasks]
     if not hasattr(config, "workerinput"):
-        collector = results.ResultCollector(key_of=partial(items.key_from_nodeid, rootdir=config.rootpath,
+        collector = results.ResultCollector(key_of=partial(keys.key_from_nodeid, rootdir=config.rootpath,
                                                            kb_trials=settings.kb_trials))
         config.stash[COLLECTOR_KEY] = collector
         config.pluginmanager.register(collector, "cannbench-results")

@@ -87,7 +87,7 @@ ITEM_NAME = re.compile(r"(?P<problem>[^\[\]]+)\[(?P<label>timed|trial(?P<trial>\
 def key_of_name(path: Path, name: str, trials: int) -> str | None:
     """The case key of the item ``name`` of the problem file ``path``, from its name alone, as :class:`ProblemFile`
     names its items (``<problem>[trial<i>]`` or ``[timed]``, then ``[cand=<name>]``): what the controller of an
-    interrupted xdist session files an unrun item under (nodes.items.key_from_nodeid)."""
+    interrupted xdist session files an unrun item under (nodes.keys.key_from_nodeid)."""
     match = ITEM_NAME.fullmatch(name)
     if match is None or match["problem"] != path.stem:
         return None

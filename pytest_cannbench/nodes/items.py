@@ -417,18 +417,6 @@ def key_of_name(path: Path, name: str) -> str | None:
     return f"cand={candidate}/{key}" if candidate else key
 
 
-def key_from_nodeid(nodeid: str, rootdir: Path, kb_trials: int) -> str | None:
-    """The case key of a node id of ours (an operator's case or a KernelBench problem's item), None otherwise."""
-    path, sep, name = nodeid.partition("::")
-    if not sep:
-        return None
-    if path.endswith(".py"):
-        from pytest_cannbench.kernelbench.collect import key_of_name as problem_key
-
-        return problem_key(rootdir / path, name, kb_trials)
-    return key_of_name(rootdir / path, name)
-
-
 def case_key(item: pytest.Item) -> str | None:
     """The case key an item carries from collection (``cann_case``), None for items not ours."""
     return next((str(value) for name, value in item.user_properties if name == "cann_case"), None)

@@ -99,7 +99,7 @@ class ResultCollector:
     crashed: dict[str, str] = field(default_factory=dict)  # nodeid -> the key its crash was recorded under
     gate: str = ""  # why --cann-fail-under fails the session, if it does
     selection: dict[str, Any] = field(default_factory=dict)  # what -k/-m/paths chose: the board's config.selection
-    # a node id's case key when no worker named it (nodes.items.key_from_nodeid); None: not known here
+    # a node id's case key when no worker named it (nodes.keys.key_from_nodeid); None: not known here
     key_of: Callable[[str], str | None] | None = None
 
     def record(self, result: CaseOutcome) -> None:

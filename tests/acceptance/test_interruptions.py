@@ -158,11 +158,12 @@ def test_an_interrupted_xdist_session_files_unrun_cases_under_their_operators(py
 
 
 def test_every_collected_key_reads_back_from_its_node_id(pytester, task_tree) -> None:
-    """What the controller reads from a node id (nodes.items.key_from_nodeid) is the key collection gave the item,
+    """What the controller reads from a node id (nodes.keys.key_from_nodeid) is the key collection gave the item,
     for an operator tree's cases and a KernelBench tree's trials and timed cases."""
     import shutil
 
-    from pytest_cannbench.nodes.items import case_key, key_from_nodeid
+    from pytest_cannbench.nodes.items import case_key
+    from pytest_cannbench.nodes.keys import key_from_nodeid
 
     task_tree("basic")
     shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "kernelbench" / "problems",

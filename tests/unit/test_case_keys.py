@@ -1,4 +1,4 @@
-"""The case key the controller of an interrupted xdist session reads from a node id (``nodes.items.key_from_nodeid``)
+"""The case key the controller of an interrupted xdist session reads from a node id (``nodes.keys.key_from_nodeid``)
 is the key collection gives the item: one definition, read back."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pytest_cannbench.nodes.items import key_from_nodeid
+from pytest_cannbench.nodes.keys import key_from_nodeid
 
 
 @pytest.fixture
