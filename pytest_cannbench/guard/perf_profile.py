@@ -11,9 +11,10 @@ by the judge while the worker is frozen, after every call: libraries can be load
   OpenMP runtime (threads spinning at a barrier; measured at 40% of a 2-thread torch.exp on a busy machine) and
   a card's driver and runtime (libcuda, libcudart: launching, and spinning while the card computes), and a
   kernel compiler's time: Triton's ``libtriton.so`` (its MLIR/LLVM passes, at a kernel's first launch) and
-  ``[toolchain]``, the samples of the worker's child processes when it may start none (containment): the
-  compiler helper's tools, ptxas and cc (``attribute(toolchain_except=...)``). Seen on an H200: a Triton
-  kernel's first call spent 30-55% of its samples compiling, and every case was refused as builtin compute.
+  ``[toolchain]``, the samples of the worker's child processes when it may start none (containment, seen in force
+  by the judge): the compiler helper's tools, ptxas and cc (``attribute(toolchain_except=...)``). Seen on an
+  H200: a Triton kernel's first call spent 30-55% of its samples compiling, and every case was refused as builtin
+  compute.
   It is reported but left out of the shares that judge: it would otherwise dilute delegation;
 - ``jit``: anonymous executable memory. Not the submission's by default: torch's own oneDNN generates its
   conv2d and bf16 matmul kernels there (measured: docs/security.md), and honest submissions compile ahead;

@@ -87,6 +87,16 @@ class RawSamples:
         return {pid for pid, _ip, _kernel in self.ips}
 
 
+def seccomp_filtered(pid: int) -> bool:
+    """Whether the process runs under a seccomp filter (``Seccomp: 2`` in /proc/<pid>/status): read by the judge,
+    not told by the worker. False when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return any(line.split(":", 1)[1].strip() == "2" for line in fh if line.startswith("Seccomp:"))
+    except OSError:
+        return False
+
+
 def sample_attr(period_ns: int = DEFAULT_PERIOD_NS, *, exclude_kernel: bool = False) -> bytes:
     """The packed perf_event_attr: CPU clock, IP|TID samples, started disabled, inherited by new threads."""
     flags = FLAG_DISABLED | FLAG_INHERIT | (FLAG_EXCLUDE_KERNEL | FLAG_EXCLUDE_HV if exclude_kernel else 0)
@@ -288,8 +298,11 @@ class CallSampler:
         since ``arm`` (a timing batch's warm-up and timed calls). Never raises."""
         raw = self.disarm()
         maps = {pid: read_maps(pid) for pid in raw.pids | {self.pid}}
+        # only where the judge sees the seccomp filter in force: where it could not be installed, a child may be
+        # anything the submission forked
+        toolchain = self.children_are_toolchain and seccomp_filtered(self.pid)
         profile = attribute(raw, maps, self.own, period_ns=self.period_ns, calls=calls,
-                            toolchain_except=self.pid if self.children_are_toolchain else None)
+                            toolchain_except=self.pid if toolchain else None)
         profile.error = self.error
         return profile
 

@@ -375,39 +375,54 @@ def test_a_kernel_compiler_is_not_builtin_compute() -> None:
 
 
 @needs_perf
-@pytest.mark.parametrize("children_are_toolchain", [True, False])
+@pytest.mark.parametrize("children_are_toolchain, contained", [(True, True), (True, False), (False, True)],
+                         ids=["contained", "filter-missing", "processes-allowed"])
 def test_a_child_process_is_the_toolchain_only_when_the_worker_may_start_none(
-        c_loop: Path, children_are_toolchain: bool) -> None:
-    """A contained worker starts no process, so its children are the compiler helper's tools (ptxas, cc), which
-    have often exited by collection time (seen on an H200: 20-70% "[unmapped]"). Uncontained, a child is
-    attributed by its own maps as before."""
+        c_loop: Path, children_are_toolchain: bool, contained: bool) -> None:
+    """A contained worker starts no process, so its children are the compiler helper it started before containment
+    and that helper's tools (ptxas, cc), which have often exited by collection time (seen on an H200: 20-70%
+    "[unmapped]"). Only where the judge sees the seccomp filter in force; otherwise, or where processes are
+    allowed, a child is attributed by its own maps as before."""
     code = textwrap.dedent(f"""
-        import ctypes, os
-        def forked():
-            child = os.fork()
-            if child == 0:  # a tool that computes for a while, then exits before the judge collects
-                ctypes.CDLL({str(c_loop)!r}).cann_spin(ctypes.c_int64(60_000_000))
-                os._exit(0)
-            os.waitpid(child, 0)
-            return child
+        import ctypes, os, sys
+        from pytest_cannbench.guard.containment import install_filter
+        print('ready', flush=True)
+        sys.stdin.readline()
+        r, w = os.pipe()
+        child = os.fork()  # the helper: started before containment, it computes when told, then exits
+        if child == 0:
+            os.read(r, 1)
+            ctypes.CDLL({str(c_loop)!r}).cann_spin(ctypes.c_int64(60_000_000))
+            os._exit(0)
+        if {contained!r}:
+            assert install_filter().startswith('on'), 'no seccomp here'
+        print('forked', flush=True)
+        sys.stdin.readline()
+        os.write(w, b'x')
+        os.waitpid(child, 0)
+        print(child, flush=True)
+        sys.stdin.read()
     """)
-    script = code + "print('ready', flush=True)\nsys.stdin.readline()\nprint(forked(), flush=True)\nsys.stdin.read()\n"
-    child = subprocess.Popen([sys.executable, "-c", "import sys\n" + script], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, text=True, start_new_session=True)
+    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             start_new_session=True)
     assert child.stdin is not None and child.stdout is not None
     try:
+        assert child.stdout.readline().strip() == "ready"
         sampler = ps.CallSampler.open(child.pid, (str(c_loop.parent),), children_are_toolchain=children_are_toolchain)
         assert not isinstance(sampler, ps.Unavailable), sampler
         with sampler:
-            assert child.stdout.readline().strip() == "ready"
+            child.stdin.write("fork\n")
+            child.stdin.flush()
+            assert child.stdout.readline().strip() == "forked"
             sampler.arm()
             child.stdin.write("go\n")
             child.stdin.flush()
             assert int(child.stdout.readline()) != child.pid
             os.killpg(child.pid, signal.SIGSTOP)
+            assert ps.seccomp_filtered(child.pid) is contained
             profile = sampler.collect()
             os.killpg(child.pid, signal.SIGCONT)
-        if children_are_toolchain:
+        if children_are_toolchain and contained:
             assert profile.objects[TOOLCHAIN].samples > 20 and profile.objects[TOOLCHAIN].kind == SYSTEM
             assert UNMAPPED not in profile.objects
         else:  # the exited child's addresses are in no mapping any more: unknown, foreign
