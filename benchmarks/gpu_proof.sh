@@ -173,7 +173,7 @@ if wants fidelity; then
   # the timer against a kernel of known cost: error, CV, ranking power at 20 us, 200 us and 2 ms
   step fidelity 150 $PY benchmarks/timer_fidelity.py --device cuda --sizes 20,200,2000 --runs "${FIDELITY_RUNS:-10}" \
       --repeat 10
-  sed 's/^/  /' "$W/fidelity.log" | tail -12 >> "$SUMMARY"
+  sed 's/^/  /' "$W/fidelity.log" | tail -24 >> "$SUMMARY"  # 3 sizes: 5 lines each, the header
 fi
 
 if wants sandbox; then
