@@ -98,6 +98,13 @@ def build_program(arch_value: int, nr: dict[str, int], pid: int, allow_processes
     return prog
 
 
+def processes_allowed(device: str) -> bool:
+    """Whether a contained worker on ``device`` may start processes: an NPU's runtime starts its own. Elsewhere the
+    filter refuses them, so the judge takes a contained worker's children for its compiler helper's
+    (``workers.evidence``)."""
+    return device.startswith("npu")
+
+
 def install_filter(allow_processes: bool = False) -> str:
     """Install the filter on every thread of this process; returns a word for the log ("on" or why not)."""
     arch = _ARCHES.get(platform.machine())

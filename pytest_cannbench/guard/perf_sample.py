@@ -219,6 +219,7 @@ class CallSampler:
     own: tuple[str, ...] = ()
     period_ns: int = DEFAULT_PERIOD_NS
     children_are_toolchain: bool = False
+    filtered: bool = False  # the worker was seen under a seccomp filter (seccomp_filtered)
     fds: list[int] = field(default_factory=list)
     buffers: list[RingBuffer] = field(default_factory=list)
     exclude_kernel: bool = False
@@ -299,8 +300,9 @@ class CallSampler:
         raw = self.disarm()
         maps = {pid: read_maps(pid) for pid in raw.pids | {self.pid}}
         # only where the judge sees the seccomp filter in force: where it could not be installed, a child may be
-        # anything the submission forked
-        toolchain = self.children_are_toolchain and seccomp_filtered(self.pid)
+        # anything the submission forked. A filter cannot be removed, so once seen it is not read again.
+        self.filtered = self.filtered or (self.children_are_toolchain and seccomp_filtered(self.pid))
+        toolchain = self.children_are_toolchain and self.filtered
         profile = attribute(raw, maps, self.own, period_ns=self.period_ns, calls=calls,
                             toolchain_except=self.pid if toolchain else None)
         profile.error = self.error

@@ -162,7 +162,7 @@ def _device_batch(fn: Callable, warmup_kwargs: Any, fetch: Callable[[int], Any],
             return out
     if device.startswith("cuda") and timer in ("auto", "cuda_profiler"):
         try:
-            import torch.profiler  # noqa: F401 - fails before any set is fetched when there is no profiler
+            import torch.autograd.profiler  # noqa: F401 - fails before any set is fetched when there is none
         except Exception as exc:  # noqa: BLE001 - no CUPTI: fall back to events
             out.notes.append(f"profiler unavailable ({type(exc).__name__}: {exc}); timed with events")
         else:

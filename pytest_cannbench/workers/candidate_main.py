@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             worker.guard.own_dir(triton_cache)
         containment.limit_resources()
         if args.contain:
-            status = containment.install_filter(allow_processes=args.device.startswith("npu"))
+            status = containment.install_filter(allow_processes=containment.processes_allowed(args.device))
             print(f"cannbench: containment {status}", file=sys.stderr, flush=True)
         worker.guard.install_audit_hook()
     handlers = {"hello": worker.hello, "discover": worker.discover, "call": worker.call, "time": worker.time,

@@ -31,10 +31,11 @@ class OutsideEvidence:
     def of_worker(cls, site_dir: str | None, workdir: Path, contain: bool, device: str) -> OutsideEvidence:
         """For a candidate worker: it builds code into its private Triton cache; contained on a CPU or a CUDA
         card it may start no process, so its children are the compiler helper's (an NPU runtime starts its own)."""
+        from pytest_cannbench.guard.containment import processes_allowed
         from pytest_cannbench.workers.triton_helper import CACHE_NAME
 
         return cls(site_dir=site_dir, own_dirs=(str(workdir / CACHE_NAME),),
-                   children_are_toolchain=contain and not device.startswith("npu"))
+                   children_are_toolchain=contain and not processes_allowed(device))
 
     def open(self, pid: int) -> None:
         """Sample the new worker before it starts threads (they inherit the events)."""
