@@ -288,8 +288,7 @@ class _Buffers:
         self.mask = torch.empty(sub, dtype=torch.bool)
         # masks as float64 0/1: comparisons write them twice as fast as bool, sums count them faster than
         # count_nonzero, and a product with one is exact (and zeroes a non-negative value to +0.0)
-        self.over, self.nover, self.near, self.small, self.cancel, self.t2 = (
-            torch.empty(sub, dtype=f64) for _ in range(6))
+        self.over, self.nover, self.small, self.cancel, self.t2 = (torch.empty(sub, dtype=f64) for _ in range(5))
         self.zero, self.neg = torch.zeros((), dtype=f64), torch.full((), -math.inf, dtype=f64)
 
 
@@ -324,6 +323,7 @@ def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: Dt
     near_bound = max(th.small_threshold, th.cancel_boundary)  # at or above both: a normal point
     part = _Part(dict.fromkeys(_COUNTS, 0), {}, {})
     count, put_max = part.count, part.put_max
+    all_normal: list[tuple[int, int]] = []  # slices whose points are all in the normal region
     for s in range(0, size, SUB):
         e = min(s + SUB, size)
         w = e - s
@@ -332,14 +332,12 @@ def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: Dt
         D, R = b.diff[s:e], b.rel[s:e]
         _slice_diff(a[s:e], gs, dt, A, G, D)
         diff_max = float(D.max())
-        native_max = 0.0
         if n is not None:
             N, ND = b.n[:w], b.ndiff[:w]
             N.copy_(n[s:e])
             torch.sub(N, G, out=ND).abs_()
-            native_max = float(ND.max())
         k_out_of_rules = 0
-        if not (math.isfinite(diff_max) and math.isfinite(native_max)):  # a NaN/Inf somewhere in the slice
+        if not math.isfinite(diff_max):  # a NaN/Inf in the candidate or the golden
             k = _matching_specials(part, th, tolerances, b, s, e, None if n is None else ND)
             if k is None:
                 _masked_slice(part, a[s:e], analyse(a[s:e], gs, None if n is None else n[s:e], th), th,
@@ -347,45 +345,63 @@ def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: Dt
             if k is None or k == w:  # decided by the general path, or nothing in the slice is compared
                 continue
             k_out_of_rules, diff_max = k, float(D.max())
-        count["valid"] += w - k_out_of_rules
         _slice_rel(G, D, GA, INV, R)
-        over, nover, near = b.over[:w], b.nover[:w], b.near[:w]
+        # counts over MARE's threshold from the maxima where those say there are none (one pass instead of a
+        # comparison and a sum); the 0/1 masks themselves only where the dense regions read them
+        rel_max = float(R.max())
         if n is not None:
             assert b.nrel is not None
             NR = b.nrel[s:e]
             torch.mul(ND, INV, out=NR)
-            k_nover = int(torch.gt(NR, lim, out=nover).sum())
+            nrel_max = float(NR.max())  # finite unless the native alone holds a NaN/Inf (INV is finite, > 0)
+            if not math.isfinite(nrel_max):
+                _masked_slice(part, a[s:e], analyse(a[s:e], gs, n[s:e], th), th, tolerances, b, s, e)
+                continue
+            k_nover = _count_over(NR, nrel_max, lim, b.nover[:w])
         else:  # the general path's native errors are zeros
             assert b.zeros is not None
             ND = NR = b.zeros[:w]
-            nover.fill_(1.0 if 0.0 > lim else 0.0)
-            k_nover = w if 0.0 > lim else 0
-        k_over = int(torch.gt(R, lim, out=over).sum())
+            k_nover = _count_over(NR, 0.0, lim, b.nover[:w])
+        count["valid"] += w - k_out_of_rules
+        k_over = _count_over(R, rel_max, lim, b.over[:w])
         count["valid_err"] += k_over
-        rel_max = float(R.max())
         put_max("rel", rel_max)
         put_max("diff", diff_max)
         if tolerances is not None:
             rtol, atol = tolerances
             torch.mul(GA, rtol, out=T).add_(atol)
             count["far"] += int(torch.gt(D, T, out=b.t2[:w]).sum())
-        k_near = int(torch.lt(GA, near_bound, out=near).sum())
-        if not k_near:  # all normal
+        if float(GA.min()) >= near_bound:  # all normal (one pass; the near-zero mask is not needed)
             count["normal"] += w
             count["normal_err"] += k_over
             count["normal_native_err"] += k_nover
             put_max("normal_rel", rel_max)
-            b.normal_rel[s:e].copy_(R)
-            if b.normal_nrel is not None:
-                b.normal_nrel[s:e].copy_(NR)
+            all_normal.append((s, e))  # the normal sums' buffers get R and NR only if the chunk needs them
             continue
-        if 8 * k_near < w:
-            _sparse_regions(part, th, b, s, e, torch.gt(near, 0.0, out=m), k_over, k_nover, rel_max, ND, NR,
-                            k_out_of_rules)
+        near = torch.nonzero(torch.lt(GA, near_bound, out=m)).squeeze_(1)  # the points near zero, in order
+        if 8 * near.numel() < w:
+            _sparse_regions(part, th, b, s, e, near, k_over, k_nover, rel_max, ND, NR, k_out_of_rules)
         else:
+            for k_mask, mask in ((k_over, b.over[:w]), (k_nover, b.nover[:w])):
+                if k_mask == 0:  # counted from its maximum: the dense regions read the mask
+                    mask.zero_()
             _dense_regions(part, th, b, s, e, k_over, k_nover, ND, NR, k_out_of_rules)
+    if all_normal and part.count["normal"] != size:  # _finish sums the normal buffers, not rel and nrel
+        for s, e in all_normal:
+            b.normal_rel[s:e].copy_(b.rel[s:e])
+            if b.normal_nrel is not None:
+                assert b.nrel is not None
+                b.normal_nrel[s:e].copy_(b.nrel[s:e])
     _finish(part, b, size, n is not None, tolerances)
     return part
+
+
+def _count_over(values: torch.Tensor, top: float, lim: float, mask: torch.Tensor) -> int:
+    """How many of ``values`` (finite, >= 0) are over ``lim``: none when their maximum ``top`` is not, else
+    counted through ``mask`` (0/1, left holding them). A mask left unwritten must be zeroed before it is read."""
+    if not top > lim:
+        return 0
+    return int(torch.gt(values, lim, out=mask).sum())
 
 
 def _slice_diff(a: torch.Tensor, g: torch.Tensor, dt: torch.dtype, A: torch.Tensor, G: torch.Tensor,
@@ -406,15 +422,15 @@ def _slice_rel(G: torch.Tensor, D: torch.Tensor, GA: torch.Tensor, INV: torch.Te
     torch.mul(D, INV, out=R)
 
 
-def _sparse_regions(part: _Part, th: DtypeThresholds, b: _Buffers, s: int, e: int, near: torch.Tensor,
+def _sparse_regions(part: _Part, th: DtypeThresholds, b: _Buffers, s: int, e: int, idx: torch.Tensor,
                     k_over: int, k_nover: int, rel_max: float, ND: torch.Tensor, NR: torch.Tensor,
                     excluded: int = 0) -> None:
-    """A finite slice with few points near zero: only those are gathered and classified; the normal region's
-    counts are the slice's less theirs. ``excluded``: points :func:`_matching_specials` zeroed, which land in
-    the small-value region with no error and are taken out of it here."""
+    """A finite slice with few points near zero (``idx``, their positions in the slice, ascending): only those
+    are gathered and classified; the normal region's counts are the slice's less theirs. ``excluded``: points
+    :func:`_matching_specials` zeroed, which land in the small-value region with no error and are taken out of
+    it here."""
     count, put_max, lim, w = part.count, part.put_max, th.mare, e - s
     D, R = b.diff[s:e], b.rel[s:e]
-    idx = near.nonzero().squeeze_(1)
     gz, dz, rz, ndz, nrz = b.gabs[:w][idx], D[idx], R[idx], ND[idx], NR[idx]
     small = gz < th.small_threshold
     cancel = (gz < th.cancel_boundary) & ~small & (b.a[:w][idx].abs() < th.cancel_boundary)
@@ -498,23 +514,24 @@ def _matching_specials(part: _Part, th: DtypeThresholds, tolerances: tuple[float
     if not (th.small_threshold > 0 and th.small_error >= 0 and th.mare >= 0 and (tolerances or (0, 0))[1] >= 0):
         return None
     A, G, D = b.a[:w], b.g[:w], b.diff[s:e]
-    compared = torch.isfinite(A) & torch.isfinite(G)
-    shared = torch.eq(A, G) | (torch.isnan(A) & torch.isnan(G))
-    if not bool((compared | shared).all()):
+    # the candidate and the golden are float64 copies of float32-or-narrower values: their difference is
+    # finite exactly where both are, so the points left out are the non-finite ones of D (few: gathered)
+    left_out = torch.nonzero(torch.isfinite(D).logical_not_()).squeeze_(1)
+    a_out, g_out = A[left_out], G[left_out]
+    if not bool((torch.eq(a_out, g_out) | (torch.isnan(a_out) & torch.isnan(g_out))).all()):
         return None
-    left_out = ~compared
     if ND is not None:
-        ND.masked_fill_(left_out, 0.0)
+        ND.index_fill_(0, left_out, 0.0)
         if not math.isfinite(float(ND.max())):  # the native is NaN or Inf where both are finite
             return None
-    _count_specials(part, A)
-    k = int(left_out.sum())
+    _count_specials(part, a_out)  # the candidate's NaN and Inf are all among the points left out
+    k = left_out.numel()
     if k == w:  # all left out: the general path's sums see zeros only, and no count or maximum moves
         for t in [x for x in (b.rel, b.diff, b.nrel, b.normal_rel, b.normal_nrel) if x is not None]:
             t[s:e].zero_()
     else:
         for t in (A, G, D):
-            t.masked_fill_(left_out, 0.0)
+            t.index_fill_(0, left_out, 0.0)
     return k
 
 
