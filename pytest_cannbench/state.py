@@ -311,10 +311,10 @@ class CannBenchState:
         return worker
 
     def release_regions(self) -> None:
-        """After a case: the workers' shared regions give back their pages past ``KEEP_REGION`` (issue 22)."""
+        """After a case: the shared regions give back their pages past the plan's ``region_keep`` (issue 22)."""
         for worker in self._workers.values():
             if worker.region is not None:
-                worker.region.release()
+                worker.region.release(self.memory_plan().region_keep)
 
     def _new_worker(self, name: str, mode: str, submission: SubmissionState | None,
                     guard_role: str | None = None) -> CandidateWorker:
@@ -478,7 +478,8 @@ class CannBenchState:
                     limits.inherited(), memory_plan.mem_available(), workers, per_judge,
                     int(s.golden_memory_gib * gib) if s.golden_memory_gib else None,
                     int(s.worker_memory_gib * gib) if s.worker_memory_gib else None,
-                    int(s.session_memory_gib * gib) if s.session_memory_gib else None)
+                    int(s.session_memory_gib * gib) if s.session_memory_gib else None,
+                    timed_regions=candidates + 1 if s.perf else 0)
                 if workers > 1:  # the exclusive lane's lock: one file per session, like the timing fence
                     from dataclasses import replace
 

@@ -39,6 +39,14 @@ HEADROOM = 0.10  # of the usable memory, never planned: page cache, the xdist co
 IDLE_BYTES = 256 << 20
 ADDRESS_SPACE_SLACK = 2 * GIB  # RLIMIT_AS counts reserved, untouched mappings (torch's libraries, thread stacks)
 MIN_SLOT = 1 * GIB  # below this nothing useful runs; the plan says so instead of planning nonsense
+# What each shared region (one per candidate-side worker) keeps backed between cases. Accuracy only: 64 MiB, inside
+# its worker's IDLE_BYTES (idle regions had held 2 GiB of a 6.8 GiB peak, Round 10). Timed: a timed case maps
+# every set of a window, and on a VM that hands freed pages back to its host (free page reporting) faulting in a
+# released region again ran at about 0.8 GB/s: 138 ms a window for the README main job's sets, more than their
+# references (docs/performance.md, Round 13). So timed sessions keep up to TIMED_REGION_KEEP and charge the
+# difference as idle memory of each region's worker, where the plan leaves a slot of 2 * MIN_SLOT or more.
+REGION_KEEP = 64 << 20
+TIMED_REGION_KEEP = 256 << 20
 WORKERINPUT_KEY = "cannbench_memory_plan"
 
 
@@ -55,6 +63,7 @@ class MemoryPlan:
     golden: int  # the golden worker's RLIMIT_AS
     candidate: int  # the candidate (and baseline) worker's resident-memory watchdog limit
     whole: int = 0  # one case running alone: usable less every other process's idle memory (>= slot)
+    region_keep: int = REGION_KEEP  # what each shared region keeps backed between cases (charged past REGION_KEEP)
     lock: str | None = None  # the memory fence file under xdist (the exclusive lane); None: one judge
     asked_golden: bool = False  # --cann-golden-memory overrode the plan's golden budget
     asked_candidate: bool = False  # --cann-worker-memory overrode the plan's candidate budget
@@ -92,9 +101,11 @@ class MemoryPlan:
         alone = (f", up to {gib(self.whole)} alone (the other workers wait)" if self.lock is not None
                  and self.whole > self.slot else "")
         kept = "" if self.bound == "--cann-session-memory" else f", {HEADROOM:.0%} kept free"
+        regions = (f"; shared regions keep {self.region_keep >> 20} MiB between timed cases"
+                   if self.region_keep > REGION_KEEP else "")
         return (f"cannbench: memory plan: {gib(self.usable)} usable ({self.bound}{kept}) / "
                 f"{self.workers} worker(s) = {gib(self.share)} each, {self.processes} processes each; a case may "
-                f"use {gib(self.slot)} ({golden}, {candidate}){alone}; larger cases are too_large")
+                f"use {gib(self.slot)} ({golden}, {candidate}){alone}; larger cases are too_large{regions}")
 
 
 def gib(value: int) -> str:
@@ -131,16 +142,23 @@ def usable_memory(limits: Inherited, available: int | None, asked: int | None = 
 
 def make_plan(limits: Inherited, available: int | None, workers: int, processes: int,
               asked_golden: int | None = None, asked_candidate: int | None = None,
-              asked_total: int | None = None) -> MemoryPlan:
+              asked_total: int | None = None, timed_regions: int = 0) -> MemoryPlan:
     """Split the usable memory between ``workers`` judges of ``processes`` processes each (judge included).
 
+    ``timed_regions``: the shared regions of each judge's timed workers (candidates and baseline; 0 when nothing
+    is timed), which keep :data:`TIMED_REGION_KEEP` backed between cases where the slot stays 2 * MIN_SLOT or
+    more, charged as idle memory.
     ``--cann-golden-memory``/``--cann-worker-memory`` still win when given (the user knows the machine), but never
     above the inherited limits the workers could not exceed anyway."""
     usable, bound = usable_memory(limits, available, asked_total)
     workers, processes = max(1, workers), max(2, processes)
     share = usable // workers
-    slot = max(MIN_SLOT, share - (processes - 1) * IDLE_BYTES)
-    whole = max(slot, usable - (workers * processes - 1) * IDLE_BYTES)
+    idle = (processes - 1) * IDLE_BYTES
+    kept = max(0, timed_regions) * (TIMED_REGION_KEEP - REGION_KEEP)  # a judge's regions beyond their idle part
+    region_keep = TIMED_REGION_KEEP if kept and share - idle - kept >= 2 * MIN_SLOT else REGION_KEEP
+    kept = kept if region_keep == TIMED_REGION_KEEP else 0
+    slot = max(MIN_SLOT, share - idle - kept)
+    whole = max(slot, usable - (workers * processes - 1) * IDLE_BYTES - (workers - 1) * kept)
     golden = asked_golden if asked_golden is not None else slot + ADDRESS_SPACE_SLACK
     if limits.address_space is not None:
         golden = min(golden, limits.address_space)
@@ -149,8 +167,8 @@ def make_plan(limits: Inherited, available: int | None, workers: int, processes:
     if ceiling:
         candidate = min(candidate, ceiling)
     return MemoryPlan(usable=usable, bound=bound, workers=workers, processes=processes, share=share, slot=slot,
-                      golden=golden, candidate=candidate, whole=whole, asked_golden=asked_golden is not None,
-                      asked_candidate=asked_candidate is not None)
+                      golden=golden, candidate=candidate, whole=whole, region_keep=region_keep,
+                      asked_golden=asked_golden is not None, asked_candidate=asked_candidate is not None)
 
 
 def too_large(need: int, detail: str, plan: MemoryPlan, room: int | None = None) -> str | None:

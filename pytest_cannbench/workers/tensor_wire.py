@@ -21,11 +21,11 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_cannbench.workers.memory_plan import REGION_KEEP
 from pytest_cannbench.workers.raw_memory import copy_into, fill
 
 ALIGN = 64
 MIN_REGION = 1 << 20
-KEEP_REGION = 64 << 20  # what a region keeps backed between cases (issue 22: idle regions held 2 GiB of a 6.8 peak)
 MAX_OUTPUTS = 4096
 MAX_NDIM = 16
 MAX_DIM = 1 << 40  # any single size or stride beyond this is a lie (and would overflow torch's int64 maths)
@@ -87,7 +87,7 @@ class Region:
             self._faulted = None  # a mapping at the old size is not one at this size
         self.used = max(self.used, size)
 
-    def release(self, keep: int = KEEP_REGION) -> int:
+    def release(self, keep: int = REGION_KEEP) -> int:
         """Give the pages past ``keep`` back to the system (the size stays); returns the bytes released.
 
         The region grows to the largest case so far, and its pages stayed backed for the whole session: on official

@@ -141,7 +141,7 @@ def test_a_deferred_batch_is_judged_after_the_window_as_it_would_have_been(worke
 
 
 def test_a_region_released_after_a_case_is_faulted_in_again_before_the_next_window(workers) -> None:
-    """After a case the region gives back its pages past KEEP_REGION, in the judge and in the worker's mapping;
+    """After a case the region gives back its pages past REGION_KEEP, in the judge and in the worker's mapping;
     the next timed batch has the worker fault its part in again in make_room, so no timed call faults a page."""
     worker = workers[1]
     big = [{"x": torch.full((1 << 23,), float(i))} for i in range(4)]  # 32 MiB a set: 224 MiB with the outputs

@@ -37,6 +37,24 @@ def test_two_workers_split_what_is_available_and_the_sum_fits() -> None:
     assert mp.MemoryPlan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan  # travels through workerinput
 
 
+def test_timed_regions_keep_more_between_cases_and_the_plan_charges_it() -> None:
+    """A timed session's regions keep TIMED_REGION_KEEP backed between cases (a timed case maps every set of a
+    window again otherwise); what they keep past REGION_KEEP comes out of the slot, so the session still fits."""
+    plain = mp.make_plan(machine(), available=20 * GIB, workers=2, processes=4)
+    timed = mp.make_plan(machine(), available=20 * GIB, workers=2, processes=4, timed_regions=2)
+    assert plain.region_keep == mp.REGION_KEEP and timed.region_keep == mp.TIMED_REGION_KEEP
+    extra = 2 * (mp.TIMED_REGION_KEEP - mp.REGION_KEEP)
+    assert timed.slot == plain.slot - extra and timed.whole == plain.whole - extra  # the other judge's regions
+    assert timed.workers * (timed.slot + (timed.processes - 1) * mp.IDLE_BYTES + extra) <= timed.usable
+    assert "shared regions keep 256 MiB between timed cases" in timed.describe()
+    assert "shared regions" not in plain.describe()
+    assert mp.MemoryPlan.from_dict(json.loads(json.dumps(timed.to_dict()))) == timed
+    # a machine where keeping them would leave a case less than two minimal slots keeps what it always kept
+    small = mp.make_plan(machine(), available=int(5 * GIB), workers=2, processes=4, timed_regions=2)
+    assert small.region_keep == mp.REGION_KEEP
+    assert small.slot == mp.make_plan(machine(), available=int(5 * GIB), workers=2, processes=4).slot
+
+
 def test_the_tightest_bound_decides() -> None:
     assert mp.make_plan(machine(cgroup=8 * GIB), 20 * GIB, 1, 3).bound == "cgroup"
     boxed = mp.make_plan(machine(address_space=6 * GIB), 20 * GIB, 1, 3)
