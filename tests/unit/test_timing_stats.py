@@ -188,3 +188,24 @@ def test_the_board_carries_intervals_counts_and_degenerate_anchors():
     text = render(board)
     assert "Speed-up [95% CI]" in text and "2x [1.8, 2.2]" in text and "±1.8%" in text
     assert "Degenerate anchors:** 1 case(s)" in text
+
+
+def _bootstrap_by_hand(values: list[float], seed: int, resamples: int) -> list[float]:
+    """The definition bootstrap_medians must match: Python's own resampling, one median at a time."""
+    import random
+    import statistics
+
+    rng = random.Random(seed)
+    return [statistics.median(rng.choices(values, k=len(values))) for _ in range(resamples)]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 16, 33, 64])
+@pytest.mark.parametrize("seed", [0, 7, 2**63 + 12345])
+def test_bootstrap_medians_are_pythons_resampling_bit_for_bit(n: int, seed: int) -> None:
+    import random
+
+    from pytest_cannbench.timing.stats import bootstrap_medians
+
+    values = [random.Random(n * 1000 + i).lognormvariate(0, 0.3) * 1e-4 for i in range(n)]
+    values[0] = values[-1]  # ties, as equal timings give
+    assert bootstrap_medians(values, seed, 300) == _bootstrap_by_hand(values, seed, 300)
