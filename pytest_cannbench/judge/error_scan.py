@@ -13,6 +13,7 @@ that locates a worst point. This module imports torch at top level; the plugin i
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -103,10 +104,8 @@ def relative_errors(actual: torch.Tensor, golden: torch.Tensor,
     if not _fast_eligible(actual, golden, None) or actual.numel() == 0:
         return None
     a_all, g_all = actual.detach().reshape(-1), golden.detach().reshape(-1)
-    dt, f64, size_all = actual.dtype, torch.float64, a_all.numel()
-    rel = torch.empty(min(size_all, CHUNK), dtype=f64)
-    sub = min(size_all, SUB)
-    A, G, D, INV = (torch.empty(sub, dtype=f64) for _ in range(4))
+    dt, size_all = actual.dtype, a_all.numel()
+    rel, A, G, D, INV = _verdict_buffers()
     total, top = 0.0, -math.inf
     for start in range(0, size_all, CHUNK):
         stop = min(start + CHUNK, size_all)
@@ -123,6 +122,21 @@ def relative_errors(actual: torch.Tensor, golden: torch.Tensor,
             top = max(top, m)
         total = total + float(rel[:size].sum())
     return size_all, total, top
+
+
+_local = threading.local()
+
+
+def _verdict_buffers() -> tuple[torch.Tensor, ...]:
+    """:func:`relative_errors`' float64 temporaries (a chunk for the sums, four slices), made once per thread and
+    reused: it runs for every timed set (thousands a session), and fresh 10 MiB each time cost the judge new pages,
+    which on a VM that reports freed memory to its host are dear to touch again (docs/performance.md, Round 13).
+    Every call writes what it reads, so nothing carries over."""
+    buffers = getattr(_local, "verdict", None)
+    if buffers is None:
+        f64 = torch.float64
+        buffers = _local.verdict = (torch.empty(CHUNK, dtype=f64), *(torch.empty(SUB, dtype=f64) for _ in range(4)))
+    return buffers
 
 
 def _general_chunk(st: Stats, an: Analysis, th: DtypeThresholds, lim: float,
