@@ -254,9 +254,8 @@ def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: Dt
         e = min(s + SUB, size)
         w = e - s
         A, G, GA, INV, T, m = b.a[:w], b.g[:w], b.gabs[:w], b.inv[:w], b.tmp[:w], b.mask[:w]
-        gs = g[s:e]
         D, R = b.diff[s:e], b.rel[s:e]
-        _slice_diff(a[s:e], gs, dt, A, G, D)
+        _slice_diff(a[s:e], g[s:e], dt, A, G, D)
         diff_max = float(D.max())
         if n is not None:
             N, ND = b.n[:w], b.ndiff[:w]
@@ -266,8 +265,7 @@ def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: Dt
         if not math.isfinite(diff_max):  # a NaN/Inf in the candidate or the golden
             k = _matching_specials(part, th, tolerances, b, s, e, None if n is None else ND)
             if k is None:
-                _masked_slice(part, a[s:e], analyse(a[s:e], gs, None if n is None else n[s:e], th), th,
-                              tolerances, b, s, e)
+                _general_slice(part, a, g, n, th, tolerances, b, s, e)
             if k is None or k == w:  # decided by the general path, or nothing in the slice is compared
                 continue
             k_out_of_rules, diff_max = k, float(D.max())
@@ -281,7 +279,7 @@ def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: Dt
             torch.mul(ND, INV, out=NR)
             nrel_max = float(NR.max())  # finite unless the native alone holds a NaN/Inf (INV is finite, > 0)
             if not math.isfinite(nrel_max):
-                _masked_slice(part, a[s:e], analyse(a[s:e], gs, n[s:e], th), th, tolerances, b, s, e)
+                _general_slice(part, a, g, n, th, tolerances, b, s, e)
                 continue
             k_nover = _count_over(NR, nrel_max, lim, b.nover[:w])
         else:  # the general path's native errors are zeros
@@ -320,6 +318,13 @@ def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: Dt
                 b.normal_nrel[s:e].copy_(b.nrel[s:e])
     _finish(part, b, size, n is not None, tolerances)
     return part
+
+
+def _general_slice(part: _Part, a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: DtypeThresholds,
+                   tolerances: tuple[float, float] | None, b: _Buffers, s: int, e: int) -> None:
+    """Slice ``[s, e)`` of the chunk through :func:`analyse` (a NaN/Inf the fast path does not take)."""
+    an = analyse(a[s:e], g[s:e], None if n is None else n[s:e], th)
+    _masked_slice(part, a[s:e], an, th, tolerances, b, s, e)
 
 
 def _count_over(values: torch.Tensor, top: float, lim: float, mask: torch.Tensor) -> int:

@@ -155,8 +155,9 @@ def make_plan(limits: Inherited, available: int | None, workers: int, processes:
     share = usable // workers
     idle = (processes - 1) * IDLE_BYTES
     kept = max(0, timed_regions) * (TIMED_REGION_KEEP - REGION_KEEP)  # a judge's regions beyond their idle part
-    region_keep = TIMED_REGION_KEEP if kept and share - idle - kept >= 2 * MIN_SLOT else REGION_KEEP
-    kept = kept if region_keep == TIMED_REGION_KEEP else 0
+    if share - idle - kept < 2 * MIN_SLOT:  # too little room: the regions keep what accuracy runs keep
+        kept = 0
+    region_keep = TIMED_REGION_KEEP if kept else REGION_KEEP
     slot = max(MIN_SLOT, share - idle - kept)
     whole = max(slot, usable - (workers * processes - 1) * IDLE_BYTES - (workers - 1) * kept)
     golden = asked_golden if asked_golden is not None else slot + ADDRESS_SPACE_SLACK
