@@ -191,7 +191,9 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             lines += [f"cannbench: [{name}] {line.removeprefix('cannbench: ')}" if name else line
                       for line in submission.header_lines(sub)]
     if settings.self_check or submitted is not None:
-        lines += st.timing_header()
+        from pytest_cannbench.judge.error_scan import kernel_line  # torch, and a build: only for a graded run
+
+        lines += [kernel_line(), *st.timing_header()]
     return lines
 
 

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import torch
 
 from pytest_cannbench.judge.thresholds import DtypeThresholds
+from pytest_cannbench.taskformat.memory_need import COMPARISON_CHUNK as CHUNK
 
-__all__ = ["EPS", "Analysis", "all_finite", "analyse"]
+__all__ = ["EPS", "Analysis", "all_finite", "analyse", "chunks"]
 
 # Denominator guard of the relative error, as in the official standard.
 EPS = 1e-7
@@ -103,3 +104,12 @@ def analyse(actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | N
     normal = valid & ~(small | cancel)
     return Analysis(a, g, diff, rel, ndiff, nrel, valid, nan_mismatch, inf_sign_mismatch,
                      small, cancel, normal, native is not None)
+
+
+def chunks(actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | None, th: DtypeThresholds):
+    """:func:`analyse` of each ``CHUNK``-element chunk, with its start: the view that locates a worst point."""
+    a, g = actual.detach().reshape(-1), golden.detach().reshape(-1)
+    n = native.detach().reshape(-1) if native is not None else None
+    for start in range(0, a.numel(), CHUNK):
+        stop = start + CHUNK
+        yield start, analyse(a[start:stop], g[start:stop], None if n is None else n[start:stop], th)

@@ -6,8 +6,9 @@ reference). :func:`scan` computes them all in one pass over 1 Mi-element chunks 
 stay in the allocator's cache instead of a dozen full-size copies, and the memory plan charges that dozen,
 ``taskformat.memory_need``): through :func:`analyse` (the general path, the definition: :mod:`error_analysis`),
 or for float32 and narrower outputs through a fast path that gives the same figures bit for bit at about half the
-cost (see ``SUB``; the tests compare the two). :func:`chunks` gives the per-chunk view for the rare second pass
-that locates a worst point. This module imports torch at top level; the plugin imports it lazily.
+cost (see ``SUB``), whose element-wise work a compiled kernel does where the judge could build one (a third of the
+torch path's time again: :mod:`scan_kernel`); the tests compare all three. This module imports torch at top level;
+the plugin imports it lazily.
 """
 
 from __future__ import annotations
@@ -15,23 +16,19 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
-from pytest_cannbench.judge.error_analysis import EPS, Analysis, all_finite, analyse
+from pytest_cannbench.judge import scan_kernel
+from pytest_cannbench.judge.error_analysis import EPS, Analysis, all_finite, analyse, chunks
+from pytest_cannbench.judge.scan_kernel import Kernel
 from pytest_cannbench.judge.thresholds import DtypeThresholds
 from pytest_cannbench.taskformat.memory_need import COMPARISON_CHUNK as CHUNK
 
-__all__ = ["CHUNK", "Analysis", "Stats", "all_finite", "analyse", "chunks", "relative_errors", "scan"]
-
-
-def chunks(actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | None,
-            th: DtypeThresholds):
-    a, g = actual.detach().reshape(-1), golden.detach().reshape(-1)
-    n = native.detach().reshape(-1) if native is not None else None
-    for start in range(0, a.numel(), CHUNK):
-        stop = start + CHUNK
-        yield start, analyse(a[start:stop], g[start:stop], None if n is None else n[start:stop], th)
+__all__ = ["CHUNK", "Analysis", "Stats", "all_finite", "analyse", "chunks", "compiled", "kernel_line",
+           "relative_errors", "scan"]
+AUTO = "auto"  # the ``kernel`` argument's default: the process's compiled kernel, where it has one
 
 
 @dataclass
@@ -67,20 +64,22 @@ class Stats:
 
 
 def scan(actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | None, th: DtypeThresholds,
-          tolerances: tuple[float, float] | None = None, *, fast: bool = True) -> Stats:
+          tolerances: tuple[float, float] | None = None, *, fast: bool = True, kernel: Any = AUTO) -> Stats:
     """All statistics of one output. ``fast=False`` forces the general path everywhere (the tests compare the
-    two; the fast path must give the same counts, sums and maxima, bit for bit)."""
+    two; the fast path must give the same counts, sums and maxima, bit for bit). ``kernel``: the fast path's
+    compiled kernel (:mod:`scan_kernel`), None for the torch path alone; by default the process's own."""
     st, lim = Stats({}, {}, {}), th.mare
     a_all, g_all = actual.detach().reshape(-1), golden.detach().reshape(-1)
     n_all = native.detach().reshape(-1) if native is not None else None
     fast = fast and _fast_eligible(actual, golden, native)
     bufs = _Buffers(min(a_all.numel(), CHUNK), has_native=n_all is not None) if fast else None
+    k = _kernel_for(kernel, a_all, n_all) if fast else None
     for start in range(0, a_all.numel(), CHUNK):
         stop = min(start + CHUNK, a_all.numel())
         a, g = a_all[start:stop], g_all[start:stop]
         n = None if n_all is None else n_all[start:stop]
         if bufs is not None:
-            _fast_chunk(a, g, n, th, tolerances, bufs).into(st)
+            _fast_chunk(a, g, n, th, tolerances, bufs, k).into(st)
             continue
         _general_chunk(st, analyse(a, g, n, th), th, lim, tolerances)
         raw = a.double() if a.dtype.itemsize == 1 and a.is_floating_point() else a  # fp8: no isnan/isinf kernels
@@ -90,8 +89,8 @@ def scan(actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | None
     return st
 
 
-def relative_errors(actual: torch.Tensor, golden: torch.Tensor,
-                    limit: float = math.inf) -> tuple[int, float, float] | None:
+def relative_errors(actual: torch.Tensor, golden: torch.Tensor, limit: float = math.inf, *,
+                    kernel: Any = AUTO) -> tuple[int, float, float] | None:
     """MERE's count and sum and MARE, exactly as :func:`scan` computes them, when every value is finite, the
     fast path applies and every relative error is under ``limit``; None otherwise (then only :func:`scan` can
     say), as soon as a slice shows it.
@@ -107,9 +106,17 @@ def relative_errors(actual: torch.Tensor, golden: torch.Tensor,
     dt, size_all = actual.dtype, a_all.numel()
     rel, A, G, D, INV = _verdict_buffers()
     total, top = 0.0, -math.inf
+    k = _kernel_for(kernel, a_all, None)
     for start in range(0, size_all, CHUNK):
         stop = min(start + CHUNK, size_all)
         a, g, size = a_all[start:stop], g_all[start:stop], stop - start
+        if k is not None:
+            m_chunk = k.rel_chunk(a, _as_dtype(g, dt), SUB, limit, EPS, rel)
+            if m_chunk is None:
+                return None
+            top = max(top, m_chunk)
+            total = total + float(rel[:size].sum())
+            continue
         for s in range(0, size, SUB):
             e = min(s + SUB, size)
             w = e - s
@@ -243,16 +250,22 @@ class _Part:
 
 
 def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: DtypeThresholds,
-                tolerances: tuple[float, float] | None, b: _Buffers) -> _Part:
-    """The general path's statistics for one chunk, slice by slice."""
+                tolerances: tuple[float, float] | None, b: _Buffers, kern: Kernel | None = None) -> _Part:
+    """The general path's statistics for one chunk, slice by slice: those the compiled kernel ``kern`` takes in
+    one call, the others (and all without a kernel) with torch."""
     dt, lim, size = a.dtype, th.mare, a.numel()
     near_bound = max(th.small_threshold, th.cancel_boundary)  # at or above both: a normal point
     part = _Part(dict.fromkeys(_COUNTS, 0), {}, {})
     count, put_max = part.count, part.put_max
     all_normal: list[tuple[int, int]] = []  # slices whose points are all in the normal region
+    status = _kernel_chunk(kern, a, _as_dtype(g, dt), n, th, tolerances, b, part) if kern is not None else None
     for s in range(0, size, SUB):
         e = min(s + SUB, size)
         w = e - s
+        if status is not None and status[s // SUB] != scan_kernel.LEFT:  # taken by the kernel
+            if status[s // SUB] == scan_kernel.ALL_NORMAL:
+                all_normal.append((s, e))
+            continue
         A, G, GA, INV, T, m = b.a[:w], b.g[:w], b.gabs[:w], b.inv[:w], b.tmp[:w], b.mask[:w]
         D, R = b.diff[s:e], b.rel[s:e]
         _slice_diff(a[s:e], g[s:e], dt, A, G, D)
@@ -318,6 +331,45 @@ def _fast_chunk(a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: Dt
                 b.normal_nrel[s:e].copy_(b.nrel[s:e])
     _finish(part, b, size, n is not None, tolerances)
     return part
+
+
+def _kernel_chunk(k: Kernel, a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: DtypeThresholds,
+                  tolerances: tuple[float, float] | None, b: _Buffers, part: _Part) -> list[int]:
+    """The compiled kernel on one chunk: its counts and maxima into ``part``, its values into the chunk buffers;
+    returns each slice's status (``scan_kernel.LEFT``: the torch path's to do)."""
+    taken = k.scan_chunk(a, g, n, SUB, (th.mare, th.small_threshold, th.small_error, th.cancel_boundary),
+                         tolerances, EPS, b.rel, b.diff, b.nrel, b.normal_rel, b.normal_nrel)
+    for key, value in taken.count.items():
+        part.count[key] += value
+    for key, m in taken.top.items():
+        part.put_max(key, m)
+    return taken.status
+
+
+def _kernel_for(kernel: Any, a: torch.Tensor, n: torch.Tensor | None) -> Kernel | None:
+    """The kernel to use on these (flattened) tensors: ``kernel`` itself, the process's by default, None where
+    there is none or it does not read them (the golden is converted to the candidate's dtype per chunk)."""
+    k = compiled() if kernel is AUTO else kernel
+    return k if k is not None and k.takes(a, n) else None
+
+
+def _as_dtype(g: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
+    """A chunk of the golden in the candidate's dtype, contiguous (as ``_slice_diff`` truncates each slice)."""
+    return (g if g.dtype == dt else g.to(dt)).contiguous()
+
+
+def compiled() -> Kernel | None:
+    """This process's compiled kernel, built and self-tested on first use; None where the torch path works."""
+    return scan_kernel.load(_self_test).kernel
+
+
+def kernel_line() -> str:
+    """The session header's line on the comparison's kernel (builds it, in the process that asks)."""
+    return scan_kernel.describe(scan_kernel.load(_self_test))
+
+
+def _self_test(k: Kernel) -> str:
+    return scan_kernel.self_test(k, scan, relative_errors)
 
 
 def _general_slice(part: _Part, a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: DtypeThresholds,

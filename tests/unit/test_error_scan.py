@@ -1,9 +1,11 @@
 """The comparison's fast path against its general path: the same counts, sums and maxima, bit for bit.
 
-The fast path (``error_scan._fast_chunk``) is an optimisation of the general one (issue 22); a verdict may not
-move by a single bit because of it. Each case builds outputs with the features the rules look at (small-value
-and cancellation regions, errors over MARE, NaN/Inf in one chunk only, untruncated fp64 goldens, a native of
-another dtype, no native), across chunk and sub-chunk boundaries, and compares the two paths' Stats with ``==``.
+The fast path (``error_scan._fast_chunk``) is an optimisation of the general one (issue 22), and its compiled
+kernel (``scan_kernel.c``) one of the fast path's torch operations; a verdict may not move by a single bit because
+of either: every comparison here runs all three. Each case builds outputs with the features the rules look at
+(small-value and cancellation regions, errors over MARE, NaN/Inf in one chunk only, untruncated fp64 goldens, a
+native of another dtype, no native), across chunk and sub-chunk boundaries, and compares the paths' Stats with
+``==``.
 """
 
 from __future__ import annotations
@@ -31,13 +33,21 @@ def _same(x: dict, y: dict) -> bool:
     return x.keys() == y.keys() and all(_bits(x[k]) == _bits(y[k]) and type(x[k]) is type(y[k]) for k in x)
 
 
+def kernel():
+    """The compiled kernel, which this machine (a C compiler: CI installs one) must be able to build."""
+    k = error_scan.compiled()
+    assert k is not None, error_scan.kernel_line()
+    return k
+
+
 def assert_paths_agree(actual, golden, native, dtype, tolerances=None):
     th = thresholds_for(dtype)
     general = scan(actual, golden, native, th, tolerances, fast=False)
-    fast = scan(actual, golden, native, th, tolerances)
-    assert _same(general.count, fast.count), (general.count, fast.count)
-    assert _same(general.total, fast.total), (general.total, fast.total)
-    assert _same(general.top, fast.top), (general.top, fast.top)
+    for fast in (scan(actual, golden, native, th, tolerances, kernel=None),
+                 scan(actual, golden, native, th, tolerances, kernel=kernel())):
+        assert _same(general.count, fast.count), (general.count, fast.count)
+        assert _same(general.total, fast.total), (general.total, fast.total)
+        assert _same(general.top, fast.top), (general.top, fast.top)
     return fast
 
 
@@ -109,7 +119,7 @@ def test_a_non_finite_value_takes_the_masked_route_for_its_slice_only(where, mon
     st = assert_paths_agree(a, g, native, torch.float16)
     # one slice, the first of the second chunk (offsets are within a chunk); an Inf both sides share is left out
     # on the fast path itself (test_shared_specials_stay_on_the_fast_path)
-    assert masked == ([] if where == "both_inf" else [0])
+    assert masked == ([] if where == "both_inf" else [0, 0])  # the torch path's run, then the kernel's
     candidate_special = where in ("candidate_nan", "candidate_inf", "both_inf", "opposite_inf")
     assert ("nan" in st.count) == candidate_special  # the general path reports the raw candidate's NaN/Inf
     if candidate_special:
@@ -199,7 +209,7 @@ def test_a_special_not_shared_takes_the_masked_route(spoiler, monkeypatch):
     real = error_scan._masked_slice
     monkeypatch.setattr(error_scan, "_masked_slice", lambda *args: masked.append(args[6]) or real(*args))
     assert_paths_agree(a, g, native, torch.float32)
-    assert masked == [0]  # the spoiler's slice; the other holds shared specials only and stays on the fast path
+    assert masked == [0, 0]  # the spoiler's slice (torch path, kernel); the other holds shared specials only
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float8_e4m3fn])
@@ -233,14 +243,37 @@ def _verdict_fields(v) -> tuple:
 def test_relative_errors_are_scans_figures_bit_for_bit(dtype, kind, n):
     a, g, native = _outputs(n, dtype, kind, seed=n + 1)
     th = thresholds_for(dtype)
-    full = scan(a, g, native, th)
-    quick = error_scan.relative_errors(a, g)
-    assert quick is not None  # finite values of a fast dtype, no limit
-    count, total, top = quick
-    assert count == full.count["valid"]
-    assert _bits(total) == _bits(full.total["rel"]) and _bits(top) == _bits(full.top["rel"])
-    over = error_scan.relative_errors(a, g, limit=th.mare)
-    assert (over is None) == (full.top["rel"] >= th.mare)  # gives up exactly when MARE cannot pass
+    full = scan(a, g, native, th, kernel=None)
+    for k in (None, kernel()):
+        quick = error_scan.relative_errors(a, g, kernel=k)
+        assert quick is not None  # finite values of a fast dtype, no limit
+        count, total, top = quick
+        assert count == full.count["valid"]
+        assert _bits(total) == _bits(full.total["rel"]) and _bits(top) == _bits(full.top["rel"])
+        over = error_scan.relative_errors(a, g, limit=th.mare, kernel=k)
+        assert (over is None) == (full.top["rel"] >= th.mare)  # gives up exactly when MARE cannot pass
+
+
+@pytest.mark.parametrize("where", ["nan", "inf", "golden_inf"])
+def test_relative_errors_give_up_on_a_special_with_the_kernel_too(where):
+    a, g, _ = _outputs(CHUNK + SUB, torch.float32, "plain", seed=5)
+    i = CHUNK + SUB // 2
+    if where == "golden_inf":
+        g[i] = math.inf
+    else:
+        a[i] = math.nan if where == "nan" else math.inf
+    assert error_scan.relative_errors(a, g, kernel=None) is None
+    assert error_scan.relative_errors(a, g, kernel=kernel()) is None
+
+
+def test_the_kernel_takes_what_it_reads_and_leaves_the_rest():
+    """A strided candidate, a float64 output or one on another device is not the kernel's: the torch path."""
+    k = kernel()
+    x = torch.randn(100)
+    assert k.takes(x, None) and k.takes(x, x.half())
+    assert not k.takes(x[::2], None) and not k.takes(x.double(), None) and not k.takes(x, x.double())
+    a, g, native = _outputs(3 * SUB, torch.float32, "mixed", seed=2)
+    assert_paths_agree(a[::3], g[::3], native[::3], torch.float32)  # strided: scanned, by torch
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
