@@ -338,11 +338,11 @@ def _kernel_chunk(k: Kernel, a: torch.Tensor, g: torch.Tensor, n: torch.Tensor |
     """The compiled kernel on one chunk: its counts and maxima into ``part``, its values into the chunk buffers;
     returns each slice's status (``scan_kernel.LEFT``: the torch path's to do)."""
     taken = k.scan_chunk(a, g, n, SUB, (th.mare, th.small_threshold, th.small_error, th.cancel_boundary),
-                         tolerances, EPS, b.rel, b.diff, b.nrel, b.normal_rel, b.normal_nrel)
-    for key, value in taken.count.items():
-        part.count[key] += value
-    for key, m in taken.top.items():
-        part.put_max(key, m)
+                         tolerances, _specials_ok(th, tolerances), EPS, b.rel, b.diff, b.nrel, b.normal_rel,
+                         b.normal_nrel)
+    part.count.update({key: part.count[key] + value for key, value in taken.count.items()})
+    part.top.update({key: max(m, part.top.get(key, m)) for key, m in taken.top.items()})
+    part.nonfinite = part.nonfinite or bool(taken.count["nan"] or taken.count["inf"])
     return taken.status
 
 
@@ -360,16 +360,12 @@ def _as_dtype(g: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
 
 def compiled() -> Kernel | None:
     """This process's compiled kernel, built and self-tested on first use; None where the torch path works."""
-    return scan_kernel.load(_self_test).kernel
+    return scan_kernel.load(lambda k: scan_kernel.self_test(k, scan, relative_errors)).kernel
 
 
 def kernel_line() -> str:
     """The session header's line on the comparison's kernel (builds it, in the process that asks)."""
-    return scan_kernel.describe(scan_kernel.load(_self_test))
-
-
-def _self_test(k: Kernel) -> str:
-    return scan_kernel.self_test(k, scan, relative_errors)
+    return scan_kernel.describe(scan_kernel.load(lambda k: scan_kernel.self_test(k, scan, relative_errors)))
 
 
 def _general_slice(part: _Part, a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: DtypeThresholds,
@@ -494,7 +490,7 @@ def _matching_specials(part: _Part, th: DtypeThresholds, tolerances: tuple[float
     and each lands in the small-value region with no error, from which the caller takes them out again.
     Returns how many points were left out; the candidate's NaN and Inf are counted as the general path does."""
     w = e - s
-    if not (th.small_threshold > 0 and th.small_error >= 0 and th.mare >= 0 and (tolerances or (0, 0))[1] >= 0):
+    if not _specials_ok(th, tolerances):
         return None
     A, G, D = b.a[:w], b.g[:w], b.diff[s:e]
     # the candidate and the golden are float64 copies of float32-or-narrower values: their difference is
@@ -516,6 +512,11 @@ def _matching_specials(part: _Part, th: DtypeThresholds, tolerances: tuple[float
         for t in (A, G, D):
             t.index_fill_(0, left_out, 0.0)
     return k
+
+
+def _specials_ok(th: DtypeThresholds, tolerances: tuple[float, float] | None) -> bool:
+    """Whether points left out as zeros land in no error count (how shared specials are left out)."""
+    return th.small_threshold > 0 and th.small_error >= 0 and th.mare >= 0 and (tolerances or (0, 0))[1] >= 0
 
 
 def _masked_slice(part: _Part, raw: torch.Tensor, an: Analysis, th: DtypeThresholds,

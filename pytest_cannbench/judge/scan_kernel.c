@@ -9,8 +9,8 @@
    checks it against the torch path before using it.
 
    Inputs: float32 (code 0), float16 (1) or bfloat16 (2), contiguous. A slice that holds a NaN or an Inf in the
-   candidate's or the golden's error, or in the native's, is left to the torch path (status 1), which decides it
-   with the general rules. */
+   candidate's or the golden's error that the two do not share, or in the native's error at a point they both
+   hold finite, is left to the torch path (status 1), which decides it with the general rules. */
 
 #include <float.h>
 #include <math.h>
@@ -21,7 +21,7 @@ enum { F32 = 0, F16 = 1, BF16 = 2 };
 
 /* counts, in this order (scan_kernel.py names them) */
 enum { C_VALID, C_VALID_ERR, C_SMALL, C_CANCEL, C_NORMAL, C_SMALL_ERR, C_SMALL_NATIVE_ERR, C_CANCEL_ERR,
-       C_CANCEL_NATIVE_ERR, C_NORMAL_ERR, C_NORMAL_NATIVE_ERR, C_FAR, N_COUNTS };
+       C_CANCEL_NATIVE_ERR, C_NORMAL_ERR, C_NORMAL_NATIVE_ERR, C_FAR, C_NAN, C_INF, N_COUNTS };
 /* maxima, in this order; a maximum is only meaningful where its region's count is not zero */
 enum { M_REL, M_DIFF, M_NORMAL_REL, M_SMALL_DIFF, M_SMALL_NDIFF, M_CANCEL_DIFF, M_CANCEL_NDIFF, N_MAXIMA };
 
@@ -90,39 +90,74 @@ static inline double unorder(int64_t b) {
 
 /* What one block's fused loop found (maxima and the minimum as order() integers). */
 struct block {
-    int64_t bad, over, nover, far, m_rel, m_diff, ga_min;
+    int64_t over, nover, far, m_rel, m_diff, ga_min;
 };
 
 /* One block of ``w`` points whose candidate, golden and native are in A, G and N (doubles): the errors into D
    and N (the native's; zeros without one), the relative errors into R and NR, |g| into GA, with the same
-   operations, in the same order, as error_analysis.analyse. One loop over restrict pointers, so that it
-   vectorizes; every maximum and minimum here is of finite values >= +0.0 (a block with a NaN or an Inf is
-   ``bad`` and thrown away), so integer ones over order() are exact. */
-static void block_errors(const double *restrict A, const double *restrict G, double *restrict N, int has_native,
-                         double eps, double lim, int has_tol, double rtol, double atol, int64_t w,
-                         double *restrict D, double *restrict R, double *restrict NR, double *restrict GA,
-                         struct block *out) {
-    int64_t bad = 0, over = 0, nover = 0, far = 0, mr = -1, md = -1, gm = INT64_MAX;
+   operations, in the same order, as error_analysis.analyse; returns how many errors are a NaN or an Inf. One
+   loop over restrict pointers, so that it vectorizes. */
+static int64_t block_errors(const double *restrict A, const double *restrict G, double *restrict N, int has_native,
+                            double eps, int64_t w, double *restrict D, double *restrict R, double *restrict NR,
+                            double *restrict GA) {
+    int64_t bad = 0;
     for (int64_t i = 0; i < w; i++) {
         double d = fabs(A[i] - G[i]);
         double nd = has_native ? fabs(N[i] - G[i]) : 0.0;
         double ga = fabs(G[i]);
         double inv = 1.0 / (ga + eps);
-        double r = d * inv, nr = nd * inv;
-        double t = ga * rtol;
-        t = t + atol;
-        D[i] = d, N[i] = nd, R[i] = r, NR[i] = nr, GA[i] = ga;
+        D[i] = d, N[i] = nd, R[i] = d * inv, NR[i] = nd * inv, GA[i] = ga;
         bad += !(d <= DBL_MAX) + !(nd <= DBL_MAX);
-        over += r > lim;
-        nover += nr > lim;
-        far += has_tol && d > t;
-        int64_t ro = order(r), dor = order(d), go = order(ga);
+    }
+    return bad;
+}
+
+/* A block's counts over MARE (and the allclose rule's ``far``), the maxima of its errors and relative errors and
+   the minimum of |g|. Every value here is finite and >= +0.0 (block_errors found no NaN or Inf, or
+   shared_specials zeroed them), so integer maxima over order() are exact, and they vectorize. */
+static void block_stats(const double *restrict R, const double *restrict D, const double *restrict NR,
+                        const double *restrict GA, double lim, int has_tol, double rtol, double atol, int64_t w,
+                        struct block *out) {
+    int64_t over = 0, nover = 0, far = 0, mr = -1, md = -1, gm = INT64_MAX;
+    for (int64_t i = 0; i < w; i++) {
+        double t = GA[i] * rtol;
+        t = t + atol;
+        over += R[i] > lim;
+        nover += NR[i] > lim;
+        far += has_tol && D[i] > t;
+        int64_t ro = order(R[i]), dor = order(D[i]), go = order(GA[i]);
         mr = ro > mr ? ro : mr;
         md = dor > md ? dor : md;
         gm = go < gm ? go : gm;
     }
-    out->bad = bad, out->over = over, out->nover = nover, out->far = far;
+    out->over = over, out->nover = nover, out->far = far;
     out->m_rel = mr, out->m_diff = md, out->ga_min = gm;
+}
+
+/* A block with NaN or Inf errors whose specials the candidate and the golden share point for point (exp
+   overflowing in both, NaN passed through): those points are left out of every figure, as
+   error_scan._matching_specials leaves them out, with the candidate's NaN and Inf counted. Zeroes the points'
+   values (errors, relative errors, |g|) and marks them in ``left``. Returns how many were left out, or -1 where
+   a special is not shared, or the native's error is a NaN or an Inf at a point that is kept (the torch path
+   then decides the slice). */
+static int64_t shared_specials(const double *A, const double *G, double *D, double *N, double *R, double *NR,
+                               double *GA, int64_t w, unsigned char *left, int64_t *nan, int64_t *inf) {
+    int64_t k = 0;
+    for (int64_t i = 0; i < w; i++) {
+        left[i] = 0;
+        if (D[i] <= DBL_MAX)
+            continue;
+        if (!(A[i] == G[i] || (A[i] != A[i] && G[i] != G[i])))
+            return -1;
+        left[i] = 1, k++;
+        *nan += A[i] != A[i];
+        *inf += A[i] == A[i]; /* a special that is not a NaN */
+        D[i] = N[i] = R[i] = NR[i] = GA[i] = 0.0;
+    }
+    for (int64_t i = 0; i < w; i++)
+        if (!(N[i] <= DBL_MAX))
+            return -1;
+    return k;
 }
 
 static double as_max(int64_t o) { return o < 0 ? -INFINITY : unorder(o); }
@@ -134,20 +169,23 @@ static double as_max(int64_t o) { return o < 0 ? -INFINITY : unorder(o); }
    For every slice the kernel takes (status 0: all points normal, 2: some near zero) it writes rel, diff and nrel
    (the native's relative errors; zeros without a native) for the chunk's sums, and, for status 2, normal_rel and
    normal_nrel with the points outside the normal region as +0.0. It adds the slice's counts to ``counts`` and its
-   maxima to ``maxima`` (each starting at -inf). Status 1: not taken, nothing of that slice is counted.
+   maxima to ``maxima`` (each starting at -inf). NaN and Inf the candidate and the golden share are left out
+   where ``specials_ok`` (the thresholds put such points in no error: error_scan._matching_specials), and the
+   candidate's among them counted. Status 1: not taken (another special), nothing of that slice is counted.
    ``scratch`` holds 4 * BLOCK doubles. ``thr``: mare, small_threshold, small_error, cancel_boundary, rtol, atol. */
 int cb_scan_chunk(const void *a, int a_code, const void *g, int g_code, const void *n, int n_code, int64_t size,
-                  int64_t sub, const double *thr, int has_tol, double eps, double *rel, double *diff, double *nrel,
-                  double *normal_rel, double *normal_nrel, int64_t *counts, double *maxima, int32_t *status,
-                  double *scratch) {
+                  int64_t sub, const double *thr, int has_tol, int specials_ok, double eps, double *rel,
+                  double *diff, double *nrel, double *normal_rel, double *normal_nrel, int64_t *counts,
+                  double *maxima, int32_t *status, double *scratch) {
     const double lim = thr[0], small_threshold = thr[1], small_error = thr[2], cancel_boundary = thr[3];
     const double rtol = thr[4], atol = thr[5];
     const double near_bound = small_threshold > cancel_boundary ? small_threshold : cancel_boundary;
     double *A = scratch, *G = scratch + BLOCK, *N = scratch + 2 * BLOCK, *GA = scratch + 3 * BLOCK;
+    unsigned char left[BLOCK];
     int taken = 0;
     for (int64_t s = 0, k = 0; s < size; s += sub, k++) {
         const int64_t w = size - s < sub ? size - s : sub;
-        int64_t c[N_COUNTS] = {0};
+        int64_t c[N_COUNTS] = {0}, nan = 0, inf = 0;
         int64_t mr = -1, md = -1, m_normal = -1, m_sd = -1, m_snd = -1, m_cd = -1, m_cnd = -1;
         int bad = 0, near = 0;
         for (int64_t b = 0; b < w && !bad; b += BLOCK) {
@@ -157,13 +195,17 @@ int cb_scan_chunk(const void *a, int a_code, const void *g, int g_code, const vo
             convert(g, g_code, at, bw, G);
             if (n != 0)
                 convert(n, n_code, at, bw, N);
-            struct block st;
-            block_errors(A, G, N, n != 0, eps, lim, has_tol, rtol, atol, bw, D, R, NR, GA, &st);
-            if (st.bad) {
-                bad = 1;
-                break;
+            int64_t lo = 0;
+            if (block_errors(A, G, N, n != 0, eps, bw, D, R, NR, GA)) {
+                lo = specials_ok ? shared_specials(A, G, D, N, R, NR, GA, bw, left, &nan, &inf) : -1;
+                if (lo < 0) {
+                    bad = 1;
+                    break;
+                }
             }
-            c[C_VALID] += bw, c[C_VALID_ERR] += st.over, c[C_FAR] += st.far;
+            struct block st;
+            block_stats(R, D, NR, GA, lim, has_tol, rtol, atol, bw, &st);
+            c[C_VALID] += bw - lo, c[C_VALID_ERR] += st.over, c[C_FAR] += st.far;
             mr = st.m_rel > mr ? st.m_rel : mr;
             md = st.m_diff > md ? st.m_diff : md;
             if (unorder(st.ga_min) >= near_bound) { /* all normal */
@@ -184,6 +226,11 @@ int cb_scan_chunk(const void *a, int a_code, const void *g, int g_code, const vo
             near = 1;
             double *NRL = normal_rel + at, *NNRL = normal_nrel != 0 ? normal_nrel + at : 0;
             for (int64_t i = 0; i < bw; i++) {
+                if (lo && left[i]) { /* left out: in no region, +0.0 in the normal sums */
+                    NRL[i] = 0.0;
+                    if (NNRL != 0) NNRL[i] = 0.0;
+                    continue;
+                }
                 double ga = GA[i], r = R[i], nr = NR[i];
                 int small = ga < small_threshold;
                 int cancel = !small && ga < cancel_boundary && fabs(A[i]) < cancel_boundary;
@@ -217,6 +264,7 @@ int cb_scan_chunk(const void *a, int a_code, const void *g, int g_code, const vo
             continue;
         }
         status[k] = near ? 2 : 0;
+        c[C_NAN] = nan, c[C_INF] = inf;
         for (int j = 0; j < N_COUNTS; j++)
             counts[j] += c[j];
         int64_t m[N_MAXIMA] = {mr, md, m_normal, m_sd, m_snd, m_cd, m_cnd};

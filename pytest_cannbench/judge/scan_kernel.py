@@ -28,7 +28,7 @@ SOURCE = Path(__file__).with_name("scan_kernel.c")
 FLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math"]  # no contraction: same roundings
 TUNED = ["-march=native"]  # tried first (the library runs where it is built); without it where unsupported
 COUNT_KEYS = ("valid", "valid_err", "small", "cancel", "normal", "small_err", "small_native_err", "cancel_err",
-              "cancel_native_err", "normal_err", "normal_native_err", "far")  # scan_kernel.c's C_* order
+              "cancel_native_err", "normal_err", "normal_native_err", "far", "nan", "inf")  # the C_* order
 MAX_KEYS = ("rel", "diff", "normal_rel", "small_diff", "small_ndiff", "cancel_diff", "cancel_ndiff")  # M_* order
 # which count must be non-zero for a maximum to exist (the general path's keys)
 MAX_NEEDS = {"rel": "valid", "diff": "valid", "normal_rel": "normal", "small_diff": "small",
@@ -74,9 +74,11 @@ class Kernel:
         return buf
 
     def scan_chunk(self, a: Any, g: Any, n: Any, sub: int, thresholds: tuple[float, ...], tolerances: Any,
-                   eps: float, rel: Any, diff: Any, nrel: Any, normal_rel: Any, normal_nrel: Any) -> ChunkResult:
+                   specials_ok: bool, eps: float, rel: Any, diff: Any, nrel: Any, normal_rel: Any,
+                   normal_nrel: Any) -> ChunkResult:
         """``scan_kernel.c``'s ``cb_scan_chunk`` on one chunk (``thresholds``: mare, small_threshold,
-        small_error, cancel_boundary); the buffers are the chunk-sized ones of ``error_scan._Buffers``."""
+        small_error, cancel_boundary; ``specials_ok``: shared NaN/Inf may be left out); the buffers are the
+        chunk-sized ones of ``error_scan._Buffers``."""
         size = a.numel()
         slices = -(-size // sub)
         rtol, atol = tolerances if tolerances is not None else (0.0, 0.0)
@@ -92,7 +94,8 @@ class Kernel:
             scratch = self._scratch(4 * sub)
         self._scan(_ptr(a), self._codes[a.dtype], _ptr(g), self._codes[g.dtype],
                    None if n is None else _ptr(n), self._codes[n.dtype] if n is not None else 0,
-                   ctypes.c_int64(size), ctypes.c_int64(sub), thr, int(tolerances is not None), ctypes.c_double(eps),
+                   ctypes.c_int64(size), ctypes.c_int64(sub), thr, int(tolerances is not None), int(specials_ok),
+                   ctypes.c_double(eps),
                    _ptr(rel), _ptr(diff), _ptr(nrel), _ptr(normal_rel),
                    None if normal_nrel is None else _ptr(normal_nrel), counts, maxima, status, _ptr(scratch))
         count = dict(zip(COUNT_KEYS, counts))
@@ -186,8 +189,11 @@ def _load(check: Callable[[Kernel], str]) -> Loaded:
 
 def self_test(kernel: Kernel, scan: Callable[..., Any], relative_errors: Callable[..., Any]) -> str:
     """Where ``kernel`` and the torch path disagree on a small set of outputs made to reach every branch (points
-    near zero, errors over MARE, every dtype, with and without a native reference and tolerances); "" when they
-    agree bit for bit. ``scan`` and ``relative_errors`` are :mod:`error_scan`'s (passed in: no import cycle)."""
+    near zero, errors over MARE, NaN and Inf both sides share, every dtype, with and without a native reference
+    and tolerances); "" when they agree bit for bit. ``scan`` and ``relative_errors`` are :mod:`error_scan`'s
+    (passed in: no import cycle)."""
+    import math
+
     import torch
 
     from pytest_cannbench.judge.thresholds import thresholds_for
@@ -202,16 +208,18 @@ def self_test(kernel: Kernel, scan: Callable[..., Any], relative_errors: Callabl
         golden = truth.to(dtype)
         noise = 1 + th.mare * 2 * torch.randn(size, generator=gen, dtype=torch.float64)
         cand, native = (truth * noise).to(dtype), (truth * noise.flip(0)).to(dtype)
+        for limit in (float("inf"), th.mare):
+            if relative_errors(cand, golden, limit, kernel=None) != relative_errors(cand, golden, limit,
+                                                                                     kernel=kernel):
+                return f"relative_errors, {dtype}, limit {limit}"
+        for at, value in ((70001, math.inf), (70003, -math.inf), (70005, math.nan)):  # specials both share
+            cand[at] = golden[at] = value
         for nat in (native, None):
             for tol in (None, (1e-3, 1e-5)):
                 old = scan(cand, golden, nat, th, tol, kernel=None)
                 new = scan(cand, golden, nat, th, tol, kernel=kernel)
                 if (old.count, old.total, old.top) != (new.count, new.total, new.top):
                     return f"scan, {dtype}, native {nat is not None}, tolerances {tol}"
-        for limit in (float("inf"), th.mare):
-            if relative_errors(cand, golden, limit, kernel=None) != relative_errors(cand, golden, limit,
-                                                                                     kernel=kernel):
-                return f"relative_errors, {dtype}, limit {limit}"
     return ""
 
 
