@@ -52,11 +52,8 @@ def worker_id(config: pytest.Config) -> str:
 def cache_dir() -> Path:
     """Per-machine data the plugin keeps between runs and projects (the roofline calibration):
     ``$CANNBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/pytest-cannbench``, else ``~/.cache/pytest-cannbench``."""
-    explicit = os.environ.get("CANNBENCH_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    if os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ["XDG_CACHE_HOME"]) / "pytest-cannbench"
+    if os.environ.get("CANNBENCH_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ.get("CANNBENCH_CACHE_DIR") or Path(os.environ["XDG_CACHE_HOME"], "pytest-cannbench"))
     try:
         home = Path.home()
     except (RuntimeError, KeyError):  # $HOME unset and no passwd entry (a bare container user)
@@ -106,12 +103,14 @@ class CannBenchState:
     # ------------------------------------------------------------ the submission
 
     def prepare_judge_process(self) -> None:
-        """Huge pages for this judge's tensors (workers/huge_pages.py), before its first one; not in an xdist
-        controller, which runs no case: the latch imports torch, and xdist starts its workers after this hook."""
+        """Huge pages for this judge's tensors (workers/huge_pages.py) and the comparison's kernel, before any case
+        and any submission code; not in an xdist controller, which runs no case (both import torch)."""
         if self.settings.active and self.runs_cases():
+            from pytest_cannbench.judge.error_scan import compiled
             from pytest_cannbench.workers.huge_pages import latch_in_judge
 
             latch_in_judge()
+            compiled()
 
     def reap_scratch(self) -> None:
         """Remove what killed sessions left in the temporary directory (scratch.reap); the controller only."""
