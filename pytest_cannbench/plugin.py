@@ -191,8 +191,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
             lines += [f"cannbench: [{name}] {line.removeprefix('cannbench: ')}" if name else line
                       for line in submission.header_lines(sub)]
     if settings.self_check or submitted is not None:
-        from pytest_cannbench.judge.error_scan import kernel_line  # torch, and a build: only for a graded run
-
+        if st.runs_cases():  # a judge: its own comparison kernel, built and self-tested (imports torch)
+            from pytest_cannbench.judge.error_scan import kernel_line
+        else:  # an xdist controller never imports torch: a trial build; each judge builds and tests its own
+            from pytest_cannbench.judge.scan_kernel import trial_line as kernel_line
         lines += [kernel_line(), *st.timing_header()]
     return lines
 

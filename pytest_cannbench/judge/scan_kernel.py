@@ -223,6 +223,23 @@ def self_test(kernel: Kernel, scan: Callable[..., Any], relative_errors: Callabl
     return ""
 
 
+def trial_line() -> str:
+    """The header's line where this process compares nothing (an xdist controller, which never imports torch):
+    whether the kernel builds here; each judge then builds and self-tests its own."""
+    if os.environ.get(ENV_SWITCH, "").strip() == "0":
+        return describe(Loaded(None, f"off ({ENV_SWITCH}=0)"))
+    from pytest_cannbench.scratch import make_dir
+
+    directory = make_dir("kernel")
+    try:
+        path, how = build(directory)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    if path is None:
+        return describe(Loaded(None, how))
+    return f"cannbench: comparison: compiled kernel ({how}; each judge builds it and self-tests it)"
+
+
 def describe(loaded: Loaded) -> str:
     """The session header's line: which path computes the comparison's element-wise figures."""
     if loaded.kernel is not None:

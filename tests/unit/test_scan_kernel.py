@@ -84,3 +84,12 @@ def test_building_leaves_nothing_on_disk(tmp_path, monkeypatch):
 def test_the_session_header_names_the_path():
     line = error_scan.kernel_line()
     assert line.startswith("cannbench: comparison: compiled kernel (built with ")
+
+
+def test_a_controller_only_tries_the_build(monkeypatch, tmp_path):
+    """An xdist controller never imports torch: its header line comes from a trial build, which says why not."""
+    assert scan_kernel.trial_line().startswith("cannbench: comparison: compiled kernel (")
+    monkeypatch.setenv("CC", "false")
+    assert "torch path" in scan_kernel.trial_line() and "false failed to build it" in scan_kernel.trial_line()
+    monkeypatch.setenv(scan_kernel.ENV_SWITCH, "0")
+    assert scan_kernel.ENV_SWITCH in scan_kernel.trial_line()
