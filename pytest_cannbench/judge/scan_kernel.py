@@ -145,7 +145,7 @@ def build(directory: Path, source: Path = SOURCE) -> tuple[Path | None, str]:
     for flags in ([*FLAGS, *TUNED], FLAGS):
         try:
             done = subprocess.run([*cc, *flags, "-o", str(out), str(source), "-lm"], capture_output=True,
-                                  text=True, timeout=120, check=False)
+                                  text=True, timeout=60, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             return None, f"{cc[0]} could not build it: {exc}"
         if done.returncode == 0 and out.exists():
@@ -170,7 +170,10 @@ def _load(check: Callable[[Kernel], str]) -> Loaded:
         return Loaded(None, f"off ({ENV_SWITCH}=0)")
     from pytest_cannbench.scratch import make_dir
 
-    directory = make_dir("kernel")
+    try:
+        directory = make_dir("kernel")
+    except OSError as exc:  # an unwritable temporary directory
+        return Loaded(None, f"no scratch directory to build it in: {exc}")
     try:
         path, how = build(directory)
         if path is None:
@@ -230,7 +233,10 @@ def trial_line() -> str:
         return describe(Loaded(None, f"off ({ENV_SWITCH}=0)"))
     from pytest_cannbench.scratch import make_dir
 
-    directory = make_dir("kernel")
+    try:
+        directory = make_dir("kernel")
+    except OSError as exc:
+        return describe(Loaded(None, f"no scratch directory to build it in: {exc}"))
     try:
         path, how = build(directory)
     finally:

@@ -93,3 +93,13 @@ def test_a_controller_only_tries_the_build(monkeypatch, tmp_path):
     assert "torch path" in scan_kernel.trial_line() and "false failed to build it" in scan_kernel.trial_line()
     monkeypatch.setenv(scan_kernel.ENV_SWITCH, "0")
     assert scan_kernel.ENV_SWITCH in scan_kernel.trial_line()
+
+
+def test_an_unusable_temporary_directory_leaves_the_torch_path(monkeypatch, tmp_path):
+    """No writable TMPDIR (or one mounted noexec, where the library would not load): the torch path, said why."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    loaded = scan_kernel._load(lambda kernel: pytest.fail("nothing is built"))
+    assert loaded.kernel is None and loaded.note.startswith("no scratch directory to build it in")
+    assert "no scratch directory" in scan_kernel.trial_line()
