@@ -247,7 +247,7 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _roofline(args: argparse.Namespace) -> int:
-    from pytest_cannbench.state import cache_dir
+    from pytest_cannbench.scratch import cache_dir
     from pytest_cannbench.timing.calibrate import CalibrationError
     from pytest_cannbench.timing.roofline import cached_limits
     from pytest_cannbench.workers.limits import usable_cores

@@ -1,4 +1,5 @@
-"""The session's private temporary directories, named by the process that made them, and their reaping.
+"""Where the plugin writes outside the report directory: the per-machine cache (:func:`cache_dir`) and the
+session's private temporary directories, named by the process that made them, and their reaping.
 
 Every temporary directory the plugin makes (worker working directories, the private install, golden scratch,
 KernelBench state) is ``<tmp>/cannbench-<kind>-p<pid>n<pid namespace>-<random>``, removed by its maker when it
@@ -18,6 +19,23 @@ from pathlib import Path
 
 PREFIX = "cannbench-"
 _NAME = re.compile(r"^cannbench-[a-z][a-z-]*?-p(\d+)n(\d+)-[A-Za-z0-9_]+$")
+
+
+def cache_dir() -> Path:
+    """Per-machine data the plugin keeps between runs and projects (the roofline calibration):
+    ``$CANNBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/pytest-cannbench``, else ``~/.cache/pytest-cannbench``."""
+    explicit = os.environ.get("CANNBENCH_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    if os.environ.get("XDG_CACHE_HOME"):
+        return Path(os.environ["XDG_CACHE_HOME"]) / "pytest-cannbench"
+    try:
+        home = Path.home()
+    except (RuntimeError, KeyError):  # $HOME unset and no passwd entry (a bare container user)
+        home = Path("~")
+    if not home.is_absolute():
+        return Path(tempfile.gettempdir()) / f"pytest-cannbench-{os.getuid()}"
+    return home / ".cache" / "pytest-cannbench"
 
 
 def _namespace() -> int:

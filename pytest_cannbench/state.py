@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pytest
 
 from pytest_cannbench.options import Settings
-from pytest_cannbench.scratch import make_dir, reap
+from pytest_cannbench.scratch import cache_dir, make_dir, reap
 from pytest_cannbench.submission.build import Box, SubmissionState
 from pytest_cannbench.workers.limits import cpu_threads, processes, timing_threads, usable_cores
 
@@ -47,20 +46,6 @@ WORKER_ROLES = {"candidate": ("candidate", "submission", True),  # CANN operator
 def worker_id(config: pytest.Config) -> str:
     workerinput = getattr(config, "workerinput", None)
     return workerinput["workerid"] if workerinput else "main"
-
-
-def cache_dir() -> Path:
-    """Per-machine data the plugin keeps between runs and projects (the roofline calibration):
-    ``$CANNBENCH_CACHE_DIR``, else ``$XDG_CACHE_HOME/pytest-cannbench``, else ``~/.cache/pytest-cannbench``."""
-    if os.environ.get("CANNBENCH_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME"):
-        return Path(os.environ.get("CANNBENCH_CACHE_DIR") or Path(os.environ["XDG_CACHE_HOME"], "pytest-cannbench"))
-    try:
-        home = Path.home()
-    except (RuntimeError, KeyError):  # $HOME unset and no passwd entry (a bare container user)
-        home = Path("~")
-    if not home.is_absolute():
-        return Path(tempfile.gettempdir()) / f"pytest-cannbench-{os.getuid()}"
-    return home / ".cache" / "pytest-cannbench"
 
 
 @dataclass

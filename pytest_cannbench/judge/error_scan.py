@@ -21,13 +21,12 @@ from typing import Any
 import torch
 
 from pytest_cannbench.judge import scan_kernel
-from pytest_cannbench.judge.error_analysis import EPS, Analysis, all_finite, analyse, chunks
+from pytest_cannbench.judge.error_analysis import EPS, Analysis, all_finite, analyse
 from pytest_cannbench.judge.scan_kernel import Kernel
 from pytest_cannbench.judge.thresholds import DtypeThresholds
 from pytest_cannbench.taskformat.memory_need import COMPARISON_CHUNK as CHUNK
 
-__all__ = ["CHUNK", "Analysis", "Stats", "all_finite", "analyse", "chunks", "compiled", "kernel_line",
-           "relative_errors", "scan"]
+__all__ = ["CHUNK", "Analysis", "Stats", "all_finite", "analyse", "compiled", "kernel_line", "relative_errors", "scan"]
 AUTO = "auto"  # the ``kernel`` argument's default: the process's compiled kernel, where it has one
 
 
@@ -135,10 +134,9 @@ _local = threading.local()
 
 
 def _verdict_buffers() -> tuple[torch.Tensor, ...]:
-    """:func:`relative_errors`' float64 temporaries (a chunk for the sums, four slices), made once per thread and
-    reused: it runs for every timed set (thousands a session), and fresh 10 MiB each time cost the judge new pages,
-    which on a VM that reports freed memory to its host are dear to touch again (docs/performance.md, Round 13).
-    Every call writes what it reads, so nothing carries over."""
+    """:func:`relative_errors`' float64 temporaries (a chunk for the sums, four slices), made once per thread: it
+    runs for every timed set, and fresh 10 MiB each time were new pages, dear on a VM that reports freed memory to
+    its host (docs/performance.md, Round 13). Every call writes what it reads, so nothing carries over."""
     buffers = getattr(_local, "verdict", None)
     if buffers is None:
         f64 = torch.float64
@@ -347,8 +345,7 @@ def _kernel_chunk(k: Kernel, a: torch.Tensor, g: torch.Tensor, n: torch.Tensor |
 
 
 def _kernel_for(kernel: Any, a: torch.Tensor, n: torch.Tensor | None) -> Kernel | None:
-    """The kernel to use on these (flattened) tensors: ``kernel`` itself, the process's by default, None where
-    there is none or it does not read them (the golden is converted to the candidate's dtype per chunk)."""
+    """``kernel`` (the process's by default) where it reads these flattened tensors, else None (goldens: _as_dtype)."""
     k = compiled() if kernel is AUTO else kernel
     return k if k is not None and k.takes(a, n) else None
 
@@ -360,12 +357,16 @@ def _as_dtype(g: torch.Tensor, dt: torch.dtype) -> torch.Tensor:
 
 def compiled() -> Kernel | None:
     """This process's compiled kernel, built and self-tested on first use; None where the torch path works."""
-    return scan_kernel.load(lambda k: scan_kernel.self_test(k, scan, relative_errors)).kernel
+    return _loaded().kernel
 
 
 def kernel_line() -> str:
     """The session header's line on the comparison's kernel (builds it, in the process that asks)."""
-    return scan_kernel.describe(scan_kernel.load(lambda k: scan_kernel.self_test(k, scan, relative_errors)))
+    return scan_kernel.describe(_loaded())
+
+
+def _loaded() -> scan_kernel.Loaded:
+    return scan_kernel.load(lambda k: scan_kernel.self_test(k, scan, relative_errors))  # against this torch path
 
 
 def _general_slice(part: _Part, a: torch.Tensor, g: torch.Tensor, n: torch.Tensor | None, th: DtypeThresholds,

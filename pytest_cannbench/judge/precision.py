@@ -36,7 +36,8 @@ from typing import Any
 
 import torch
 
-from pytest_cannbench.judge.error_scan import Stats, chunks, relative_errors, scan
+from pytest_cannbench.judge.error_analysis import chunks
+from pytest_cannbench.judge.error_scan import Stats, relative_errors, scan
 from pytest_cannbench.judge.thresholds import (
     DtypeThresholds,
     allclose_tolerances,

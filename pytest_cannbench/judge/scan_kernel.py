@@ -13,14 +13,15 @@ with the same figures, and the session header says which.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shlex
 import shutil
 import subprocess
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ MAX_NEEDS = {"rel": "valid", "diff": "valid", "normal_rel": "normal", "small_dif
              "small_ndiff": "small", "cancel_diff": "cancel", "cancel_ndiff": "cancel"}
 ALL_NORMAL, LEFT, NEAR_ZERO = 0, 1, 2  # a slice's status: taken (all normal / some near zero), or left to torch
 ENV_SWITCH = "CANNBENCH_SCAN_KERNEL"  # "0": the torch path only (to compare the two, or to rule the kernel out)
+OFF = f"off ({ENV_SWITCH}=0)"
 
 
 @dataclass
@@ -44,7 +46,7 @@ class ChunkResult:
 
     status: list[int]
     count: dict[str, int]
-    top: dict[str, float] = field(default_factory=dict)
+    top: dict[str, float]
 
 
 class Kernel:
@@ -86,8 +88,7 @@ class Kernel:
         counts = (ctypes.c_int64 * len(COUNT_KEYS))()
         maxima = (ctypes.c_double * len(MAX_KEYS))(*([-float("inf")] * len(MAX_KEYS)))
         status = (ctypes.c_int32 * slices)()
-        zero_nrel = nrel is None
-        if zero_nrel:  # the kernel writes the native's (zero) relative errors somewhere: the scratch's tail
+        if nrel is None:  # the kernel writes the native's (zero) relative errors somewhere: the scratch's tail
             scratch = self._scratch(4 * sub + size)
             nrel = scratch[4 * sub:]
         else:
@@ -166,24 +167,15 @@ def load(check: Callable[[Kernel], str]) -> Loaded:
 
 
 def _load(check: Callable[[Kernel], str]) -> Loaded:
-    if os.environ.get(ENV_SWITCH, "").strip() == "0":
-        return Loaded(None, f"off ({ENV_SWITCH}=0)")
-    from pytest_cannbench.scratch import make_dir
-
-    try:
-        directory = make_dir("kernel")
-    except OSError as exc:  # an unwritable temporary directory
-        return Loaded(None, f"no scratch directory to build it in: {exc}")
-    try:
-        path, how = build(directory)
+    if _switched_off():
+        return Loaded(None, OFF)
+    with _built() as (path, how):
         if path is None:
             return Loaded(None, how)
         try:
             kernel = Kernel(ctypes.CDLL(str(path)))
-        except OSError as exc:
+        except OSError as exc:  # e.g. a temporary directory mounted noexec
             return Loaded(None, f"the built library would not load: {exc}")
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)  # a loaded library stays mapped; nothing is left on disk
     problem = check(kernel)
     if problem:
         return Loaded(None, f"its self-test differed from the torch path ({problem})")
@@ -229,21 +221,33 @@ def self_test(kernel: Kernel, scan: Callable[..., Any], relative_errors: Callabl
 def trial_line() -> str:
     """The header's line where this process compares nothing (an xdist controller, which never imports torch):
     whether the kernel builds here; each judge then builds and self-tests its own."""
-    if os.environ.get(ENV_SWITCH, "").strip() == "0":
-        return describe(Loaded(None, f"off ({ENV_SWITCH}=0)"))
+    if _switched_off():
+        return describe(Loaded(None, OFF))
+    with _built() as (path, how):
+        if path is None:
+            return describe(Loaded(None, how))
+    return f"cannbench: comparison: compiled kernel ({how}; each judge builds it and self-tests it)"
+
+
+def _switched_off() -> bool:
+    return os.environ.get(ENV_SWITCH, "").strip() == "0"
+
+
+@contextlib.contextmanager
+def _built() -> Iterator[tuple[Path | None, str]]:
+    """:func:`build` in a private scratch directory, removed on leaving (a library loaded by then stays mapped, and
+    nothing is left on disk); ``(None, why)`` where no such directory can be made."""
     from pytest_cannbench.scratch import make_dir
 
     try:
         directory = make_dir("kernel")
-    except OSError as exc:
-        return describe(Loaded(None, f"no scratch directory to build it in: {exc}"))
+    except OSError as exc:  # an unwritable temporary directory
+        yield None, f"no scratch directory to build it in: {exc}"
+        return
     try:
-        path, how = build(directory)
+        yield build(directory)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
-    if path is None:
-        return describe(Loaded(None, how))
-    return f"cannbench: comparison: compiled kernel ({how}; each judge builds it and self-tests it)"
 
 
 def describe(loaded: Loaded) -> str:
