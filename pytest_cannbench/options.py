@@ -147,6 +147,11 @@ def add_options(parser: pytest.Parser) -> None:
                 "their golden and candidate workers; a case whose estimated need does not fit its share is "
                 "too_large, not run (default: the least of MemAvailable at the start, the cgroup limit and "
                 "ulimit -v, less 10%%).")
+    option("memory-pool", metavar="auto|machine|GIB",
+           help="what the cases in flight may reserve together, each its estimated need, waiting in arrival "
+                "order while it cannot fit: auto (default) the largest case plus a median case per other worker, "
+                "so two outliers never run together; machine: every worker's whole share of the memory plan; or "
+                "a number of GiB.")
     option("checker", choices=CHECKERS,
            help="accuracy checker: relative_error (the CANN precision standard, default) or allclose.")
     option("bench", choices=BENCHES,
@@ -279,6 +284,7 @@ class Settings:
     timing_threads: int = 1  # threads of a timed call; 0: every usable core (state.timing_threads)
     cuda_graph: str = "off"  # off | auto | on: CUDA-graph timing (timing/cuda_graph.py), CUDA only
     session_memory_gib: float | None = None  # issue 22: the memory plan's total (None: what the machine has)
+    memory_pool: str | float = "auto"  # issue 22: the memory pool's size rule, or GiB (workers.memory_pool)
     golden_cache_min_free_gib: float = DEFAULT_MIN_FREE_GIB  # the cache's free-disk floor
     golden_cache_max_gib: float | None = DEFAULT_MAX_GIB  # pruned to this at the end of a session; None: no bound
 
@@ -462,6 +468,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         timing_threads=_timing_threads(config),
         cuda_graph=_choice(config, "cuda_graph", CUDA_GRAPH_MODES),
         session_memory_gib=_session_memory(config),
+        memory_pool=_memory_pool(config),
         golden_cache_min_free_gib=_cache_min_free(config),
         golden_cache_max_gib=_cache_max(config),
     )
@@ -479,6 +486,21 @@ def _session_memory(config: pytest.Config) -> float | None:
     if value is not None and value <= 0:
         raise pytest.UsageError("--cann-session-memory must be positive")
     return value
+
+
+def _memory_pool(config: pytest.Config) -> str | float:
+    from pytest_cannbench.workers.memory_pool import POOL_MODES
+
+    value = _value(config, "memory_pool") or POOL_MODES[0]
+    if value in POOL_MODES:
+        return str(value)
+    try:
+        gib = float(value)
+    except (TypeError, ValueError):
+        gib = 0.0
+    if gib <= 0:
+        raise pytest.UsageError(f"cann_memory_pool = {value!r}: expected auto, machine or a positive number of GiB")
+    return gib
 
 
 def _hidden_options(config: pytest.Config) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 # phase -> what it covers (benchmarks/phases.py prints them in this order)
 PHASES = {
     "start": "process starts: golden and candidate workers (imports, torch)",
+    "memory_wait": "waiting for room in the session's memory pool (workers.memory_pool)",
     "inputs": "input generation in the golden worker",
     "inputs_judge": "the judge's copy of the inputs: mapped from the golden worker's file, or generated again",
     "golden": "the fp64 golden (golden worker)",

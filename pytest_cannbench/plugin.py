@@ -106,9 +106,16 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    st = state.of(session.config)
+    if not st.settings.active:
+        return
     workeroutput = getattr(session.config, "workeroutput", None)
-    if workeroutput is not None and state.of(session.config).settings.active:  # for the controller's account
+    if workeroutput is not None:  # for the controller's account
         workeroutput[results.WORKEROUTPUT_KEYS] = results.expected_cases(session.items)
+    if st.runs_cases():
+        from pytest_cannbench.nodes.memory import size_session_pool
+
+        size_session_pool(st, session.items)
 
 
 def pytest_deselected(items: list[pytest.Item]) -> None:

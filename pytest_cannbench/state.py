@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from pytest_cannbench.timing.perf import PerfContext
     from pytest_cannbench.workers.candidate_client import CandidateWorker
     from pytest_cannbench.workers.memory_plan import MemoryPlan
+    from pytest_cannbench.workers.memory_pool import MemoryPool, PoolSize
 
 WORKERINPUT_KEY = "cannbench_submission"
 CANDIDATES_KEY = "_candidates"  # inside the submission's workerinput: every candidate of a multi-candidate run
@@ -71,7 +72,8 @@ class CannBenchState:
     owns_fence: bool = False  # made here (the controller, or the only process): removed here
     _fence: Fence | None = None
     _memory_plan: MemoryPlan | None = None
-    _memory_fence: Fence | None = None  # the memory plan's exclusive lane (issue 22); the lock file is the plan's
+    _memory_pool: MemoryPool | None = None  # the memory plan's pool (issue 22); the ledger file is the plan's
+    pool_size: PoolSize | None = None  # the pool's size, from the collected cases (nodes.memory.size_session_pool)
 
     @property
     def worker_id(self) -> str:
@@ -464,24 +466,25 @@ class CannBenchState:
                     int(s.worker_memory_gib * gib) if s.worker_memory_gib else None,
                     int(s.session_memory_gib * gib) if s.session_memory_gib else None,
                     timed_regions=candidates + 1 if s.perf else 0)
-                if workers > 1:  # the exclusive lane's lock: one file per session, like the timing fence
+                if workers > 1:  # the memory pool's ledger: one file per session, like the timing fence
                     from dataclasses import replace
 
                     from pytest_cannbench.timing.devices import lock_dir
 
-                    lock = lock_dir() / f"memory-{os.getpid()}-{os.urandom(6).hex()}.lock"
-                    lock.touch()
-                    self._memory_plan = replace(self._memory_plan, lock=str(lock))
+                    ledger = lock_dir() / f"memory-{os.getpid()}-{os.urandom(6).hex()}.pool"
+                    ledger.touch()
+                    self._memory_plan = replace(self._memory_plan, pool_file=str(ledger))
         return self._memory_plan
 
-    def memory_fence(self) -> Fence:
-        """Held shared by every case, exclusive by one over its slot (``MemoryPlan.alone``)."""
-        if self._memory_fence is None:
-            from pytest_cannbench.timing.isolation import Fence
+    def memory_pool(self) -> MemoryPool:
+        """What the cases in flight reserve their estimated needs from (workers.memory_pool)."""
+        if self._memory_pool is None:
+            from pytest_cannbench.workers.memory_pool import MemoryPool
 
-            lock = self.memory_plan().lock
-            self._memory_fence = Fence(Path(lock) if lock else None)
-        return self._memory_fence
+            plan = self.memory_plan()
+            size = self.pool_size.bytes if self.pool_size is not None else plan.workers * plan.slot
+            self._memory_pool = MemoryPool(Path(plan.pool_file) if plan.pool_file else None, size)
+        return self._memory_pool
 
     def runs_cases(self) -> bool:
         """Whether this pytest process runs cases itself: an xdist worker, or a session without xdist."""
@@ -526,10 +529,8 @@ class CannBenchState:
             self.owns_submission = False
         self._references.clear()
         plan = self._memory_plan
-        if plan is not None and plan.lock and not hasattr(self.config, "workerinput"):
-            from pytest_cannbench.timing.isolation import remove_fence
-
-            remove_fence(Path(plan.lock))
+        if plan is not None and plan.pool_file and not hasattr(self.config, "workerinput"):
+            Path(plan.pool_file).unlink(missing_ok=True)
         if self._fence_path is not None and self.owns_fence:
             from pytest_cannbench.timing.isolation import remove_fence
 

@@ -212,7 +212,7 @@ class SourceItem(_CannItem):
         from pytest_cannbench.nodes.memory import admit
 
         workers = [self.worker_for(st)] + ([st.worker("baseline")] if st.settings.perf and self.timed else [])
-        return admit(st, self.memory_need(), workers, self._memory_hold, alone=alone)
+        return admit(st, self.memory_need(), workers, self._memory_hold, self.clock, alone=alone)
 
     def _golden(self, st: CannBenchState) -> Reference:
         """The case's reference. A golden that runs out of its slot's memory (its working memory is more than
@@ -228,7 +228,7 @@ class SourceItem(_CannItem):
             if not exc.oom or runs_alone(st, self.memory_need()) or not more_alone(st):
                 raise
             first = str(exc).splitlines()[0]
-        self._memory_hold.close()  # its place in the shared lane, for the exclusive one
+        self._memory_hold.close()  # its share of the memory pool, for the whole pool
         self._memory_hold = contextlib.ExitStack()
         too_large = self.admit(st, alone=True)
         if too_large is not None:
@@ -282,7 +282,7 @@ class SourceItem(_CannItem):
     def teardown(self) -> None:
         self.reference = None  # outputs can be large; do not keep them for the whole session
         state.of(self.config).release_regions()  # nor the regions' pages, grown to the largest case so far
-        hold = getattr(self, "_memory_hold", None)  # the memory fence and any raised budgets (nodes.memory)
+        hold = getattr(self, "_memory_hold", None)  # its share of the memory pool, any raised budgets (nodes.memory)
         if hold is not None:
             hold.close()
 

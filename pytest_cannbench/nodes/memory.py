@@ -1,14 +1,18 @@
 """One case through the session memory plan (issue 22): refused, run beside the others, or run alone.
 
 - its estimated need is over what one case may ever have (``MemoryPlan.largest``): ``too_large``, never started;
-- it fits a slot: it holds the memory fence *shared* from setup to teardown, as every case does;
-- it fits only the whole session's memory (under xdist): it holds the fence *exclusive*, so the other judges
-  finish their case and wait; if the machine's other users have since taken that memory (MemAvailable now), it is
+- it fits a slot: it reserves its estimated need from the session's memory pool (:mod:`..workers.memory_pool`)
+  from setup to teardown, waiting while the pool cannot hold it beside the cases in flight;
+- it fits only the whole session's memory (under xdist): it reserves the whole pool, so the other judges finish
+  their case and wait; if the machine's other users have since taken that memory (MemAvailable now), it is
   ``too_large`` after all, rather than a case for the OOM killer; else its golden and candidate workers get the
   budgets of the whole session for this case (the golden worker is restarted with them, and again after it,
   since RLIMIT_AS cannot be raised from outside).
 
-Lock order: the memory fence before the timing fence, never the other way round.
+The pool's size comes from the needs of every case the session will run (:func:`size_session_pool`, at the end of
+collection: every xdist worker collects the same cases, so every judge sizes the same pool).
+
+Lock order: the memory pool before the timing fence, never the other way round.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ import contextlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pytest
+
+    from pytest_cannbench.phases import PhaseClock
     from pytest_cannbench.state import CannBenchState
     from pytest_cannbench.taskformat.memory_need import MemoryNeed
     from pytest_cannbench.workers.candidate_client import CandidateWorker
@@ -53,13 +60,32 @@ def more_alone(st: CannBenchState) -> bool:
     return plan.golden_whole > plan.golden
 
 
+def size_session_pool(st: CannBenchState, items: list[pytest.Item]) -> None:
+    """Size the session's memory pool from the estimated needs of the cases that will run (too_large ones will
+    not); where this process reports to an xdist controller, say the size for its report."""
+    from pytest_cannbench.workers.memory_pool import WORKEROUTPUT_KEY, size_pool
+
+    plan = st.memory_plan()
+    needs = []
+    for item in items:
+        need = getattr(item, "memory_need", None)
+        estimate = need() if callable(need) else None
+        if estimate is not None and estimate.peak <= plan.largest:
+            needs.append(estimate.peak)
+    st.pool_size = size_pool(needs, plan.workers, plan.workers * plan.slot, st.settings.memory_pool)
+    workeroutput = getattr(st.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[WORKEROUTPUT_KEY] = st.pool_size.to_dict()
+
+
 def admit(st: CannBenchState, need: MemoryNeed | None, workers: list[CandidateWorker],
-          hold: contextlib.ExitStack, alone: bool = False) -> str | None:
+          hold: contextlib.ExitStack, clock: PhaseClock | None = None, alone: bool = False) -> str | None:
     """The ``too_large`` message, or None with the case's hold entered on ``hold`` (closed at teardown).
 
     ``workers`` are the candidate-side workers the case will call (their watchdog limits are raised when it
-    runs alone). ``alone``: whatever its estimate, the case runs alone (a golden that ran out of its slot's
-    memory, which the estimate from the case's tensors cannot see, gets one more try with the whole session)."""
+    runs alone). ``clock`` gets the wait as ``memory_wait``. ``alone``: whatever its estimate, the case runs alone
+    (a golden that ran out of its slot's memory, which the estimate from the case's tensors cannot see, gets one
+    more try with the whole session)."""
     from pytest_cannbench.workers.memory_plan import too_large
 
     plan = st.memory_plan()
@@ -68,11 +94,13 @@ def admit(st: CannBenchState, need: MemoryNeed | None, workers: list[CandidateWo
         message = too_large(peak, need.describe(), plan)
         if message is not None:
             return message
-    fence = st.memory_fence()
-    if not alone and not plan.alone(peak):
-        hold.enter_context(fence.shared())
+    pool = st.memory_pool()
+    alone = alone or plan.alone(peak)
+    waited = hold.enter_context(pool.reserve(None if alone else peak))
+    if clock is not None and pool.path is not None:
+        clock.add("memory_wait", waited)
+    if not alone:
         return None
-    hold.enter_context(fence.exclusive())
     room = room_now(plan, available())
     if need is not None and peak > room:  # the machine's other users took what the plan saw at the start
         hold.close()

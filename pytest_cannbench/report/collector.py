@@ -16,6 +16,8 @@ import pytest
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.workers.memory_pool import WORKEROUTPUT_KEY as POOL_KEY
+from pytest_cannbench.workers.memory_pool import PoolSize
 
 
 def _crashed_worker(report: pytest.TestReport) -> bool:
@@ -96,6 +98,7 @@ class ResultCollector:
     settled: set[str] = field(default_factory=set)  # nodeids whose verdict (or skip, or crash) arrived
     deselected: int = 0
     device_kind: str | None = None  # what the xdist workers planned with (WORKEROUTPUT_DEVICE), for the board
+    memory_pool: dict[str, Any] | None = None  # the pool's size as the judges worked it out (workers.memory_pool)
     crashed: dict[str, str] = field(default_factory=dict)  # nodeid -> the key its crash was recorded under
     gate: str = ""  # why --cann-fail-under fails the session, if it does
     selection: dict[str, Any] = field(default_factory=dict)  # what -k/-m/paths chose: the board's config.selection
@@ -132,6 +135,7 @@ class ResultCollector:
                 self.expected[nodeid] = key
         self.deselected = max(self.deselected, int(output.get(WORKEROUTPUT_DESELECTED) or 0))
         self.device_kind = self.device_kind or output.get(WORKEROUTPUT_DEVICE)
+        self.memory_pool = self.memory_pool or output.get(POOL_KEY)
 
     def account_for_unrun(self, reason: str) -> int:
         """Record every selected case that never got a verdict as ``interrupted`` (the board lists it, scored 0,
@@ -217,6 +221,7 @@ class ResultCollector:
             lines.append(f"golden outputs from cache: {cached}/{len(results)} cases")
         if self.resumed:
             lines.append(f"resumed from results.jsonl: {len(self.resumed)} cases (--cann-resume)")
+        lines += pool_lines(self.memory_pool, results)
         lines += timing_lines(results, limit)
         if self.board is not None:
             from pytest_cannbench.report.kernelbench import summary_lines as kernelbench_lines
@@ -235,6 +240,16 @@ class ResultCollector:
             lines.append(f"WARNING: {self.journal.path} was changed by another process during the run; it was "
                          "rewritten from the judge's own record (leaderboard config.journal_rewritten)")
         return lines
+
+
+def pool_lines(pool: dict[str, Any] | None, results: list[CaseOutcome]) -> list[str]:
+    """The memory pool's size and what waiting for it cost (only where judges shared one)."""
+    waits = [r.seconds.get("memory_wait", 0.0) for r in results if r.seconds]
+    if pool is None or not waits:
+        return []
+    waited = [w for w in waits if w >= 0.01]
+    return [f"memory pool: {PoolSize(**pool).describe()}; {len(waited)} cases waited for room, "
+            f"{sum(waits):.1f} s in all"]
 
 
 def _us(value: float | None) -> str:

@@ -176,6 +176,7 @@ def finish(config: Any, collector: Any) -> None:
                                       "sandbox": (sandbox_of(st.submission).to_dict() if st.submission is not None
                                                   else {"mode": "none", "reason": "no submission code runs"}),
                                       "memory_plan": st.memory_plan().to_dict(),  # issue 22
+                                      "memory_pool": collector.memory_pool,  # None: one judge, no pool
                                       "resumed_cases": len(collector.resumed),
                                       "journal_rewritten": collector.journal.tampered,
                                       "selection": collector.selection},

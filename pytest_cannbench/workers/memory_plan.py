@@ -64,7 +64,7 @@ class MemoryPlan:
     candidate: int  # the candidate (and baseline) worker's resident-memory watchdog limit
     whole: int = 0  # one case running alone: usable less every other process's idle memory (>= slot)
     region_keep: int = REGION_KEEP  # what each shared region keeps backed between cases (charged past REGION_KEEP)
-    lock: str | None = None  # the memory fence file under xdist (the exclusive lane); None: one judge
+    pool_file: str | None = None  # the memory pool's ledger under xdist (workers.memory_pool); None: one judge
     asked_golden: bool = False  # --cann-golden-memory overrode the plan's golden budget
     asked_candidate: bool = False  # --cann-worker-memory overrode the plan's candidate budget
 
@@ -76,14 +76,14 @@ class MemoryPlan:
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
 
     def alone(self, need: int) -> bool:
-        """Whether a case of this need runs in the exclusive lane: over a slot, so only with the other judges
-        held off (the memory fence), with the whole session's memory and the budgets raised to it."""
-        return need > self.slot and self.lock is not None
+        """Whether a case of this need runs alone: over a slot, so only once the other judges hold nothing of
+        the memory pool, with the whole session's memory and the budgets raised to it."""
+        return need > self.slot and self.pool_file is not None
 
     @property
     def largest(self) -> int:
-        """The most one case may need: the whole session's room where the exclusive lane exists, else a slot."""
-        return max(self.slot, self.whole) if self.lock is not None else self.slot
+        """The most one case may need: the whole session's room where cases can run alone, else a slot."""
+        return max(self.slot, self.whole) if self.pool_file is not None else self.slot
 
     @property
     def golden_whole(self) -> int:
@@ -98,7 +98,7 @@ class MemoryPlan:
         """One line for the session header."""
         golden = f"golden {gib(self.golden)} address space{' (asked)' if self.asked_golden else ''}"
         candidate = f"candidate {gib(self.candidate)} resident{' (asked)' if self.asked_candidate else ''}"
-        alone = (f", up to {gib(self.whole)} alone (the other workers wait)" if self.lock is not None
+        alone = (f", up to {gib(self.whole)} alone (the other workers wait)" if self.pool_file is not None
                  and self.whole > self.slot else "")
         kept = "" if self.bound == "--cann-session-memory" else f", {HEADROOM:.0%} kept free"
         regions = (f"; shared regions keep {self.region_keep >> 20} MiB between timed cases"

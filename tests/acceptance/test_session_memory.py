@@ -35,10 +35,10 @@ def test_a_case_over_the_plan_is_too_large_with_its_size(xdist, pytester, capsys
     assert op["score"] == pytest.approx(50.0)  # compile 20 + function 30 over the one graded case
     plan = board["config"]["memory_plan"]
     assert (plan["usable"], plan["workers"], plan["slot"]) == (2 * GIB, workers, int(slot * GIB))
-    if xdist:  # the exclusive lane's lock file: one per session, removed at its end
-        assert plan["lock"].endswith(".lock") and not Path(plan["lock"]).exists()
+    if xdist:  # the memory pool's ledger: one per session, removed at its end
+        assert plan["pool_file"].endswith(".pool") and not Path(plan["pool_file"]).exists()
     else:
-        assert plan["lock"] is None
+        assert plan["pool_file"] is None
     journal = [json.loads(line)["outcome"] for line in
                (run.root / "reports" / "results.jsonl").read_text().splitlines() if '"outcome"' in line]
     assert {o["key"]: o["status"] for o in journal} == {"level2/wide_add_1": "passed",
@@ -77,3 +77,77 @@ def test_a_golden_out_of_its_slots_memory_runs_again_alone(pytester, capsys, tas
     assert (over_all["status"], over_all["failure_type"]) == ("error", "golden_error")
     assert "also alone, with 8.8 GiB of address space" in over_all["message"], over_all["message"]
     assert small["status"] == "passed" and not any("alone" in w for w in small["warnings"])
+
+
+STAMPED = '''import time
+
+import torch
+
+
+def {name}(x: torch.Tensor) -> torch.Tensor:
+    if x.dtype == torch.float64 and x.numel() > 1000:  # a large case's golden: its span, for the test to compare
+        start = time.time()
+        time.sleep(0.5)
+        with open({log!r}, "a") as fh:
+            fh.write(f"{name} {{start}} {{time.time()}}\\n")
+    return x * 2
+'''
+
+
+def _stamped_operator(tasks: Path, name: str, log: Path) -> None:
+    """One large case (float32 1024 x 1024, its golden 0.5 s) first, then two tiny ones."""
+    op = tasks / "level1" / name
+    op.mkdir(parents=True)
+    (op / "golden.py").write_text(STAMPED.format(name=name, log=str(log)))
+    title = name.title().replace("_", "")
+    (op / "proto.yaml").write_text(
+        f"operator:\n  name: {title}\n  category: Elementwise\n  difficulty: L1\n  formula: y = 2x\n"
+        f"  description: doubles x\n  shape_support: any\n"
+        "  inputs:\n  - {name: x, dtype: [float32], description: x}\n"
+        "  outputs:\n  - {name: y, dtype: [float32], description: y}\n"
+        f"  schema: {name}(Tensor x) -> Tensor y\n")
+    (op / "cases.yaml").write_text("cases:\n" + "".join(
+        f"- {{operator: {title}, case_id: {i}, input_shape: [{shape}], dtype: [float32], value_range: [-1, 1]}}\n"
+        for i, shape in enumerate(["[1024, 1024]", "[4]", "[4]"], 1)))
+
+
+def _spans(log: Path) -> dict[str, list[tuple[float, float]]]:
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for line in log.read_text().splitlines():
+        name, start, end = line.split()
+        spans.setdefault(name, []).append((float(start), float(end)))
+    return spans
+
+
+def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> bool:
+    return any(s1 < e2 and s2 < e1 for s1, e1 in a for s2, e2 in b)
+
+
+@pytest.mark.parametrize("pool", ["auto", "machine"])
+def test_two_large_cases_never_run_together_under_the_auto_pool(pool, pytester, capsys) -> None:
+    """Two operators, one per xdist worker (``--dist loadfile``), each starting with its one large case: the auto
+    pool (the largest case plus a median, tiny, case) holds one large case at a time, so the second waits; the
+    machine pool lets them run side by side, which shows the first run's order is the pool's doing."""
+    tasks, log = pytester.path / "tasks", pytester.path / "spans.log"
+    for name in ("twice_a", "twice_b"):
+        _stamped_operator(tasks, name, log)
+    run = run_inner(pytester, capsys, tasks, "--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf",
+                    "--cann-golden-cache=off", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+                    f"--cann-memory-pool={pool}")
+    assert run.ret == pytest.ExitCode.OK, run.text
+    assert all(c.cann and c.cann["status"] == "passed" for c in run.cases.values()) and len(run.cases) == 6
+    spans = _spans(log)
+    assert spans["twice_a"] and spans["twice_b"]
+    board = json.loads((run.root / "reports" / "leaderboard.json").read_text())
+    size = board["config"]["memory_pool"]
+    waited = sum(c.cann["seconds"].get("memory_wait", 0.0) for c in run.cases.values() if c.cann)
+    if pool == "auto":
+        assert not _overlap(spans["twice_a"], spans["twice_b"]), spans
+        assert size["rule"] == "auto" and size["bytes"] == size["largest"] + size["median"]
+        assert size["largest"] > 50 * size["median"]
+        assert waited >= 0.5  # the second large case waited for the first one's golden at least
+        (line,) = [line for line in run.section() if line.startswith("memory pool: ")]
+        assert "(the largest case, 0.11 GiB, + 1 x the median case, 0.00 GiB)" in line and "s in all" in line
+    else:
+        assert _overlap(spans["twice_a"], spans["twice_b"]), spans
+        assert size["rule"] == "machine" and waited < 0.5

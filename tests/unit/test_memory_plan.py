@@ -133,83 +133,78 @@ class _State:
     """What nodes.memory.admit reads of the session state."""
 
     def __init__(self, plan: mp.MemoryPlan) -> None:
-        from pytest_cannbench.timing.isolation import Fence
+        from pytest_cannbench.workers.memory_pool import MemoryPool
 
         self.plan, self.golden = plan, _Golden(plan.golden)
-        self.fence = Fence(Path(plan.lock) if plan.lock else None)
+        self.pool = MemoryPool(Path(plan.pool_file) if plan.pool_file else None, plan.workers * plan.slot)
 
     def memory_plan(self) -> mp.MemoryPlan:
         return self.plan
 
-    def memory_fence(self):
-        return self.fence
+    def memory_pool(self):
+        return self.pool
 
     def golden_service(self):
         return type("Service", (), {"worker": self.golden})()
 
 
-def _locked_out(path: Path, how: int) -> bool:
-    import fcntl
+def _held(path: Path) -> list:
+    """What the pool's ledger says is held: (pid, bytes) per ticket, None for the whole pool."""
+    import json
 
-    with open(path, "a") as fh:
-        try:
-            fcntl.flock(fh, how | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(fh, fcntl.LOCK_UN)
-        return False
+    text = path.read_text()
+    return [(t["pid"], t["bytes"]) for t in json.loads(text)["tickets"] if t["held"]] if text.strip() else []
 
 
 def test_a_case_over_its_slot_runs_alone_with_the_whole_sessions_budgets(tmp_path: Path) -> None:
     import contextlib
-    import fcntl
+    import os
     from dataclasses import replace
 
     from pytest_cannbench.nodes.memory import admit
 
-    lock = tmp_path / "memory.fence"
+    lock = tmp_path / "memory.pool"
     lock.touch()
-    plan = replace(mp.make_plan(machine(), None, 2, 3, asked_total=16 * GIB), lock=str(lock))
+    plan = replace(mp.make_plan(machine(), None, 2, 3, asked_total=16 * GIB), pool_file=str(lock))
     assert plan.slot < plan.whole < plan.usable and plan.largest == plan.whole
     st, candidate = _State(plan), type("Worker", (), {"memory_bytes": plan.candidate})()
     small, alone = MemoryNeed(GIB, GIB), MemoryNeed(plan.slot + GIB, plan.slot)
     with contextlib.ExitStack() as hold:
         assert admit(st, small, [candidate], hold) is None  # type: ignore[arg-type]
-        assert _locked_out(lock, fcntl.LOCK_EX) and not _locked_out(lock, fcntl.LOCK_SH)  # shared
+        assert _held(lock) == [(os.getpid(), GIB)]  # its estimate, beside others
         assert st.golden.budgets == [] and candidate.memory_bytes == plan.candidate
     with contextlib.ExitStack() as hold:
         assert admit(st, alone, [candidate], hold) is None  # type: ignore[arg-type]
-        assert _locked_out(lock, fcntl.LOCK_SH)  # every other judge waits
+        assert _held(lock) == [(os.getpid(), None)]  # the whole pool: every other judge waits
         assert st.golden.memory_bytes == plan.whole + mp.ADDRESS_SPACE_SLACK
         assert candidate.memory_bytes == plan.whole
-    assert not _locked_out(lock, fcntl.LOCK_EX)
+    assert _held(lock) == []
     assert (st.golden.memory_bytes, candidate.memory_bytes) == (plan.golden, plan.candidate)  # restored
     with contextlib.ExitStack() as hold:
         message = admit(st, MemoryNeed(plan.whole + 1, 0), [candidate], hold)  # type: ignore[arg-type]
         assert message is not None and f"over the {plan.whole / GIB:.1f} GiB" in message
     assert "up to" in plan.describe() and "alone (the other workers wait)" in plan.describe()
-    single = mp.make_plan(machine(), None, 1, 3, asked_total=16 * GIB)  # one judge: no lane, no lock
+    single = mp.make_plan(machine(), None, 1, 3, asked_total=16 * GIB)  # one judge: no pool, no ledger
     assert single.largest == single.slot and not single.alone(single.slot + 1)
 
 
 def test_a_case_running_alone_is_too_large_when_the_machine_has_since_filled(tmp_path: Path, monkeypatch) -> None:
     """The plan saw MemAvailable at the start; another user took most of it since: too_large, not an OOM kill."""
     import contextlib
-    import fcntl
     from dataclasses import replace
 
     from pytest_cannbench.nodes import memory
 
-    lock = tmp_path / "memory.lock"
+    lock = tmp_path / "memory.pool"
     lock.touch()
-    plan = replace(mp.make_plan(machine(), 20 * GIB, 2, 3), lock=str(lock))
+    plan = replace(mp.make_plan(machine(), 20 * GIB, 2, 3), pool_file=str(lock))
     st, candidate = _State(plan), type("Worker", (), {"memory_bytes": plan.candidate})()
     need = MemoryNeed(plan.slot + GIB, 0)
     monkeypatch.setattr(memory, "available", lambda: 4 * GIB)
     with contextlib.ExitStack() as hold:
         message = memory.admit(st, need, [candidate], hold)  # type: ignore[arg-type]
         assert message is not None and "3.6 GiB available now" in message and "over the 3.6 GiB" in message
-        assert not _locked_out(lock, fcntl.LOCK_EX)  # let go at once: the case is not run
+        assert _held(lock) == []  # let go at once: the case is not run
     assert st.golden.budgets == [] and candidate.memory_bytes == plan.candidate
     monkeypatch.setattr(memory, "available", lambda: 30 * GIB)
     with contextlib.ExitStack() as hold:
