@@ -149,9 +149,9 @@ def add_options(parser: pytest.Parser) -> None:
                 "ulimit -v, less 10%%).")
     option("memory-pool", metavar="auto|machine|GIB",
            help="what the cases in flight may reserve together, each its estimated need, waiting in arrival "
-                "order while it cannot fit: auto (default) the largest case plus a median case per other worker, "
-                "so two outliers never run together; machine: every worker's whole share of the memory plan; or "
-                "a number of GiB.")
+                "order while it cannot fit: auto (default) the largest case plus a third-quartile case per other "
+                "worker, so two outliers never run together; machine: every worker's whole share of the memory "
+                "plan; or a number of GiB.")
     option("checker", choices=CHECKERS,
            help="accuracy checker: relative_error (the CANN precision standard, default) or allclose.")
     option("bench", choices=BENCHES,

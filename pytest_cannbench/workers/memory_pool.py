@@ -7,9 +7,11 @@ happen to run at the same moment decided the peak. Official level 1 under ``-n 2
 5.5 GiB on the same code (docs/performance.md, Rounds 10-14): its largest golden (3.3-3.6 GiB) met whatever the other
 judge ran. The pool makes the peak a property of the run, not of the schedule.
 
-Its size (:func:`size_pool`): by default the largest case that will run plus a median case for each other judge
-(``auto``): two outliers never run together, an outlier runs beside typical cases, and cases of equal size all run
-at once. ``machine``: every judge's whole slot (the plan's bound alone). Never more than the judges' slots together.
+Its size (:func:`size_pool`): by default the largest case that will run plus, for each other judge, a case at the
+third quartile of the needs (``auto``): the largest case runs beside any of three cases in four but never beside
+another outlier, and cases of equal size all run at once. (The median in its place held back half the cases and
+cost official level 1 a sixth of its wall: docs/performance.md, Round 15.) ``machine``: every judge's whole slot
+(the plan's bound alone). Never more than the judges' slots together.
 
 The ledger is one small JSON file per session (the plan's ``pool_file``, made by the controller), changed only under
 an exclusive ``flock`` of itself: a list of tickets in arrival order, each with its process, its bytes (``None``:
@@ -23,8 +25,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import math
 import os
-import statistics
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -35,6 +37,7 @@ POOL_MODES = ("auto", "machine")  # or a number of GiB
 WORKEROUTPUT_KEY = "cannbench_memory_pool"  # the size a judge worked out, for the controller's report
 POLL_FIRST, POLL_MOST = 0.002, 0.02  # seconds between looks while waiting (doubling)
 GIB = 1 << 30
+QUARTILE = 0.75  # the other judges' cases the largest runs beside: up to this quantile of the needs
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,7 @@ class PoolSize:
     bytes: int
     rule: str  # auto | machine | asked
     largest: int = 0  # the largest estimated need among the cases that will run
-    median: int = 0
+    quartile: int = 0  # the third quartile of their needs (QUARTILE)
     workers: int = 1
 
     def to_dict(self) -> dict[str, Any]:
@@ -53,8 +56,8 @@ class PoolSize:
     def describe(self) -> str:
         size = f"{self.bytes / GIB:.2f} GiB"
         if self.rule == "auto":
-            return (f"{size} (the largest case, {self.largest / GIB:.2f} GiB, + {self.workers - 1} x the median "
-                    f"case, {self.median / GIB:.2f} GiB)")
+            return (f"{size} (the largest case, {self.largest / GIB:.2f} GiB, + {self.workers - 1} x a case at "
+                    f"the third quartile, {self.quartile / GIB:.2f} GiB)")
         return f"{size} ({'every judge' + chr(39) + 's slot' if self.rule == 'machine' else '--cann-memory-pool'})"
 
 
@@ -65,8 +68,9 @@ def size_pool(needs: list[int], workers: int, slots: int, mode: str | float) -> 
         return PoolSize(min(slots, int(mode * GIB)), "asked", workers=workers)
     if mode == "machine" or not needs:
         return PoolSize(slots, "machine", workers=workers)
-    largest, median = max(needs), int(statistics.median(needs))
-    return PoolSize(min(slots, largest + (workers - 1) * median), "auto", largest, median, workers)
+    ordered = sorted(needs)
+    largest, quartile = ordered[-1], ordered[math.ceil(QUARTILE * len(ordered)) - 1]
+    return PoolSize(min(slots, largest + (workers - 1) * quartile), "auto", largest, quartile, workers)
 
 
 class MemoryPool:

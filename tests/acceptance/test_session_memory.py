@@ -95,7 +95,8 @@ def {name}(x: torch.Tensor) -> torch.Tensor:
 
 
 def _stamped_operator(tasks: Path, name: str, log: Path) -> None:
-    """One large case (float32 1024 x 1024, its golden 0.5 s) first, then two tiny ones."""
+    """One large case (float32 1024 x 1024, its golden 0.5 s) first, then three tiny ones (so that the third
+    quartile of the session's needs is a tiny case)."""
     op = tasks / "level1" / name
     op.mkdir(parents=True)
     (op / "golden.py").write_text(STAMPED.format(name=name, log=str(log)))
@@ -108,7 +109,7 @@ def _stamped_operator(tasks: Path, name: str, log: Path) -> None:
         f"  schema: {name}(Tensor x) -> Tensor y\n")
     (op / "cases.yaml").write_text("cases:\n" + "".join(
         f"- {{operator: {title}, case_id: {i}, input_shape: [{shape}], dtype: [float32], value_range: [-1, 1]}}\n"
-        for i, shape in enumerate(["[1024, 1024]", "[4]", "[4]"], 1)))
+        for i, shape in enumerate(["[1024, 1024]", "[4]", "[4]", "[4]"], 1)))
 
 
 def _spans(log: Path) -> dict[str, list[tuple[float, float]]]:
@@ -126,7 +127,7 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> bool
 @pytest.mark.parametrize("pool", ["auto", "machine"])
 def test_two_large_cases_never_run_together_under_the_auto_pool(pool, pytester, capsys) -> None:
     """Two operators, one per xdist worker (``--dist loadfile``), each starting with its one large case: the auto
-    pool (the largest case plus a median, tiny, case) holds one large case at a time, so the second waits; the
+    pool (the largest case plus a third-quartile, tiny, case) holds one large case at a time, so the second waits; the
     machine pool lets them run side by side, which shows the first run's order is the pool's doing."""
     tasks, log = pytester.path / "tasks", pytester.path / "spans.log"
     for name in ("twice_a", "twice_b"):
@@ -135,7 +136,7 @@ def test_two_large_cases_never_run_together_under_the_auto_pool(pool, pytester, 
                     "--cann-golden-cache=off", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
                     f"--cann-memory-pool={pool}")
     assert run.ret == pytest.ExitCode.OK, run.text
-    assert all(c.cann and c.cann["status"] == "passed" for c in run.cases.values()) and len(run.cases) == 6
+    assert all(c.cann and c.cann["status"] == "passed" for c in run.cases.values()) and len(run.cases) == 8
     spans = _spans(log)
     assert spans["twice_a"] and spans["twice_b"]
     board = json.loads((run.root / "reports" / "leaderboard.json").read_text())
@@ -143,11 +144,12 @@ def test_two_large_cases_never_run_together_under_the_auto_pool(pool, pytester, 
     waited = sum(c.cann["seconds"].get("memory_wait", 0.0) for c in run.cases.values() if c.cann)
     if pool == "auto":
         assert not _overlap(spans["twice_a"], spans["twice_b"]), spans
-        assert size["rule"] == "auto" and size["bytes"] == size["largest"] + size["median"]
-        assert size["largest"] > 50 * size["median"]
+        assert size["rule"] == "auto" and size["bytes"] == size["largest"] + size["quartile"]
+        assert size["largest"] > 50 * size["quartile"]
         assert waited >= 0.5  # the second large case waited for the first one's golden at least
         (line,) = [line for line in run.section() if line.startswith("memory pool: ")]
-        assert "(the largest case, 0.11 GiB, + 1 x the median case, 0.00 GiB)" in line and "s in all" in line
+        assert "(the largest case, 0.11 GiB, + 1 x a case at the third quartile, 0.00 GiB)" in line, line
+        assert "s in all" in line
     else:
         assert _overlap(spans["twice_a"], spans["twice_b"]), spans
         assert size["rule"] == "machine" and waited < 0.5

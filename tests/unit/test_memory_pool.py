@@ -20,12 +20,14 @@ GIB = 1 << 30
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_auto_is_the_largest_case_and_a_median_one_per_other_worker() -> None:
-    needs = [1, 2, 3, 100, 2 * GIB, 5 * GIB]
+def test_auto_is_the_largest_case_and_a_third_quartile_one_per_other_worker() -> None:
+    needs = [1, 2, 3, 100, 2 * GIB, 5 * GIB, 7, 8]  # sorted: 1 2 3 7 8 100 | 2 GiB 5 GiB; 6th of 8 is the quartile
     size = size_pool(needs, workers=2, slots=20 * GIB, mode="auto")
-    assert (size.bytes, size.rule, size.largest, size.median) == (5 * GIB + 51, "auto", 5 * GIB, 51)
-    assert "the largest case, 5.00 GiB, + 1 x the median case, 0.00 GiB" in size.describe()
-    assert size_pool(needs, workers=8, slots=20 * GIB, mode="auto").bytes == 5 * GIB + 7 * 51
+    assert (size.bytes, size.rule, size.largest, size.quartile) == (5 * GIB + 100, "auto", 5 * GIB, 100)
+    assert "the largest case, 5.00 GiB, + 1 x a case at the third quartile, 0.00 GiB" in size.describe()
+    assert size_pool(needs, workers=8, slots=20 * GIB, mode="auto").bytes == 5 * GIB + 7 * 100
+    assert size_pool([3, 1, 2, 4], workers=2, slots=GIB, mode="auto").quartile == 3
+    assert size_pool([5], workers=2, slots=GIB, mode="auto").bytes == 10
     # equal cases all run at once: n of them fit
     assert size_pool([GIB] * 10, workers=4, slots=20 * GIB, mode="auto").bytes == 4 * GIB
     # never more than the judges' slots together (the memory plan's bound)
