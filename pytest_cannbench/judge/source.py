@@ -159,10 +159,12 @@ def run_candidate(source: CaseSource[R], ref: R, worker: CandidateWorker, timeou
 
 
 def second_pass(source: CaseSource[Any], worker: CandidateWorker, timeout_s: float,
-                log_dir: Path, clock: PhaseClock | None = None, like: Any = None) -> CaseOutcome | None:
+                log_dir: Path, clock: PhaseClock | None = None, like: Any = None,
+                after_golden: Callable[[], None] | None = None) -> CaseOutcome | None:
     """The candidate once more on inputs no call has seen (their own seed): a verdict that held on one input
     set must hold on another. Returns the failure, or None when it passed too (or the format has no such pass).
-    ``like``: the first check's reference (see :meth:`CaseSource.prepare`)."""
+    ``like``: the first check's reference (see :meth:`CaseSource.prepare`); ``after_golden``: called once the
+    reference is made, before the candidate (the memory pool's phase)."""
     from pytest_cannbench.judge.goldens import GoldenFailure
 
     seed = source.check_seed()
@@ -174,6 +176,8 @@ def second_pass(source: CaseSource[Any], worker: CandidateWorker, timeout_s: flo
     except GoldenFailure as exc:
         return source.outcome(oc.ERROR, oc.GOLDEN_ERROR, f"second correctness pass: {exc}")
     clock.merge(ref.seconds)
+    if after_golden is not None:
+        after_golden()
     answer = run_candidate(source, ref, worker, timeout_s, log_dir, clock)
     if answer.failure is not None:
         verdict = answer.failure

@@ -142,6 +142,7 @@ class SourceItem(_CannItem):
         try:
             self.reference = self._golden(st)
             self.clock.merge(self.reference.seconds)
+            self.memory_phase(st, "candidate")
         except pytest.fail.Exception as exc:  # pytest-timeout during the golden: the case still counts
             self._record(source.outcome(oc.TIMEOUT, oc.PYTEST_TIMEOUT, f"in setup (golden): {exc}"))
             raise
@@ -177,6 +178,7 @@ class SourceItem(_CannItem):
             from pytest_cannbench.judge.precision import decided_without_native
             from pytest_cannbench.timing.perf import measure
 
+            self.memory_phase(st, "peak")  # the timed sets' references are goldens too
             with self.clock.phase("timing"):
                 timing, failure = measure(source, ref, worker, self.perf_for(st), self.clock,
                                           lean=decided_without_native(result.accuracy))
@@ -213,6 +215,12 @@ class SourceItem(_CannItem):
 
         workers = [self.worker_for(st)] + ([st.worker("baseline")] if st.settings.perf and self.timed else [])
         return admit(st, self.memory_need(), workers, self._memory_hold, self.clock, alone=alone)
+
+    def memory_phase(self, st: CannBenchState, phase: str) -> None:
+        """Hold what the case's next phase needs of its memory pool reservation (nodes.memory.hold)."""
+        from pytest_cannbench.nodes.memory import hold
+
+        hold(st, self.memory_need(), phase, self.clock)
 
     def _golden(self, st: CannBenchState) -> Reference:
         """The case's reference. A golden that runs out of its slot's memory (its working memory is more than
@@ -273,7 +281,9 @@ class SourceItem(_CannItem):
         if result.status == oc.PASSED:
             st.fence().let_windows_pass()  # another worker's window, waiting, goes before the second pass
             like = ref if decided_without_native(result.accuracy) else None  # its native runs where needed
-            again = second_pass(source, worker, timeout_s, log_dir, self.clock, like=like)
+            self.memory_phase(st, "golden")
+            again = second_pass(source, worker, timeout_s, log_dir, self.clock, like=like,
+                                after_golden=lambda: self.memory_phase(st, "candidate"))
             if again is not None:
                 again.accuracy = again.accuracy or result.accuracy
                 result = again

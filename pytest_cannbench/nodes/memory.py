@@ -2,7 +2,9 @@
 
 - its estimated need is over what one case may ever have (``MemoryPlan.largest``): ``too_large``, never started;
 - it fits a slot: it reserves its estimated need from the session's memory pool (:mod:`..workers.memory_pool`)
-  from setup to teardown, waiting while the pool cannot hold it beside the cases in flight;
+  from setup to teardown, waiting while the pool cannot hold it beside the cases in flight. It holds its golden
+  phase's need while a golden runs (setup, the second pass, timing) and its candidate phase's between them
+  (:func:`hold`), so a large golden's case makes room for another case while its candidate runs;
 - it fits only the whole session's memory (under xdist): it reserves the whole pool, so the other judges finish
   their case and wait; if the machine's other users have since taken that memory (MemAvailable now), it is
   ``too_large`` after all, rather than a case for the OOM killer; else its golden and candidate workers get the
@@ -12,7 +14,9 @@
 The pool's size comes from the needs of every case the session will run (:func:`size_session_pool`, at the end of
 collection: every xdist worker collects the same cases, so every judge sizes the same pool).
 
-Lock order: the memory pool before the timing fence, never the other way round.
+Lock order: the memory pool before the timing fence, never the other way round; a case that must wait to grow
+again inside accuracy work (its second pass's golden, under the fence's shared hold) lets waiting windows pass
+while it waits.
 """
 
 from __future__ import annotations
@@ -78,6 +82,15 @@ def size_session_pool(st: CannBenchState, items: list[pytest.Item]) -> None:
         workeroutput[WORKEROUTPUT_KEY] = st.pool_size.to_dict()
 
 
+def hold(st: CannBenchState, need: MemoryNeed | None, phase: str, clock: PhaseClock) -> None:
+    """Hold what the case's next ``phase`` needs ("golden", "candidate" or "peak") of its reservation; a wait for
+    more is its ``memory_wait``."""
+    if need is not None:
+        waited = st.memory_pool().hold(getattr(need, phase), st.fence().let_windows_pass)
+        if waited >= 0.001:
+            clock.add("memory_wait", waited)
+
+
 def admit(st: CannBenchState, need: MemoryNeed | None, workers: list[CandidateWorker],
           hold: contextlib.ExitStack, clock: PhaseClock | None = None, alone: bool = False) -> str | None:
     """The ``too_large`` message, or None with the case's hold entered on ``hold`` (closed at teardown).
@@ -96,7 +109,7 @@ def admit(st: CannBenchState, need: MemoryNeed | None, workers: list[CandidateWo
             return message
     pool = st.memory_pool()
     alone = alone or plan.alone(peak)
-    waited = hold.enter_context(pool.reserve(None if alone else peak))
+    waited = hold.enter_context(pool.reserve(None if alone else peak, need.golden if need is not None else None))
     if clock is not None and pool.path is not None:
         clock.add("memory_wait", waited)
     if not alone:

@@ -149,11 +149,11 @@ class _State:
 
 
 def _held(path: Path) -> list:
-    """What the pool's ledger says is held: (pid, bytes) per ticket, None for the whole pool."""
+    """What the pool's ledger says is held: (pid, bytes held) per admitted ticket, None for the whole pool."""
     import json
 
     text = path.read_text()
-    return [(t["pid"], t["bytes"]) for t in json.loads(text)["tickets"] if t["held"]] if text.strip() else []
+    return [(t["pid"], t["held"]) for t in json.loads(text)["tickets"] if t["admitted"]] if text.strip() else []
 
 
 def test_a_case_over_its_slot_runs_alone_with_the_whole_sessions_budgets(tmp_path: Path) -> None:

@@ -49,19 +49,21 @@ def test_one_judge_never_waits() -> None:
 
 
 def _ledger(path: Path) -> list[tuple[int, int | None, bool]]:
-    return [(t["ticket"], t["bytes"], t["held"]) for t in json.loads(path.read_text())["tickets"]]
+    """(ticket, bytes held, admitted) per ticket."""
+    return [(t["ticket"], t["held"], t["admitted"]) for t in json.loads(path.read_text())["tickets"]]
 
 
 class _Case(threading.Thread):
     """One case of another judge: reserves ``nbytes``, records when it got them, holds until told to go."""
 
-    def __init__(self, path: Path, capacity: int, nbytes: int | None, log: list[str], name: str) -> None:
+    def __init__(self, path: Path, capacity: int, nbytes: int | None, log: list[str], name: str,
+                 first: int | None = None) -> None:
         super().__init__(daemon=True)
-        self.pool, self.nbytes, self.log, self.tag = MemoryPool(path, capacity), nbytes, log, name
+        self.pool, self.nbytes, self.first, self.log, self.tag = MemoryPool(path, capacity), nbytes, first, log, name
         self.admitted, self.go = threading.Event(), threading.Event()
 
     def run(self) -> None:
-        with self.pool.reserve(self.nbytes):
+        with self.pool.reserve(self.nbytes, self.first):
             self.log.append(self.tag)
             self.admitted.set()
             self.go.wait(10)
@@ -79,7 +81,7 @@ def test_a_case_waits_for_room_and_later_cases_queue_behind_it(tmp_path: Path) -
     c.start()
     time.sleep(0.3)
     assert log == ["a"] and not b.admitted.is_set() and not c.admitted.is_set()
-    assert [held for _, _, held in _ledger(path)] == [True, False, False]
+    assert [admitted for _, _, admitted in _ledger(path)] == [True, False, False]
     a.go.set()
     assert b.admitted.wait(5) and c.admitted.wait(5)  # 2 + 1 GiB fit together once a let go
     assert log[0] == "a" and sorted(log[1:]) == ["b", "c"]
@@ -127,8 +129,10 @@ with MemoryPool(Path(sys.argv[1]), 4 << 30).reserve(3 << 30):
 """
 
 
-def test_a_dead_judges_reservation_is_dropped(tmp_path: Path) -> None:
-    """An xdist worker killed mid-case (OOM, a crash) must not keep its bytes for the rest of the session."""
+@pytest.mark.parametrize("reaped", [True, False], ids=["reaped", "zombie"])
+def test_a_dead_judges_reservation_is_dropped(tmp_path: Path, reaped: bool) -> None:
+    """An xdist worker killed mid-case (OOM, a crash) must not keep its bytes for the rest of the session, also
+    while its parent has not reaped it yet."""
     path = tmp_path / "memory.pool"
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdout=subprocess.PIPE, text=True,
                               cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -140,13 +144,19 @@ def test_a_dead_judges_reservation_is_dropped(tmp_path: Path) -> None:
         time.sleep(0.3)
         assert not other.admitted.is_set()  # another process holds 3 of 4 GiB
         os.kill(holder.pid, signal.SIGKILL)
-        holder.wait(5)
+        if reaped:
+            holder.wait(5)
+        else:  # dead, not reaped: /proc still lists it, in state Z
+            deadline = time.monotonic() + 5
+            while Path(f"/proc/{holder.pid}/stat").read_text().split(") ")[1][0] != "Z":
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
         assert other.admitted.wait(5)
         other.go.set()
         other.join(5)
     finally:
-        if holder.poll() is None:
-            holder.kill()
+        holder.kill()
+        holder.wait(5)
     assert _ledger(path) == []
 
 
@@ -157,3 +167,70 @@ def test_a_reservation_is_returned_when_the_case_raises(tmp_path: Path, nbytes: 
     with pytest.raises(RuntimeError), pool.reserve(nbytes):
         raise RuntimeError("the golden failed")
     assert _ledger(path) == []
+
+
+def _in_thread(work) -> tuple[threading.Thread, threading.Event]:
+    done = threading.Event()
+
+    def run() -> None:
+        work()
+        done.set()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, done
+
+
+def test_a_case_between_goldens_makes_room_and_grows_back_first(tmp_path: Path) -> None:
+    """A large golden's case holds its candidate phase's need between its goldens: another case runs then; its
+    second golden waits for that case, and a newcomer cannot take the room it waits for."""
+    path, log = tmp_path / "memory.pool", []
+    a = MemoryPool(path, 4 * GIB)
+    with a.reserve(3 * GIB):
+        b = _Case(path, 4 * GIB, 2 * GIB, log, "b")
+        b.start()
+        time.sleep(0.2)
+        assert not b.admitted.is_set()  # 3 + 2 GiB
+        assert a.hold(GIB) < 0.5  # the candidate phase: less at once
+        assert b.admitted.wait(5)
+        grow, grown = _in_thread(lambda: a.hold(3 * GIB))  # the second pass's golden
+        time.sleep(0.2)
+        assert not grown.is_set()
+        c = _Case(path, 4 * GIB, GIB, log, "c")  # would fit beside a's 1 and b's 2, not beside a's 3
+        c.start()
+        time.sleep(0.2)
+        assert not c.admitted.is_set()
+        b.go.set()
+        assert grown.wait(5) and c.admitted.wait(5)  # a's 3 + c's 1
+        assert [held for _, held, _ in _ledger(path)] == [3 * GIB, GIB]
+        c.go.set()
+        grow.join(5)
+
+
+def test_a_newcomer_that_could_leave_two_cases_stuck_waits(tmp_path: Path) -> None:
+    """The banker's test: a holds 1 of its 4 GiB claim; b asks 2 now, 4 later. Both fit now, but then neither
+    could grow until the other ended: b waits until a is done."""
+    path, log = tmp_path / "memory.pool", []
+    a = MemoryPool(path, 4 * GIB)
+    with a.reserve(4 * GIB, GIB):
+        b = _Case(path, 4 * GIB, 4 * GIB, log, "b", first=2 * GIB)
+        b.start()
+        time.sleep(0.3)
+        assert not b.admitted.is_set()
+        assert a.hold(4 * GIB) == pytest.approx(0.0, abs=0.5)  # a can still grow: nothing else holds any
+    assert b.admitted.wait(5)
+    b.go.set()
+    b.join(5)
+
+
+def test_growth_never_passes_the_claim_and_the_whole_pool_ignores_holds(tmp_path: Path) -> None:
+    path = tmp_path / "memory.pool"
+    pool = MemoryPool(path, 4 * GIB)
+    with pool.reserve(2 * GIB, GIB):
+        pool.hold(10 * GIB)
+        assert _ledger(path)[0][1] == 2 * GIB
+    with pool.reserve(None):
+        assert pool.hold(GIB) < 0.5 and _ledger(path)[0][1] is None
+    with pytest.raises(RuntimeError), pool.reserve(GIB), pool.reserve(GIB):
+        pass
+    assert MemoryPool(path, GIB).hold(GIB) == 0.0  # no reservation: nothing to hold
