@@ -281,9 +281,9 @@ class SourceItem(_CannItem):
         if result.status == oc.PASSED:
             st.fence().let_windows_pass()  # another worker's window, waiting, goes before the second pass
             like = ref if decided_without_native(result.accuracy) else None  # its native runs where needed
-            self.memory_phase(st, "golden")
+            self.memory_phase(st, "golden_kept")  # the first reference stays with the judge
             again = second_pass(source, worker, timeout_s, log_dir, self.clock, like=like,
-                                after_golden=lambda: self.memory_phase(st, "candidate"))
+                                after_golden=lambda: self.memory_phase(st, "candidate_kept"))
             if again is not None:
                 again.accuracy = again.accuracy or result.accuracy
                 result = again
@@ -317,7 +317,12 @@ class CaseItem(SourceItem):
     def memory_need(self) -> MemoryNeed | None:
         from pytest_cannbench.taskformat.memory_need import estimate
 
-        return estimate(self.task.spec, self.case)
+        need, s = estimate(self.task.spec, self.case), state.of(self.config).settings
+        # the first reference is kept through the second pass (none in a self-check: OperatorCase.check_seed)
+        # and the timing
+        if need is not None and s.self_check and not (s.perf and self.timed):
+            need = need.without_kept()
+        return need
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         # A line number is required: Node.warn() asserts one, and a CannTaskWarning on a case

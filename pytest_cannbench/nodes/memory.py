@@ -83,12 +83,16 @@ def size_session_pool(st: CannBenchState, items: list[pytest.Item]) -> None:
 
 
 def hold(st: CannBenchState, need: MemoryNeed | None, phase: str, clock: PhaseClock) -> None:
-    """Hold what the case's next ``phase`` needs ("golden", "candidate" or "peak") of its reservation; a wait for
-    more is its ``memory_wait``."""
-    if need is not None:
-        waited = st.memory_pool().hold(getattr(need, phase), st.fence().let_windows_pass)
-        if waited >= 0.001:
-            clock.add("memory_wait", waited)
+    """Hold what the case's next ``phase`` needs of its reservation: ``golden`` or ``candidate`` in the first
+    pass, ``golden_kept`` or ``candidate_kept`` beside the first reference (the second pass), ``peak`` (the
+    timing); a wait for more is its ``memory_wait``."""
+    if need is None:
+        return
+    nbytes = {"golden": need.golden, "candidate": need.candidate, "golden_kept": need.golden + need.kept,
+              "candidate_kept": need.candidate + need.kept, "peak": need.peak}[phase]
+    waited = st.memory_pool().hold(nbytes, st.fence().let_windows_pass)
+    if waited >= 0.001:
+        clock.add("memory_wait", waited)
 
 
 def admit(st: CannBenchState, need: MemoryNeed | None, workers: list[CandidateWorker],

@@ -12,7 +12,12 @@ Outputs are not in the task files; each proto output is taken to be the size of 
 - golden phase (setup, in the golden worker): the native inputs, their fp64 up-cast copies, the fp64 golden
   outputs and the native reference outputs;
 - candidate phase (call): the candidate's native inputs and outputs (the shared region) plus the judge's side:
-  the fp64 golden and native reference outputs it holds and the comparison's temporaries. A floating output is
+  its own copy of the inputs (checked untouched after the call), the fp64 golden and native reference outputs it
+  holds and the comparison's temporaries. (Until 2026-12-05 the judge's input copy was left out: official level 1's
+  ``foreach_addcdiv_scalar`` 4 held 2.9 GiB in its candidate phase against 1.8 estimated.)
+- kept: the first pass's reference (fp64 golden and native outputs), which the judge keeps through a second
+  correctness pass and the timing, on top of either phase there. A case with neither does without it
+  (``MemoryNeed.without_kept``). A floating output is
   compared in chunks of :data:`COMPARISON_CHUNK` elements (``judge.error_scan``), so its temporaries are
   :data:`CHUNK_TEMPORARIES` fp64 chunks whatever its size; an integer or bool output is compared whole, with
   :data:`COMPARISON_COPIES` full-size 8-byte temporaries. (Until 2026-12-04 every output was charged two
@@ -43,14 +48,20 @@ class MemoryNeed:
 
     golden: int  # the golden worker's own
     candidate: int  # the candidate worker's and the judge's together
+    kept: int = 0  # the first reference, held beside either phase through a second pass and the timing
 
     @property
     def peak(self) -> int:
-        return max(self.golden, self.candidate)
+        return max(self.golden, self.candidate) + self.kept
+
+    def without_kept(self) -> MemoryNeed:
+        """The need of a case with no second pass and no timing (nothing keeps its first reference)."""
+        return MemoryNeed(self.golden, self.candidate)
 
     def describe(self) -> str:
         gib = 1 << 30
-        return f"golden phase {self.golden / gib:.1f} GiB, candidate phase {self.candidate / gib:.1f} GiB"
+        kept = f", first reference kept {self.kept / gib:.1f} GiB" if self.kept else ""
+        return f"golden phase {self.golden / gib:.1f} GiB, candidate phase {self.candidate / gib:.1f} GiB{kept}"
 
 
 def estimate(spec: OperatorSpec, case: CaseSpec) -> MemoryNeed | None:
@@ -70,8 +81,8 @@ def estimate(spec: OperatorSpec, case: CaseSpec) -> MemoryNeed | None:
     native_out = outputs * largest.nbytes
     golden_out = outputs * largest.numel * GOLDEN_ITEMSIZE
     golden = native_in + numel_in * GOLDEN_ITEMSIZE + golden_out + native_out
-    judge = golden_out + native_out + comparison_bytes(spec, largest.numel)
-    return MemoryNeed(golden=golden, candidate=native_in + native_out + judge)
+    judge = native_in + golden_out + native_out + comparison_bytes(spec, largest.numel)
+    return MemoryNeed(golden=golden, candidate=native_in + native_out + judge, kept=golden_out + native_out)
 
 
 def comparison_bytes(spec: OperatorSpec, numel: int) -> int:
