@@ -9,7 +9,9 @@ judge ran. The pool makes the peak a property of the run, not of the schedule.
 
 Its size (:func:`size_pool`): by default the largest case that will run plus, for each other judge, a case at the
 third quartile of the needs (``auto``): the largest case runs beside any of three cases in four but never beside
-another outlier, and cases of equal size all run at once. (The median in its place held back half the cases and
+another outlier, and cases of equal size all run at once; never less than the plan's ``MIN_SLOT`` (1 GiB) per
+judge, since holding small cases apart saves less than their waits cost (the README main job, every case under
+0.5 GiB: 38 s of waits for a pool of 0.54 GiB, Round 15). (The median in its place held back half the cases and
 cost official level 1 a sixth of its wall: docs/performance.md, Round 15.) ``machine``: every judge's whole slot
 (the plan's bound alone). Never more than the judges' slots together.
 
@@ -40,6 +42,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench.workers.memory_plan import MIN_SLOT
+
 POOL_MODES = ("auto", "machine")  # or a number of GiB
 WORKEROUTPUT_KEY = "cannbench_memory_pool"  # the size a judge worked out, for the controller's report
 POLL_FIRST, POLL_MOST = 0.002, 0.02  # seconds between looks while waiting (doubling)
@@ -62,6 +66,8 @@ class PoolSize:
 
     def describe(self) -> str:
         size = f"{self.bytes / GIB:.2f} GiB"
+        if self.rule == "auto" and self.bytes == self.workers * MIN_SLOT:
+            return f"{size} ({MIN_SLOT / GIB:.0f} GiB per worker: every case is small)"
         if self.rule == "auto":
             return (f"{size} (the largest case, {self.largest / GIB:.2f} GiB, + {self.workers - 1} x a case at "
                     f"the third quartile, {self.quartile / GIB:.2f} GiB)")
@@ -77,7 +83,8 @@ def size_pool(needs: list[int], workers: int, slots: int, mode: str | float) -> 
         return PoolSize(slots, "machine", workers=workers)
     ordered = sorted(needs)
     largest, quartile = ordered[-1], ordered[math.ceil(QUARTILE * len(ordered)) - 1]
-    return PoolSize(min(slots, largest + (workers - 1) * quartile), "auto", largest, quartile, workers)
+    size = max(workers * MIN_SLOT, largest + (workers - 1) * quartile)
+    return PoolSize(min(slots, size), "auto", largest, quartile, workers)
 
 
 class MemoryPool:

@@ -25,13 +25,16 @@ def test_auto_is_the_largest_case_and_a_third_quartile_one_per_other_worker() ->
     size = size_pool(needs, workers=2, slots=20 * GIB, mode="auto")
     assert (size.bytes, size.rule, size.largest, size.quartile) == (5 * GIB + 100, "auto", 5 * GIB, 100)
     assert "the largest case, 5.00 GiB, + 1 x a case at the third quartile, 0.00 GiB" in size.describe()
-    assert size_pool(needs, workers=8, slots=20 * GIB, mode="auto").bytes == 5 * GIB + 7 * 100
+    assert size_pool(needs, workers=4, slots=20 * GIB, mode="auto").bytes == 5 * GIB + 3 * 100
     assert size_pool([3, 1, 2, 4], workers=2, slots=GIB, mode="auto").quartile == 3
-    assert size_pool([5], workers=2, slots=GIB, mode="auto").bytes == 10
+    # small cases: never less than 1 GiB per worker (holding them apart would save less than it costs)
+    small = size_pool([5, 300 << 20], workers=2, slots=20 * GIB, mode="auto")
+    assert small.bytes == 2 * GIB and "1 GiB per worker: every case is small" in small.describe()
+    assert size_pool([5], workers=2, slots=GIB, mode="auto").bytes == GIB  # the slots still bound it
     # equal cases all run at once: n of them fit
-    assert size_pool([GIB] * 10, workers=4, slots=20 * GIB, mode="auto").bytes == 4 * GIB
+    assert size_pool([2 * GIB] * 10, workers=4, slots=20 * GIB, mode="auto").bytes == 8 * GIB
     # never more than the judges' slots together (the memory plan's bound)
-    assert size_pool([GIB] * 10, workers=4, slots=3 * GIB, mode="auto").bytes == 3 * GIB
+    assert size_pool([2 * GIB] * 10, workers=4, slots=3 * GIB, mode="auto").bytes == 3 * GIB
 
 
 def test_machine_asked_and_no_estimates() -> None:
