@@ -132,8 +132,8 @@ def _overlap(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> bool
 def test_two_large_cases_never_run_together_in_a_pool_for_one_golden(pool, pytester, capsys) -> None:
     """Two operators, one per xdist worker (``--dist loadfile``), each starting with its one large case (estimated:
     golden phase 24 MiB, candidate phase 120 MiB): a pool of 0.04 GiB holds one large case at a time, so the second
-    waits; the machine pool lets them run side by side, which shows the first run's order is the pool's doing. (``auto`` would give these small cases
-    1 GiB a worker; its rule is tested on its own, in tests/unit/test_memory_pool.py.)"""
+    waits; the machine pool lets them run side by side, which shows the first run's order is the pool's doing.
+    (``auto`` would give these small cases 1 GiB a worker; its rule is tested in tests/unit/test_memory_pool.py.)"""
     tasks, log = pytester.path / "tasks", pytester.path / "spans.log"
     for name in ("twice_a", "twice_b"):
         _stamped_operator(tasks, name, log)
