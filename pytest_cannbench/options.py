@@ -150,8 +150,8 @@ def add_options(parser: pytest.Parser) -> None:
     option("memory-pool", metavar="auto|machine|GIB",
            help="what the cases in flight may reserve together, each its estimated need, waiting in arrival "
                 "order while it cannot fit: auto (default) the largest case plus a third-quartile case per other "
-                "worker, so two outliers never run together; machine: every worker's whole share of the memory "
-                "plan; or a number of GiB.")
+                "worker, so two outliers never run together, and at least 1 GiB per worker; machine: every "
+                "worker's whole share of the memory plan; or a number of GiB.")
     option("checker", choices=CHECKERS,
            help="accuracy checker: relative_error (the CANN precision standard, default) or allclose.")
     option("bench", choices=BENCHES,
