@@ -11,6 +11,7 @@ a broken case one failing item; neither stops the session.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,10 +218,10 @@ class SourceItem(_CannItem):
         return admit(st, self.memory_need(), workers, self._memory_hold, self.clock, alone=alone)
 
     def memory_phase(self, st: CannBenchState, phase: str) -> None:
-        """Hold what the case's next phase needs of its memory pool reservation (nodes.memory.hold)."""
-        from pytest_cannbench.nodes.memory import hold
+        """Hold what the case's next phase needs of its memory pool reservation (nodes.memory.hold_phase)."""
+        from pytest_cannbench.nodes.memory import hold_phase
 
-        hold(st, self.memory_need(), phase, self.clock)
+        hold_phase(st, self.memory_need(), phase, self.clock)
 
     def _golden(self, st: CannBenchState) -> Reference:
         """The case's reference. A golden that runs out of its slot's memory (its working memory is more than
@@ -315,6 +316,11 @@ class CaseItem(SourceItem):
                             candidate=self.candidate or "", memo=st.shared_reference if self.candidate else None)
 
     def memory_need(self) -> MemoryNeed | None:
+        return self._need
+
+    @functools.cached_property
+    def _need(self) -> MemoryNeed | None:
+        """Estimated once: collection sizes the memory pool with it, and each phase of the case holds a part."""
         from pytest_cannbench.taskformat.memory_need import estimate
 
         need, s = estimate(self.task.spec, self.case), state.of(self.config).settings

@@ -4,7 +4,7 @@
 - it fits a slot: it reserves its estimated need from the session's memory pool (:mod:`..workers.memory_pool`)
   from setup to teardown, waiting while the pool cannot hold it beside the cases in flight. It holds its golden
   phase's need while a golden runs (setup, the second pass, timing) and its candidate phase's between them
-  (:func:`hold`), so a large golden's case makes room for another case while its candidate runs;
+  (:func:`hold_phase`), so a large golden's case makes room for another case while its candidate runs;
 - it fits only the whole session's memory (under xdist): it reserves the whole pool, so the other judges finish
   their case and wait; if the machine's other users have since taken that memory (MemAvailable now), it is
   ``too_large`` after all, rather than a case for the OOM killer; else its golden and candidate workers get the
@@ -82,7 +82,7 @@ def size_session_pool(st: CannBenchState, items: list[pytest.Item]) -> None:
         workeroutput[WORKEROUTPUT_KEY] = st.pool_size.to_dict()
 
 
-def hold(st: CannBenchState, need: MemoryNeed | None, phase: str, clock: PhaseClock) -> None:
+def hold_phase(st: CannBenchState, need: MemoryNeed | None, phase: str, clock: PhaseClock) -> None:
     """Hold what the case's next ``phase`` needs of its reservation: ``golden`` or ``candidate`` in the first
     pass, ``golden_kept`` or ``candidate_kept`` beside the first reference (the second pass), ``peak`` (the
     timing); a wait for more is its ``memory_wait``."""

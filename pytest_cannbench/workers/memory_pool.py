@@ -42,12 +42,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_cannbench.workers.memory_plan import MIN_SLOT
+from pytest_cannbench.workers.memory_plan import GIB, MIN_SLOT
 
 POOL_MODES = ("auto", "machine")  # or a number of GiB
 WORKEROUTPUT_KEY = "cannbench_memory_pool"  # the size a judge worked out, for the controller's report
 POLL_FIRST, POLL_MOST = 0.002, 0.02  # seconds between looks while waiting (doubling)
-GIB = 1 << 30
 QUARTILE = 0.75  # the other judges' cases the largest runs beside: up to this quantile of the needs
 
 
@@ -71,7 +70,8 @@ class PoolSize:
         if self.rule == "auto":
             return (f"{size} (the largest case, {self.largest / GIB:.2f} GiB, + {self.workers - 1} x a case at "
                     f"the third quartile, {self.quartile / GIB:.2f} GiB)")
-        return f"{size} ({'every judge' + chr(39) + 's slot' if self.rule == 'machine' else '--cann-memory-pool'})"
+        why = "every judge's slot" if self.rule == "machine" else "--cann-memory-pool"
+        return f"{size} ({why})"
 
 
 def size_pool(needs: list[int], workers: int, slots: int, mode: str | float) -> PoolSize:
@@ -188,7 +188,7 @@ def _admitted(ledger: dict[str, Any], ticket: int, capacity: int) -> bool:
     A newcomer must fit beside what every holder holds or waits to grow to (growth goes first, or a case between
     its golden and its second pass could wait for ever), and leave a safe state. Nothing held: the first waiting
     ticket is admitted whatever its size (a case over the pool runs, alone)."""
-    tickets = ledger["tickets"] = [t for t in ledger["tickets"] if _alive(int(t["pid"]))]
+    tickets = _live(ledger)
     holders = [t for t in tickets if t["admitted"]]
     for t in tickets:
         if t["admitted"]:
@@ -204,7 +204,7 @@ def _admitted(ledger: dict[str, Any], ticket: int, capacity: int) -> bool:
 
 def _grown(ledger: dict[str, Any], ticket: int, nbytes: int, capacity: int) -> bool:
     """Set what ``ticket`` holds to ``nbytes`` (capped at its claim) if the pool allows it now; whether it did."""
-    tickets = ledger["tickets"] = [t for t in ledger["tickets"] if _alive(int(t["pid"]))]
+    tickets = _live(ledger)
     me = next(t for t in tickets if t["ticket"] == ticket)
     if me["claim"] is None:
         return True
@@ -217,6 +217,12 @@ def _grown(ledger: dict[str, Any], ticket: int, nbytes: int, capacity: int) -> b
         me["held"] = nbytes
         return True
     return False
+
+
+def _live(ledger: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ledger's tickets without those of dead processes (dropped from the ledger too)."""
+    ledger["tickets"] = [t for t in ledger["tickets"] if _alive(int(t["pid"]))]
+    return ledger["tickets"]
 
 
 def _alive(pid: int) -> bool:
