@@ -18,6 +18,7 @@ import pytest
 from pytest_cannbench.guard.sandbox import SANDBOX_MODES
 from pytest_cannbench.judge.golden_cache import DEFAULT_MAX_GIB, DEFAULT_MIN_FREE_GIB
 from pytest_cannbench.taskformat.inputs import INPUT_COMPAT_MODES, INPUT_DISTS
+from pytest_cannbench.workers.dispatch import DISPATCH_MODES
 
 ISOLATION_MODES = ("fence", "off")  # issue 20 item 3 (timing/isolation.py)
 CUDA_GRAPH_MODES = ("off", "auto", "on")  # issue 20 item 6 (timing/cuda_graph.py); the first is the default
@@ -152,6 +153,10 @@ def add_options(parser: pytest.Parser) -> None:
                 "order while it cannot fit: auto (default) the largest case plus a third-quartile case per other "
                 "worker, so two outliers never run together, and at least 1 GiB per worker; machine: every "
                 "worker's whole share of the memory plan; or a number of GiB.")
+    option("dispatch", choices=DISPATCH_MODES,
+           help="how xdist's load scheduling hands cases to workers: memory (default) largest estimated memory "
+                "need first, each to a worker when it fits in the memory pool beside what the other workers "
+                "hold; xdist: xdist's own collection-order chunks. Other --dist modes are left as they are.")
     option("checker", choices=CHECKERS,
            help="accuracy checker: relative_error (the CANN precision standard, default) or allclose.")
     option("bench", choices=BENCHES,
@@ -285,6 +290,7 @@ class Settings:
     cuda_graph: str = "off"  # off | auto | on: CUDA-graph timing (timing/cuda_graph.py), CUDA only
     session_memory_gib: float | None = None  # issue 22: the memory plan's total (None: what the machine has)
     memory_pool: str | float = "auto"  # issue 22: the memory pool's size rule, or GiB (workers.memory_pool)
+    dispatch: str = "memory"  # memory | xdist: how --dist load hands cases out (workers.dispatch)
     golden_cache_min_free_gib: float = DEFAULT_MIN_FREE_GIB  # the cache's free-disk floor
     golden_cache_max_gib: float | None = DEFAULT_MAX_GIB  # pruned to this at the end of a session; None: no bound
 
@@ -469,6 +475,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         cuda_graph=_choice(config, "cuda_graph", CUDA_GRAPH_MODES),
         session_memory_gib=_session_memory(config),
         memory_pool=_memory_pool(config),
+        dispatch=_choice(config, "dispatch", DISPATCH_MODES),
         golden_cache_min_free_gib=_cache_min_free(config),
         golden_cache_max_gib=_cache_max(config),
     )

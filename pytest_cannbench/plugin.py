@@ -71,6 +71,15 @@ class XdistHooks:
 
         node.workerinput[MEMORY_PLAN_KEY] = st.memory_plan().to_dict()  # one plan for the session
 
+    @pytest.hookimpl
+    def pytest_xdist_make_scheduler(self, config: pytest.Config, log: Any) -> Any:
+        st = state.of(config)
+        if st.settings.dispatch != "memory" or config.getoption("dist", "no") != "load":
+            return None  # xdist's own scheduler (and any other --dist mode stays the user's)
+        from pytest_cannbench.workers.xdist_dispatch import MemoryScheduling
+
+        return MemoryScheduling(config, log, st.memory_plan().pool_file)
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -105,6 +114,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             collector.notes += goldens.tidy_cache(state.of(session.config).settings)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker tells the controller (whose scheduler reads the needs)
 def pytest_collection_finish(session: pytest.Session) -> None:
     st = state.of(session.config)
     if not st.settings.active:

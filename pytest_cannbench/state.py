@@ -306,6 +306,7 @@ class CannBenchState:
                     guard_role: str | None = None) -> CandidateWorker:
         from pytest_cannbench.guard.policy import mode_for
         from pytest_cannbench.workers.candidate_client import CandidateWorker
+        from pytest_cannbench.workers.huge_pages import untimed_worker_env
         s = self.settings
         plan, memory = self.device(), self.memory_plan().candidate
         base = make_dir("worker")  # the worker's empty, private cwd
@@ -313,7 +314,8 @@ class CannBenchState:
             log_path=self.log_dir / f"{name}-worker-{self.worker_id}.log",
             workdir=base / f"work-{self.worker_id}", mode=mode,
             site_dir=submission.site_dir if submission is not None else None,
-            env={**(submission.env if submission is not None else {}), **plan.env}, device=plan.worker_device,
+            env={**(submission.env if submission is not None else {}), **plan.env, **untimed_worker_env(s.perf)},
+            device=plan.worker_device,
             threads=self.timed_threads(), memory_bytes=memory,
             startup_timeout_s=max(120.0, s.case_timeout_s),
             guard=mode_for(guard_role or name, s.guard, s.kb_guard), protect=self.protected_paths(),
@@ -530,7 +532,10 @@ class CannBenchState:
         self._references.clear()
         plan = self._memory_plan
         if plan is not None and plan.pool_file and not hasattr(self.config, "workerinput"):
+            from pytest_cannbench.workers.dispatch import needs_path
+
             Path(plan.pool_file).unlink(missing_ok=True)
+            needs_path(plan.pool_file).unlink(missing_ok=True)
         if self._fence_path is not None and self.owns_fence:
             from pytest_cannbench.timing.isolation import remove_fence
 

@@ -66,20 +66,27 @@ def more_alone(st: CannBenchState) -> bool:
 
 def size_session_pool(st: CannBenchState, items: list[pytest.Item]) -> None:
     """Size the session's memory pool from the estimated needs of the cases that will run (too_large ones will
-    not); where this process reports to an xdist controller, say the size for its report."""
+    not); where this process reports to an xdist controller, say the size for its report, and write each case's
+    claim on the pool for the controller's scheduler (:mod:`..workers.dispatch`)."""
+    from pytest_cannbench.workers.dispatch import CaseNeeds, write_needs
     from pytest_cannbench.workers.memory_pool import WORKEROUTPUT_KEY, size_pool
 
     plan = st.memory_plan()
-    needs = []
+    peaks: dict[str, int] = {}
     for item in items:
         need = getattr(item, "memory_need", None)
         estimate = need() if callable(need) else None
         if estimate is not None and estimate.peak <= plan.largest:
-            needs.append(estimate.peak)
-    st.pool_size = size_pool(needs, plan.workers, plan.workers * plan.slot, st.settings.memory_pool)
+            peaks[item.nodeid] = estimate.peak
+    st.pool_size = size_pool(list(peaks.values()), plan.workers, plan.workers * plan.slot, st.settings.memory_pool)
     workeroutput = getattr(st.config, "workeroutput", None)
-    if workeroutput is not None:
-        workeroutput[WORKEROUTPUT_KEY] = st.pool_size.to_dict()
+    if workeroutput is None:
+        return
+    workeroutput[WORKEROUTPUT_KEY] = st.pool_size.to_dict()
+    if plan.pool_file:  # a case that runs alone claims the whole pool; a too_large one never runs (no claim)
+        pool = st.pool_size.bytes
+        write_needs(plan.pool_file, CaseNeeds(pool, {nodeid: pool if plan.alone(peak) else min(peak, pool)
+                                                     for nodeid, peak in peaks.items()}))
 
 
 def hold_phase(st: CannBenchState, need: MemoryNeed | None, phase: str, clock: PhaseClock) -> None:

@@ -99,6 +99,7 @@ class ResultCollector:
     deselected: int = 0
     device_kind: str | None = None  # what the xdist workers planned with (WORKEROUTPUT_DEVICE), for the board
     memory_pool: dict[str, Any] | None = None  # the pool's size as the judges worked it out (workers.memory_pool)
+    dispatch: str | None = None  # how the controller's scheduler handed cases out (workers.xdist_dispatch)
     crashed: dict[str, str] = field(default_factory=dict)  # nodeid -> the key its crash was recorded under
     gate: str = ""  # why --cann-fail-under fails the session, if it does
     selection: dict[str, Any] = field(default_factory=dict)  # what -k/-m/paths chose: the board's config.selection
@@ -221,7 +222,7 @@ class ResultCollector:
             lines.append(f"golden outputs from cache: {cached}/{len(results)} cases")
         if self.resumed:
             lines.append(f"resumed from results.jsonl: {len(self.resumed)} cases (--cann-resume)")
-        lines += pool_lines(self.memory_pool, results)
+        lines += pool_lines(self.memory_pool, results, self.dispatch)
         lines += timing_lines(results, limit)
         if self.board is not None:
             from pytest_cannbench.report.kernelbench import summary_lines as kernelbench_lines
@@ -242,13 +243,15 @@ class ResultCollector:
         return lines
 
 
-def pool_lines(pool: dict[str, Any] | None, results: list[CaseOutcome]) -> list[str]:
-    """The memory pool's size and what waiting for it cost (only where judges shared one)."""
+def pool_lines(pool: dict[str, Any] | None, results: list[CaseOutcome], dispatch: str | None = None) -> list[str]:
+    """The memory pool's size, how cases were handed out and what waiting for room cost (only where judges
+    shared one)."""
     waits = [r.seconds.get("memory_wait", 0.0) for r in results if r.seconds]
     if pool is None or not waits:
         return []
     waited = [w for w in waits if w >= 0.01]
-    return [f"memory pool: {PoolSize(**pool).describe()}; {len(waited)} cases waited for room, "
+    handed = f"; cases handed out {dispatch}" if dispatch else ""
+    return [f"memory pool: {PoolSize(**pool).describe()}{handed}; {len(waited)} cases waited for room, "
             f"{sum(waits):.1f} s in all"]
 
 

@@ -177,6 +177,7 @@ def finish(config: Any, collector: Any) -> None:
                                                   else {"mode": "none", "reason": "no submission code runs"}),
                                       "memory_plan": st.memory_plan().to_dict(),  # issue 22
                                       "memory_pool": collector.memory_pool,  # None: one judge, no pool
+                                      "dispatch_order": collector.dispatch,  # None: not --dist load's
                                       "resumed_cases": len(collector.resumed),
                                       "journal_rewritten": collector.journal.tampered,
                                       "selection": collector.selection},

@@ -7,10 +7,12 @@ were 512) for buffers of 2 MiB and more when ``THP_MEM_ALLOC_ENABLE`` is set at 
 kernel's THP mode at ``madvise`` (the Debian and Ubuntu default) or ``always`` that fill took 0.035 s. Where the
 mode is ``never`` the advice does nothing, and nothing else changes: the same values, the same memory.
 
-Applied to the judge's side only: the golden worker (its environment) and the judge process itself (set for its
-first allocation, then the variable is restored, so nothing it starts inherits it). Never to the candidate or
-baseline workers: how fast their allocations are is part of what is timed, and stays what any process sees.
-A variable the user set is left as it is, in both.
+Applied to the judge's side: the golden worker (its environment) and the judge process itself (set for its
+first allocation, then the variable is restored, so nothing it starts inherits it). To the candidate and baseline
+workers only in a session that times nothing (``--cann-no-perf``, :func:`untimed_worker_env`): how fast their
+allocations are is part of what is timed, and stays what any process sees; untimed, it is only the session's
+wall (official level 1 accuracy-only: the candidate calls' CPU 26.6 -> 16.1 s, docs/performance.md Round 16).
+A variable the user set is left as it is, everywhere.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ ENV = "THP_MEM_ALLOC_ENABLE"
 def worker_env(env: dict[str, str]) -> dict[str, str]:
     """The golden worker's environment: huge pages on, unless the user chose a value."""
     return env if ENV in env else {**env, ENV: "1"}
+
+
+def untimed_worker_env(timed: bool) -> dict[str, str]:
+    """What a candidate or baseline worker's environment gains: huge pages where nothing it runs is timed."""
+    return {} if timed or ENV in os.environ else {ENV: "1"}
 
 
 def latch_in_judge() -> bool:

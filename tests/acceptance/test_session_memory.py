@@ -157,3 +157,34 @@ def test_two_large_cases_never_run_together_in_a_pool_for_one_golden(pool, pytes
     else:
         assert _overlap(spans["twice_a"], spans["twice_b"]), spans
         assert size["rule"] == "machine" and waited < 0.5
+
+
+@pytest.mark.parametrize("dispatch", ["memory", "xdist"])
+def test_load_scheduling_hands_large_cases_out_beside_small_ones(dispatch, pytester, capsys) -> None:
+    """``--dist load`` (the default of ``-n``), a pool of 0.2 GiB that holds one large case (estimated peak 120
+    MiB) and tiny ones, never two large ones: handed out by memory need, the two large cases go first, to one
+    worker, while the other runs the tiny ones, so no case waits for room and the large goldens never meet;
+    xdist's own order is kept with ``--cann-dispatch xdist`` (and the report says which)."""
+    tasks, log = pytester.path / "tasks", pytester.path / "spans.log"
+    for name in ("twice_a", "twice_b"):
+        _stamped_operator(tasks, name, log)
+    run = run_inner(pytester, capsys, tasks, "--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf",
+                    "--cann-golden-cache=off", "-p", "no:cacheprovider", "-n", "2", "--cann-memory-pool=0.2",
+                    f"--cann-dispatch={dispatch}")
+    assert run.ret == pytest.ExitCode.OK, run.text
+    assert all(c.cann and c.cann["status"] == "passed" for c in run.cases.values()) and len(run.cases) == 8
+    board = json.loads((run.root / "reports" / "leaderboard.json").read_text())
+    (line,) = [line for line in run.section() if line.startswith("memory pool: ")]
+    if dispatch == "memory":
+        spans = _spans(log)
+        assert not _overlap(spans["twice_a"], spans["twice_b"]), spans
+        waited = sum(c.cann["seconds"].get("memory_wait", 0.0) for c in run.cases.values())
+        assert waited < 0.25, (waited, line)
+        assert board["config"]["dispatch_order"] == ("largest memory need first, each when it fits beside the "
+                                                     "others (8 needs known)")
+        assert "; cases handed out largest memory need first" in line, line
+        # the controller's scheduler read the judges' needs from beside the ledger, removed with it at the end
+        pool_file = Path(board["config"]["memory_plan"]["pool_file"])
+        assert not pool_file.exists() and not Path(str(pool_file) + ".needs").exists()
+    else:
+        assert board["config"]["dispatch_order"] is None and "handed out" not in line
