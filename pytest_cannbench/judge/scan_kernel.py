@@ -13,21 +13,17 @@ with the same figures, and the session header says which.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import os
-import shlex
-import shutil
-import subprocess
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench import cbuild
+
 SOURCE = Path(__file__).with_name("scan_kernel.c")
-FLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math"]  # no contraction: same roundings
-TUNED = ["-march=native"]  # tried first (the library runs where it is built); without it where unsupported
 COUNT_KEYS = ("valid", "valid_err", "small", "cancel", "normal", "small_err", "small_native_err", "cancel_err",
               "cancel_native_err", "normal_err", "normal_native_err", "far", "nan", "inf")  # the C_* order
 MAX_KEYS = ("rel", "diff", "normal_rel", "small_diff", "small_ndiff", "cancel_diff", "cancel_ndiff")  # M_* order
@@ -127,33 +123,9 @@ _lock = threading.Lock()
 _loaded: Loaded | None = None
 
 
-def compiler() -> list[str] | None:
-    """The C compiler's command: ``$CC`` (split as a shell would), else ``cc`` or ``gcc`` on the PATH."""
-    cc = os.environ.get("CC", "").strip()
-    if cc:
-        return shlex.split(cc)
-    found = shutil.which("cc") or shutil.which("gcc")
-    return [found] if found else None
-
-
 def build(directory: Path, source: Path = SOURCE) -> tuple[Path | None, str]:
     """Compile the kernel (``source``) into ``directory``; the library's path, or None and why not."""
-    cc = compiler()
-    if cc is None:
-        return None, "no C compiler (cc, gcc or $CC)"
-    out = directory / "scan_kernel.so"
-    problem = ""
-    for flags in ([*FLAGS, *TUNED], FLAGS):
-        try:
-            done = subprocess.run([*cc, *flags, "-o", str(out), str(source), "-lm"], capture_output=True,
-                                  text=True, timeout=60, check=False)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return None, f"{cc[0]} could not build it: {exc}"
-        if done.returncode == 0 and out.exists():
-            return out, " ".join([*cc, *flags[:1], *flags[len(FLAGS):]])
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        problem = f"{cc[0]} failed to build it: {tail[0]}"
-    return None, problem
+    return cbuild.build(directory, source)
 
 
 def load(check: Callable[[Kernel], str]) -> Loaded:
@@ -169,7 +141,7 @@ def load(check: Callable[[Kernel], str]) -> Loaded:
 def _load(check: Callable[[Kernel], str]) -> Loaded:
     if _switched_off():
         return Loaded(None, OFF)
-    with _built() as (path, how):
+    with cbuild.built(SOURCE) as (path, how):
         if path is None:
             return Loaded(None, how)
         try:
@@ -223,7 +195,7 @@ def trial_line() -> str:
     whether the kernel builds here; each judge then builds and self-tests its own."""
     if _switched_off():
         return describe(Loaded(None, OFF))
-    with _built() as (path, how):
+    with cbuild.built(SOURCE) as (path, how):
         if path is None:
             return describe(Loaded(None, how))
     return f"cannbench: comparison: compiled kernel ({how}; each judge builds it and self-tests it)"
@@ -231,23 +203,6 @@ def trial_line() -> str:
 
 def _switched_off() -> bool:
     return os.environ.get(ENV_SWITCH, "").strip() == "0"
-
-
-@contextlib.contextmanager
-def _built() -> Iterator[tuple[Path | None, str]]:
-    """:func:`build` in a private scratch directory, removed on leaving (a library loaded by then stays mapped, and
-    nothing is left on disk); ``(None, why)`` where no such directory can be made."""
-    from pytest_cannbench.scratch import make_dir
-
-    try:
-        directory = make_dir("kernel")
-    except OSError as exc:  # an unwritable temporary directory
-        yield None, f"no scratch directory to build it in: {exc}"
-        return
-    try:
-        yield build(directory)
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def describe(loaded: Loaded) -> str:

@@ -511,6 +511,8 @@ def _random_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen:
                   emit: Emit | None = None) -> Any:
     """Uniform (or clamped normal) draw in float64, clamped to the dtype, then cast; with ``emit`` (uniform
     only), each chunk goes there instead of into a tensor (None is returned)."""
+    from pytest_cannbench.taskformat.draw_kernel import kernel_for
+
     fi = torch.finfo(tdt)
     lo = max(lo, fi.min)
     hi = min(hi, fi.max)
@@ -530,9 +532,12 @@ def _random_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen:
     assert emit is not None
     numel = math.prod(shape)
     buf = torch.empty(min(DRAW_CHUNK, numel), dtype=torch.float64)
+    kernel = kernel_for(numel)  # the same draws, compiled (draw_kernel), or None: torch's
     for start in range(0, numel, DRAW_CHUNK):
         part = buf[:min(DRAW_CHUNK, numel - start)]
-        part.uniform_(0.0, 1.0, generator=gen).mul_(span).add_(lo).clamp_(fi.min, fi.max)
+        if kernel is None or not kernel.uniform(gen, part):
+            part.uniform_(0.0, 1.0, generator=gen)
+        part.mul_(span).add_(lo).clamp_(fi.min, fi.max)
         emit(start, part)
     return out
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_cannbench import cbuild
 from pytest_cannbench.judge import error_scan, scan_kernel
 from pytest_cannbench.judge.scan_kernel import Kernel
 
@@ -58,7 +59,7 @@ def test_no_compiler_or_a_failing_one(tmp_path, monkeypatch):
     assert path is None and "could not build it" in why
     monkeypatch.delenv("CC")
     monkeypatch.setenv("PATH", str(tmp_path))  # neither cc nor gcc
-    assert scan_kernel.compiler() is None
+    assert cbuild.compiler() is None
     assert scan_kernel.build(tmp_path) == (None, "no C compiler (cc, gcc or $CC)")
 
 
