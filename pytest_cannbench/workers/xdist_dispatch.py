@@ -45,7 +45,7 @@ class MemoryScheduling(LoadScheduling):
         self._needs = [needs.of(nodeid) if needs is not None else 0 for nodeid in collection]
         self.pending[:] = largest_first(self._needs)
         collector = self.config.pluginmanager.get_plugin("cannbench-results")  # for the summary and the board
-        if collector is not None:
+        if collector is not None and self._pool_file:  # one judge (-n 1) shares no pool: nothing to say
             collector.dispatch = (f"largest memory need first, each when it fits beside the others "
                                   f"({len(needs.needs)} needs known)" if needs is not None else
                                   "in collection order (the judges' needs could not be read)")
