@@ -16,6 +16,11 @@ FLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math"]  # no
 TUNED = ["-march=native"]  # tried first (the library runs where it is built); without it where unsupported
 
 
+def switched_off(env_switch: str) -> bool:
+    """Whether the user turned a kernel off (its variable set to ``0``): its torch path does the work."""
+    return os.environ.get(env_switch, "").strip() == "0"
+
+
 def compiler() -> list[str] | None:
     """The C compiler's command: ``$CC`` (split as a shell would), else ``cc`` or ``gcc`` on the PATH."""
     cc = os.environ.get("CC", "").strip()

@@ -14,7 +14,6 @@ with the same figures, and the session header says which.
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -123,11 +122,6 @@ _lock = threading.Lock()
 _loaded: Loaded | None = None
 
 
-def build(directory: Path, source: Path = SOURCE) -> tuple[Path | None, str]:
-    """Compile the kernel (``source``) into ``directory``; the library's path, or None and why not."""
-    return cbuild.build(directory, source)
-
-
 def load(check: Callable[[Kernel], str]) -> Loaded:
     """The process's kernel, built and checked (``check``: what differs from the torch path, "" when nothing)
     on the first call; later calls return the same (thread-safe)."""
@@ -139,7 +133,7 @@ def load(check: Callable[[Kernel], str]) -> Loaded:
 
 
 def _load(check: Callable[[Kernel], str]) -> Loaded:
-    if _switched_off():
+    if cbuild.switched_off(ENV_SWITCH):
         return Loaded(None, OFF)
     with cbuild.built(SOURCE) as (path, how):
         if path is None:
@@ -193,16 +187,12 @@ def self_test(kernel: Kernel, scan: Callable[..., Any], relative_errors: Callabl
 def trial_line() -> str:
     """The header's line where this process compares nothing (an xdist controller, which never imports torch):
     whether the kernel builds here; each judge then builds and self-tests its own."""
-    if _switched_off():
+    if cbuild.switched_off(ENV_SWITCH):
         return describe(Loaded(None, OFF))
     with cbuild.built(SOURCE) as (path, how):
         if path is None:
             return describe(Loaded(None, how))
     return f"cannbench: comparison: compiled kernel ({how}; each judge builds it and self-tests it)"
-
-
-def _switched_off() -> bool:
-    return os.environ.get(ENV_SWITCH, "").strip() == "0"
 
 
 def describe(loaded: Loaded) -> str:

@@ -16,7 +16,6 @@ with ``CANNBENCH_DRAW_KERNEL=0``, torch draws as before: the same inputs either 
 from __future__ import annotations
 
 import ctypes
-import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -84,7 +83,7 @@ def note() -> str:
 
 
 def _load() -> tuple[DrawKernel | None, str]:
-    if os.environ.get(ENV_SWITCH, "").strip() == "0":
+    if cbuild.switched_off(ENV_SWITCH):
         return None, f"torch ({ENV_SWITCH}=0)"
     with cbuild.built(SOURCE) as (path, how):
         if path is None:

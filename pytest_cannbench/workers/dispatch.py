@@ -8,7 +8,7 @@ in a 100 s accuracy-only run (docs/performance.md, Round 16), time in which a sm
 The controller can hand out cases by need, but under xdist it collects nothing: the judges know the needs. Each
 judge writes them at the end of its collection to a file beside the pool's ledger (:func:`write_needs`, before
 xdist tells the controller its collection is complete); the controller's scheduler reads it once
-(:func:`read_needs`). A missing or unreadable file means no needs: xdist's own order, and the pool still keeps the
+(:func:`read_needs`). A missing or unreadable file means no needs: collection order, and the pool still keeps the
 bound. The policy is :func:`pick`, kept free of xdist so it can be tested alone.
 """
 

@@ -65,10 +65,10 @@ class MemoryScheduling(LoadScheduling):
 
     def _fill(self, node: Any) -> None:
         held = self.node2pending[node]
+        pool = self.case_needs.pool if self.case_needs is not None else 0  # no needs: every one 0, the first fits
         while self.pending and len(held) < LOOKAHEAD:
             elsewhere = sum(max((self._needs[i] for i in cases), default=0)
                             for other, cases in self.node2pending.items() if other is not node)
-            pool = self.case_needs.pool if self.case_needs is not None else 0
-            index = self.pending.pop(pick(self.pending, self._needs, elsewhere, pool) if pool else 0)
+            index = self.pending.pop(pick(self.pending, self._needs, elsewhere, pool))
             held.append(index)
             node.send_runtest_some([index])

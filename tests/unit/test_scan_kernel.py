@@ -17,7 +17,7 @@ from pytest_cannbench.judge.scan_kernel import Kernel
 
 
 def _library(tmp_path: Path, source: Path = scan_kernel.SOURCE) -> Kernel:
-    path, how = scan_kernel.build(tmp_path, source)
+    path, how = cbuild.build(tmp_path, source)
     assert path is not None, how
     import ctypes
 
@@ -52,15 +52,15 @@ def test_a_refused_kernel_leaves_the_torch_path_and_says_why(monkeypatch):
 
 def test_no_compiler_or_a_failing_one(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", "false")
-    path, why = scan_kernel.build(tmp_path)
+    path, why = cbuild.build(tmp_path, scan_kernel.SOURCE)
     assert path is None and why.startswith("false failed to build it")
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
-    path, why = scan_kernel.build(tmp_path)
+    path, why = cbuild.build(tmp_path, scan_kernel.SOURCE)
     assert path is None and "could not build it" in why
     monkeypatch.delenv("CC")
     monkeypatch.setenv("PATH", str(tmp_path))  # neither cc nor gcc
     assert cbuild.compiler() is None
-    assert scan_kernel.build(tmp_path) == (None, "no C compiler (cc, gcc or $CC)")
+    assert cbuild.build(tmp_path, scan_kernel.SOURCE) == (None, "no C compiler (cc, gcc or $CC)")
 
 
 def test_switched_off_by_the_environment(monkeypatch):
