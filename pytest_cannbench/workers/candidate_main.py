@@ -60,6 +60,7 @@ def populate(mm: Any, length: int) -> None:
 class Worker:
     def __init__(self, region_fd: int, device: str) -> None:
         self.guard: Any = None  # guard.Guard in submission mode
+        self.seal: Callable[[], str] | None = None  # guarded: drops (and refuses) fault handlers after the import
         self.region_fd = region_fd
         self.region_size = 0
         self.mm: Any = None
@@ -91,7 +92,15 @@ class Worker:
                 self.module = importlib.import_module("cann_bench")
             except BaseException as exc:  # noqa: BLE001 - any import failure is the submission's
                 return self._failure("import cann_bench", exc)
+            self.seal_fault_handlers()
         return {"ok": True, "pid": os.getpid(), "import_seconds": _clock() - t0, "guard": self._guard_report()}
+
+    def seal_fault_handlers(self) -> None:
+        """Once the submission is imported: drop any handler it installed for memory faults and, contained,
+        refuse new ones. A fault handler of the submission's could fill an output's pages on first touch, moving
+        its kernel into the worker's copy of the outputs; without one such a page is a crash."""
+        if self.seal is not None:
+            print(f"cannbench: fault handlers {self.seal()}", file=sys.stderr, flush=True)
 
     def _guard_report(self) -> list:
         return self.guard.report() if self.guard is not None else []
@@ -186,7 +195,8 @@ class Worker:
             return self._failure("call", exc)
         try:
             flat = flatten(result)
-            outputs = write_outputs(self.mm, self.region_size, flat, req["out_offset"], req["out_capacity"], kwargs)
+            outputs = write_outputs(self.mm, self.region_size, flat, req["out_offset"], req["out_capacity"], kwargs,
+                                    allocated_by_torch=self.guard is not None)
             poison(flat, outputs)
         except BaseException as exc:  # noqa: BLE001
             return self._failure("return outputs", exc)
@@ -237,7 +247,8 @@ class Worker:
         def sink(i: int, result: Any) -> None:
             c = calls[i]
             flat = flatten(result)
-            outputs[i] = write_outputs(self.mm, self.region_size, flat, c["out_offset"], c["out_capacity"], inputs[i])
+            outputs[i] = write_outputs(self.mm, self.region_size, flat, c["out_offset"], c["out_capacity"], inputs[i],
+                                       allocated_by_torch=self.guard is not None)
             poison(flat, outputs[i])
             inputs[i] = None
 
@@ -343,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from pytest_cannbench.timing import in_worker  # noqa: F401 - bound before any submission code runs
-    from pytest_cannbench.workers import tensor_wire  # noqa: F401
+    from pytest_cannbench.workers import tensor_wire
 
     torch.set_num_threads(max(1, args.threads))
     _warm_thread_pools(args.device)
@@ -364,9 +375,14 @@ def main(argv: list[str] | None = None) -> int:
         if triton_cache:
             worker.guard.own_dir(triton_cache)
         containment.limit_resources()
+        print(f"cannbench: outputs: {tensor_wire.calibrate_storage_probe(args.device)}", file=sys.stderr, flush=True)
+        worker_contained = False
         if args.contain:
             status = containment.install_filter(allow_processes=containment.processes_allowed(args.device))
             print(f"cannbench: containment {status}", file=sys.stderr, flush=True)
+            worker_contained = status.startswith("on")
+
+        worker.seal = containment.prepare_fault_seal(args.contain and worker_contained)
         worker.guard.install_audit_hook()
     handlers = {"hello": worker.hello, "discover": worker.discover, "call": worker.call, "time": worker.time,
                 "map": worker.map}

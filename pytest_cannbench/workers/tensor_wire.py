@@ -15,6 +15,7 @@ call on these machines (a fresh 4 MB buffer costs ~2 ms in page faults alone).
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import weakref
@@ -293,6 +294,76 @@ def _instance_attributes(t: Any) -> list[str]:
         return []
 
 
+# ---------------------------------------------------------------- worker: where an output's memory came from
+
+@dataclass(frozen=True)
+class StorageProbe:
+    """Where torch's allocator of one device type leaves its mark in a storage: the words of a ``StorageImpl``
+    (read from ``storage._cdata``) holding the data pointer, the deleter and its context.
+
+    Found by calibration on storages the allocator itself made, before any submission code runs, so it follows
+    the installed torch's layout instead of assuming one. A storage whose deleter is not the allocator's was not
+    allocated by it: ``from_blob`` over memory of the submission's (mapped on first touch, filled by its own fault
+    handler) or a deleter of its own that does work after the call (:func:`foreign_storage`)."""
+
+    data_word: int
+    deleter_word: int
+    ctx_word: int  # -1: the allocator's context is not the data pointer
+    deleter: int
+
+
+_WORDS = 16
+_PROBES: dict[str, StorageProbe] = {}
+# Read through memmove into a buffer made now: the guard's audit hook refuses new ctypes objects after the import.
+_WORD_BUFFER = (ctypes.c_uint64 * _WORDS)()
+_WORD_ADDRESS = ctypes.addressof(_WORD_BUFFER)
+
+
+def _storage_words(storage: Any) -> list[int]:
+    ctypes.memmove(_WORD_ADDRESS, int(storage._cdata), 8 * _WORDS)
+    return list(_WORD_BUFFER)
+
+
+def calibrate_storage_probe(device: str) -> str:
+    """Learn the allocator's mark for ``device`` (its type) from storages it made; the worker's log line."""
+    import torch
+
+    kind = device.split(":")[0]
+    refs = [torch.empty(n, dtype=torch.uint8, device=device) for n in (64, 1 << 16, 1 << 22)]
+    words = [(_storage_words(t.untyped_storage()), t.untyped_storage().data_ptr()) for t in refs]
+    first, data = words[0]
+    for k in range(_WORDS - 2):
+        if first[k] != data or not all(w[k] == d for w, d in words):
+            continue
+        slots = (k + 1, k + 2)
+        for deleter_word in slots:
+            if first[deleter_word] and all(w[deleter_word] == first[deleter_word] for w, _ in words):
+                other = slots[1] if deleter_word == slots[0] else slots[0]
+                ctx = other if all(w[other] == d for w, d in words) else -1
+                _PROBES[kind] = StorageProbe(k, deleter_word, ctx, first[deleter_word])
+                return f"{kind} storages checked against the allocator's deleter (word {deleter_word})"
+    return f"{kind} storages checked by resizability only (the allocator's mark was not found)"
+
+
+def foreign_storage(t: Any) -> str | None:
+    """Why ``t``'s memory was not allocated by torch's allocator for its device, or None."""
+    import torch
+
+    storage = torch._C.TensorBase.untyped_storage(t)
+    if storage.nbytes() == 0:
+        return None
+    probe = _PROBES.get(t.device.type)
+    if probe is None:  # uncalibrated: from_blob storages at least are never resizable
+        return None if storage.resizable() else "its storage wraps memory torch did not allocate (from_blob)"
+    words = _storage_words(storage)
+    data = storage.data_ptr()
+    if words[probe.data_word] != data:
+        return "its storage is not laid out as torch's"
+    if words[probe.deleter_word] != probe.deleter or (probe.ctx_word >= 0 and words[probe.ctx_word] != data):
+        return "its storage has a deleter of its own (memory from from_blob, a custom allocator or a mapping)"
+    return None
+
+
 def poison(outputs: list, descriptions: list[dict]) -> None:
     """Overwrite the candidate's own output tensors once copied out: a cached tensor returned again is garbage.
 
@@ -327,11 +398,12 @@ EARLIER_OUTPUT = "an earlier call's output"
 
 
 def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: int, out_capacity: int,
-                  inputs: dict[str, Any] | None = None) -> list[dict]:
+                  inputs: dict[str, Any] | None = None, allocated_by_torch: bool = False) -> list[dict]:
     """Describe each output and copy the plain contiguous tensors that fit into the output area.
 
     The output contract is checked here, before any value is read: a plain ``torch.Tensor``
-    (no subclass, no instance attributes), strided, and sharing no memory with an input.
+    (no subclass, no instance attributes), strided, and sharing no memory with an input; with
+    ``allocated_by_torch`` (submissions), in memory torch's allocator made (:func:`foreign_storage`).
     """
     import torch
 
@@ -363,6 +435,9 @@ def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: i
             if shared:
                 descriptions.append({"kind": "alias", "inputs": shared[:10]})
                 continue
+        if allocated_by_torch and value.numel() and (why := foreign_storage(value)) is not None:
+            descriptions.append({"kind": "storage", "reason": why})
+            continue
         storage = torch._C.TensorBase.untyped_storage(value)
         if storage in _EARLIER_OUTPUTS:  # the same storage, still alive since an earlier call returned it
             descriptions.append({"kind": "alias", "inputs": [EARLIER_OUTPUT]})
@@ -436,6 +511,9 @@ def _decode_one(d: Any, region: Region, dtypes: dict[str, Any], lo: int, hi: int
     if kind == "attrs":
         return OutputProblem(f"output carries instance attributes ({_names(d.get('names'))}); return a plain "
                              "torch.Tensor", "Tensor")
+    if kind == "storage":
+        return OutputProblem(f"output's memory was not allocated by torch ({str(d.get('reason'))[:160]}); return a "
+                             "tensor torch allocated (torch.empty, at::empty)", "Tensor")
     if kind == "alias":
         names = d.get("inputs")
         if names == [EARLIER_OUTPUT]:

@@ -174,3 +174,65 @@ def test_guard_kinds_have_one_definition_most_serious_first():
     everything = [(kind, kind) for kind in reversed(oc.GUARD_FAILURES)]
     assert guard_verdict(everything, "block")[0] == oc.GUARD_FAILURES[0]
     assert guard_verdict(everything[:3], "block")[0] == oc.GUARD_FAILURES[-3]
+
+
+FAULT_PROBE = textwrap.dedent("""
+    import ctypes, json, os, signal, sys
+    from pytest_cannbench.guard import containment
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_int)(lambda sig: None)
+
+    class Sigaction(ctypes.Structure):  # x86-64 / AArch64 kernel_sigaction: handler, flags, restorer, mask
+        _fields_ = [("handler", ctypes.c_void_p), ("flags", ctypes.c_ulong), ("restorer", ctypes.c_void_p),
+                    ("mask", ctypes.c_ulong)]
+
+    def set_handler(sig):  # the raw syscall, as compiled code would make it
+        act = Sigaction(ctypes.cast(HANDLER, ctypes.c_void_p).value, 0x04000000, None, 0)
+        return "allowed" if libc.syscall(ctypes.c_long(NR["rt_sigaction"]), sig, ctypes.byref(act), None, 8) == 0 \\
+            else ctypes.get_errno()
+
+    def query(sig):
+        old = Sigaction()
+        return "allowed" if libc.syscall(ctypes.c_long(NR["rt_sigaction"]), sig, None, ctypes.byref(old), 8) == 0 \\
+            else ctypes.get_errno()
+
+    import platform
+    NR = containment._ARCHES[platform.machine()][1]
+    out = {"base": containment.install_filter()}
+    out["userfaultfd"] = "allowed" if libc.syscall(ctypes.c_long(NR["userfaultfd"]), 0) >= 0 else ctypes.get_errno()
+    fd = os.open("/dev/null", os.O_RDONLY)
+    out["uffdio_api"] = "allowed" if libc.ioctl(fd, ctypes.c_ulong(0xC018AA3F), None) == 0 else ctypes.get_errno()
+    out["other_ioctl"] = ctypes.get_errno() if libc.ioctl(fd, ctypes.c_ulong(0x5401), None) != 0 else "allowed"
+    seal = containment.prepare_fault_seal(True)
+    out["segv_before"] = set_handler(signal.SIGSEGV)  # at import time a handler may still be set...
+    out["fault"] = seal()  # ...and is dropped once the import is over
+    old = Sigaction()
+    libc.syscall(ctypes.c_long(NR["rt_sigaction"]), signal.SIGSEGV, None, ctypes.byref(old), 8)
+    out["dropped"] = old.handler != ctypes.cast(HANDLER, ctypes.c_void_p).value
+    out["resethand"] = bool(old.flags & 0x80000000)
+    out["segv_after"] = set_handler(signal.SIGSEGV)
+    out["bus_after"] = set_handler(signal.SIGBUS)
+    out["segv_query"] = query(signal.SIGSEGV)
+    out["usr1_after"] = set_handler(signal.SIGUSR1)
+    print(json.dumps(out), flush=True)
+    ctypes.string_at(16)  # a fault now ends the process (no handler loops on a refused restore)
+""")
+
+
+def test_fault_handlers_and_userfaultfd_refused_in_a_real_process():
+    """A page filled by the submission's own code when first touched needs userfaultfd or a fault handler: the
+    base filter refuses the first, the post-import one new handlers, and the import's handlers are dropped."""
+    done = subprocess.run([sys.executable, "-c", FAULT_PROBE], capture_output=True, text=True, timeout=60,
+                          cwd=str(Path(__file__).resolve().parents[2]))
+    assert done.returncode == -11, (done.returncode, done.stderr[-2000:])  # SIGSEGV, once
+    assert done.stderr.count("Segmentation fault") == 1, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    if not out["base"].startswith("on"):
+        pytest.skip(f"seccomp is not available here: {out['base']}")
+    assert out["userfaultfd"] == 1 and out["uffdio_api"] == 1, out  # EPERM
+    assert out["other_ioctl"] != 1, out  # ENOTTY on /dev/null: other ioctls pass the filter
+    assert out["segv_before"] == "allowed" and "sealed" in out["fault"] and "not" not in out["fault"], out
+    assert out["dropped"] and out["resethand"], out
+    assert out["segv_after"] == 1 and out["bus_after"] == 1, out
+    assert out["segv_query"] == "allowed" and out["usr1_after"] == "allowed", out
