@@ -265,6 +265,7 @@ class Ledger:
     case's coverage and guard flags so far (``records``, read by the case's item for its outcome)."""
 
     floor: float | None = None
+    host: bool = True  # the worker computes on the CPU: host samples and op time measure its work (not on a card)
     op_times: dict[str, list[float]] = field(default_factory=dict)  # key -> [own_ns, builtin_ns, calls]
     device: dict[str, list[float]] = field(default_factory=dict)  # key -> [own_us, all_us, calls]
     records: dict[str, dict[str, Any]] = field(default_factory=dict)  # case key -> {"coverage", "flags"}
@@ -286,13 +287,16 @@ class Ledger:
 
     def best(self, keys: tuple[str, ...], profiles: Mapping[str, Any]) -> Coverage | None:
         """Device time where the card's trace gave any, else conclusive samples (the case's, else the problem's),
-        else op time (the case's, else the problem's)."""
+        else op time (the case's, else the problem's). On a card the host's samples and op times are launches, not
+        the work: only the device time counts there."""
         for key in keys:
             if key in self.device:
                 own_us, all_us, calls = self.device[key]
                 found = from_device_time(own_us, all_us, int(calls))
                 if found is not None:
                     return found
+        if not self.host:
+            return None
         for key in keys:
             profile = profiles.get(key)
             if profile is not None and not profile.error:

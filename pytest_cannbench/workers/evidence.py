@@ -41,7 +41,7 @@ class OutsideEvidence:
 
         return cls(site_dir=site_dir, own_dirs=(str(workdir / CACHE_NAME),),
                    children_are_toolchain=contain and not processes_allowed(device),
-                   ledger=Ledger(coverage_floor) if mode == "kernelbench" else None)
+                   ledger=Ledger(coverage_floor, host=device == "cpu") if mode == "kernelbench" else None)
 
     def open(self, pid: int) -> None:
         """Sample the new worker before it starts threads (they inherit the events)."""

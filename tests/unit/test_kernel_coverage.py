@@ -204,3 +204,13 @@ def test_the_problem_s_coverage_is_its_lowest_item_s():
     problem = kb["problems"][0]
     assert problem["kernel_coverage"] == 0.91 and problem["coverage_source"] == "op_time"
     assert summary_lines(kb)[2].rstrip().endswith("91%")
+
+
+def test_on_a_card_only_the_device_trace_measures_the_work():
+    keys = ("case:/r/t.log", "op:level1/3_Softmax.py")
+    ledger = Ledger(COVERAGE_FLOOR, host=False)
+    launches = {"ok": True, "guard": [{"kind": "kernel_time", "own_ns": 70_000, "builtin_ns": 15_000, "calls": 1}]}
+    assert ledger.judge(keys, launches, {}, []) == [] and ledger.records[keys[0]]["coverage"] == {}
+    timed = {"ok": True, "device_kernel_time": {"own_us": 4.0, "all_us": 404.0, "calls": 2}}
+    problems = ledger.judge(keys, timed, {}, [])
+    assert problems[0][0] == LOW_KERNEL_COVERAGE and ledger.records[keys[0]]["coverage"]["source"] == "device_time"

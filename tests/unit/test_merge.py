@@ -345,3 +345,7 @@ def test_settings_never_show_the_secret() -> None:
     settings = Settings(**{**required, "secret": "5e" * 16, "reveal_secret": "/x/secret.txt"})
     assert "5e5e" not in repr(settings) and "5e5e" not in json.dumps(settings.as_dict(), default=str)
     assert "reveal_secret" not in settings.as_dict() and "secret" not in settings.as_dict()
+    from pytest_cannbench.report.journal import run_identity  # --cann-resume's key: never the secret
+
+    other = dataclasses.replace(settings, secret="a7" * 16)
+    assert run_identity({"kind": "source"}, settings) == run_identity({"kind": "source"}, other)
