@@ -123,7 +123,9 @@ def grade(pytester: pytest.Pytester, capsys, task_tree, *args: str) -> tuple[Inn
 
 
 def test_no_artefact_of_a_graded_run_holds_the_secret(pytester, capsys, task_tree):
-    run, secret = grade(pytester, capsys, task_tree, "-n", "2")  # xdist: the workers get it through execnet
+    pytest.importorskip("pytest_html")
+    run, secret = grade(pytester, capsys, task_tree, "-n", "2",  # xdist: the workers get it through execnet
+                        "--html=pytest-html.html")
     cases = {name: c.cann["status"] for name, c in run.cases.items()}
     assert cases and set(cases.values()) == {"passed"}, (cases, run.text[-3000:])
     assert any(name.startswith("hidden-") for name in cases)  # generated under the secret
