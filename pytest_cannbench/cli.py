@@ -3,11 +3,13 @@
 One argparse subcommand per job, each with its own ``--help``: ``show`` and ``report`` read a leaderboard back
 (the terminal tables, or any report file regenerated, like the official harness's ``gen_report.sh``),
 ``compare`` diffs two boards with a CI gate, ``list`` and ``info`` read task trees, ``roofline`` and ``check``
-run the calibration and the task-quality gate, ``merge`` joins shards. This module only parses and dispatches;
+run the calibration and the task-quality gate, ``merge`` joins shards, ``secret`` checks a revealed session secret
+against a board's commitment. This module only parses and dispatches;
 the work is done by the rooms (``report``, ``taskformat``, ``timing``, ``judge``).
 
-Exit status: 0 on success; 1 when ``compare --fail-on-regression`` finds a regression or ``check`` finds weak
-cases; 2 on a usage or input error (with a message naming the file).
+Exit status: 0 on success; 1 when ``compare --fail-on-regression`` finds a regression, ``check`` finds weak
+cases or ``secret`` a secret the board was not graded under; 2 on a usage or input error (with a message naming
+the file).
 """
 
 from __future__ import annotations
@@ -113,6 +115,12 @@ def _parser() -> argparse.ArgumentParser:
     cap.add_argument("--hap-cap", dest="cap", action="store_true", default=None,
                      help="clip each case's HAP at 1 (default: as the first leaderboard input)")
     cap.add_argument("--no-hap-cap", dest="cap", action="store_false", help="the official, uncapped HAP")
+    secret = _command(commands, "secret", "check a revealed session secret against a board's commitment",
+                      "Check that SECRET_FILE (written by --cann-reveal-secret) holds the session secret BOARD "
+                      "was graded under: sha256 of the tag 'pytest-cannbench/session-secret/v1\\0' and the "
+                      "secret's 16 bytes must equal config.secret_commitment (or a merged input's). Exit 1 if not.")
+    secret.add_argument("board", metavar="BOARD", help="leaderboard JSON or results.jsonl")
+    secret.add_argument("secret_file", metavar="SECRET_FILE", help="the file --cann-reveal-secret wrote")
     return parser
 
 
@@ -282,8 +290,30 @@ def _merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def _secret(args: argparse.Namespace) -> int:
+    from pytest_cannbench.report.secret import commitment, commitments_of, read_revealed
+
+    source = read_input(args.board)
+    committed = commitments_of(source.board) if source.board is not None else list(source.commitments)
+    if not committed:
+        raise InputError(f"{args.board}: records no session secret's commitment (a seeded run, or written before "
+                         "commitments)")
+    try:
+        secret = read_revealed(args.secret_file)
+    except (OSError, ValueError) as exc:
+        raise InputError(str(exc)) from None
+    if commitment(secret) in committed:
+        print(f"cannbench secret: {args.secret_file} holds the secret of {args.board} (commitment sha256 "
+              f"{commitment(secret)})")
+        return 0
+    say("secret", f"{args.secret_file} is not the secret of {args.board}: its commitment {commitment(secret)} is "
+        f"not among {', '.join(committed)}")
+    return 1
+
+
 HANDLERS: dict[str, Handler] = {"show": _show, "compare": _compare, "report": _report, "list": _list,
-                                "info": _info, "roofline": _roofline, "check": _check, "merge": _merge}
+                                "info": _info, "roofline": _roofline, "check": _check, "merge": _merge,
+                                "secret": _secret}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

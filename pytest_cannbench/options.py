@@ -9,7 +9,7 @@ calling ``getoption`` all over the place.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,7 +43,8 @@ PROFILER_LEVELS = ("Level1", "Level0", "Level2")
 DEFAULT_GOLDEN_CACHE = ".cannbench-cache/golden"
 MIN_GOLDEN_MEMORY_GIB = 1.0
 GUARD_MODES = ("block", "warn", "off")
-KB_GUARDS = ("kernelbench", "cann")  # issue 17: the KernelBench format's guard policy (guard.policy.mode_for)
+# the KernelBench format's guard policy (guard.policy.mode_for, coverage_floor); the first is the default
+KB_GUARDS = ("coverage", "kernelbench", "cann")
 SECRET_WORKERINPUT_KEY = "cannbench_secret"
 
 
@@ -107,6 +108,9 @@ def add_options(parser: pytest.Parser) -> None:
     option("markdown", metavar="PATH", help="also write a Markdown summary (e.g. $GITHUB_STEP_SUMMARY).")
     option("eval-report", metavar="PATH", help="also write the official EvalReport JSON shape.")
     option("shard", metavar="K/N", help="grade only the K-th of N deterministic shares of the operators.")
+    option("reveal-secret", metavar="PATH",
+           help="write the session secret (hex) to PATH, mode 0600, after the workers stopped; reports "
+                "record only its commitment (config.secret_commitment; `cannbench secret` checks a pair).")
     option("seed", type=int, metavar="N",
            help="evaluation seed mixed into every case seed (default 0, as the official harness). Grading a "
                 "submission without it mixes in a per-session secret as well, so inputs cannot be known in "
@@ -176,8 +180,9 @@ def add_options(parser: pytest.Parser) -> None:
                 "of tensors, sized on the meta device (default: no limit).")
     # issue 17: real submissions, many at a time
     option("kb-guard", choices=KB_GUARDS,
-           help="KernelBench: kernelbench (default) applies KernelBench's rule under --cann-guard block: a "
-                "custom kernel must run in forward, builtin torch ops alongside are flags; cann applies "
+           help="KernelBench, under --cann-guard block: coverage (default) is KernelBench's rule (a custom kernel "
+                "must run in forward, builtin ops alongside are flags) and most of the forward's work in the "
+                "submission's own kernels (docs/kernelbench.md); kernelbench: KernelBench's rule alone; cann: "
                 "--cann-guard as for CANN tasks (block fails any builtin compute).")
     # issue 19: at home in the user's world
     option("rebuild", ini_type="bool", action="store_true",
@@ -261,13 +266,15 @@ class Settings:
     checker: str
     guard: str = "block"
     sandbox: str = "auto"
-    secret: str = ""  # hex; mixed into every input seed when grading a submission without --cann-seed
+    # hex; mixed into every input seed when grading a submission without --cann-seed; in no repr (report.secret)
+    secret: str = field(default="", repr=False)
+    reveal_secret: str | None = None  # --cann-reveal-secret: where the controller writes it at the end
     bench: str = "auto"  # auto | cann | stanford (KernelBench problem files)
     kb_trials: int = DEFAULT_KB_TRIALS
     kb_accuracy: str = "kernelbench"
     kb_compile: bool = False
     kb_max_input_gib: float | None = None
-    kb_guard: str = "kernelbench"  # issue 17: KernelBench's own builtin-op rule for ModelNews
+    kb_guard: str = "coverage"  # KernelBench's rule and the kernel coverage floor (guard.coverage)
     sources: tuple[str, ...] = ()  # issue 17: every --cann-source (source is the first)
     rebuild: bool = False
     fail_under: float | None = None
@@ -295,7 +302,10 @@ class Settings:
     golden_cache_max_gib: float | None = DEFAULT_MAX_GIB  # pruned to this at the end of a session; None: no bound
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Every setting but the secret and where to reveal it (the leaderboard records its commitment)."""
+        data = asdict(self)
+        del data["secret"], data["reveal_secret"]
+        return data
 
 
 def asked(config: pytest.Config) -> bool:
@@ -459,6 +469,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         guard=_choice(config, "guard", GUARD_MODES),
         sandbox=_choice(config, "sandbox", SANDBOX_MODES),
         secret=_session_secret(config, graded=bool(source or no_install), seeded=_value(config, "seed") is not None),
+        reveal_secret=_reveal_path(config),
         kb_guard=_choice(config, "kb_guard", KB_GUARDS),
         sources=sources,
         rebuild=_flag(config, "rebuild"),
@@ -564,6 +575,14 @@ def _session_secret(config: pytest.Config, *, graded: bool, seeded: bool) -> str
     if workerinput is not None and SECRET_WORKERINPUT_KEY in workerinput:
         return str(workerinput[SECRET_WORKERINPUT_KEY])
     return os.urandom(16).hex()
+
+
+def _reveal_path(config: pytest.Config) -> str | None:
+    """``--cann-reveal-secret``: a file in an existing directory (checked now, written at the end)."""
+    path = os.path.abspath(str(_value(config, "reveal_secret") or "")) if _value(config, "reveal_secret") else None
+    if path is not None and (os.path.isdir(path) or not os.path.isdir(os.path.dirname(path))):
+        raise pytest.UsageError(f"--cann-reveal-secret {path}: expected a file in an existing directory")
+    return path
 
 
 def _cache_max(config: pytest.Config) -> float | None:

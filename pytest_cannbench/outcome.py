@@ -50,8 +50,12 @@ GUARD_BLINDED = "guard_blinded"  # the profiler was switched off or its trace lo
 BUILTIN_COMPUTE = "builtin_compute"  # builtin ops (aten compute) ran under the candidate's call
 HOST_LIBRARY = "host_library"  # numpy/scipy/Inductor/ctypes or a foreign shared object did the work
 NO_CUSTOM_KERNEL = "no_custom_kernel"  # --cann-guard kernel (KernelBench): forward ran none of its own kernels
+# KernelBench's default rule: the forward's work ran mostly outside the submission's own kernels (a decoy kernel
+# beside builtin ops doing the work; guard.coverage)
+LOW_KERNEL_COVERAGE = "low_kernel_coverage"
 # Most serious first: when a call has several findings, the first of these decides (guard.policy).
-GUARD_FAILURES = (FORBIDDEN_ACCESS, API_TAMPERED, GUARD_BLINDED, BUILTIN_COMPUTE, NO_CUSTOM_KERNEL, HOST_LIBRARY)
+GUARD_FAILURES = (FORBIDDEN_ACCESS, API_TAMPERED, GUARD_BLINDED, BUILTIN_COMPUTE, NO_CUSTOM_KERNEL, LOW_KERNEL_COVERAGE,
+                  HOST_LIBRARY)
 # A worker caught cheating on one case (the guard, or a clock that the judge's own observations contradict) is not
 # trusted on its operator's other cases: the operator scores 0 (report.scoring).
 TAINTING_FAILURES = (*GUARD_FAILURES, TIMING_IMPLAUSIBLE)
@@ -84,6 +88,7 @@ class CaseOutcome:
     flags: list[str] = field(default_factory=list)  # the run's weaker modes (e.g. sandbox_off), on every case
     candidate: str = ""  # issue 17: the candidate of a multi-candidate run ("" in a single-candidate run)
     split: str = SPLIT_PUBLIC  # SPLIT_PUBLIC or SPLIT_HIDDEN
+    kernel_coverage: dict[str, Any] = field(default_factory=dict)  # KernelBench: guard.coverage.Coverage.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -137,6 +137,7 @@ def pytest_deselected(items: list[pytest.Item]) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     state.close(config)
+    reporting.reveal_secret(config)  # after close: no worker, hence no submission code, is left running
     collector = config.stash.get(COLLECTOR_KEY, None)
     if collector is not None:
         config.pluginmanager.unregister(collector)
@@ -188,7 +189,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         mode = "grading a submission"
     else:
         mode = "no candidate"
-    seed = f"seed {settings.seed}" + (" + a session secret" if settings.secret else "")
+    seed = f"seed {settings.seed}" + (" + a session secret (reports record its commitment)" if settings.secret
+                                      else "")
     cache = "off (secret seeds never repeat)" if settings.secret else settings.golden_cache or "off"
     lines = [f"cannbench: {mode}; {seed}, inputs {settings.input_dist}/{settings.input_compat}, "
              f"golden {settings.golden_precision}, checker {settings.checker}",

@@ -304,7 +304,7 @@ class CannBenchState:
 
     def _new_worker(self, name: str, mode: str, submission: SubmissionState | None,
                     guard_role: str | None = None) -> CandidateWorker:
-        from pytest_cannbench.guard.policy import mode_for
+        from pytest_cannbench.guard.policy import coverage_floor, mode_for
         from pytest_cannbench.workers.candidate_client import CandidateWorker
         from pytest_cannbench.workers.huge_pages import untimed_worker_env
         s = self.settings
@@ -319,6 +319,7 @@ class CannBenchState:
             threads=self.timed_threads(), memory_bytes=memory,
             startup_timeout_s=max(120.0, s.case_timeout_s),
             guard=mode_for(guard_role or name, s.guard, s.kb_guard), protect=self.protected_paths(),
+            coverage_floor=coverage_floor(guard_role or name, s.guard, s.kb_guard),
             static_problems=submission.guard_problems if submission is not None else [],
             sandbox=self._sandbox(), readable=self._sandbox_readable(submission))
 

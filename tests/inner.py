@@ -9,6 +9,7 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,6 +54,7 @@ class InnerRun:
     cases: dict[str, Case] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     collect_failures: list[str] = field(default_factory=list)
+    config: Any = None  # the inner session's pytest.Config (its plugin state stays in config.stash)
 
     def section(self) -> list[str]:
         """The lines of the terminal's "cannbench" section."""
@@ -84,8 +86,9 @@ def run_inner(pytester: pytest.Pytester, capsys: pytest.CaptureFixture, tasks: P
     t0 = time.monotonic()
     reprec = pytester.inline_run(*args)
     seconds = time.monotonic() - t0
+    configured = reprec.getcalls("pytest_sessionfinish")
     run = InnerRun(ret=int(reprec.ret), text=capsys.readouterr().out, tasks=tasks.resolve(), seconds=seconds,
-                   root=Path(pytester.path))
+                   root=Path(pytester.path), config=configured[0].session.config if configured else None)
     for rep in reprec.getreports("pytest_collectreport"):
         if rep.failed:
             run.collect_failures.append(f"{rep.nodeid}: {rep.longrepr}")

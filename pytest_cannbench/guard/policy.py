@@ -17,6 +17,10 @@ KERNEL_FLAGS_ONLY = (BUILTIN_COMPUTE,)
 # Fail the call in every mode: forbidden access was refused anyway, and a changed clock, profiler or worker
 # function means the call's times and outputs cannot be trusted.
 ALWAYS_DECIDING = (FORBIDDEN_ACCESS, API_TAMPERED)
+# What the judge measured of a call, reported as a flag and never a verdict in any mode (guard.coverage)
+KERNEL_COVERAGE = "kernel_coverage"
+# The default floor of KernelBench's kernel coverage (guard.coverage; docs/kernelbench.md, "Kernel coverage")
+COVERAGE_FLOOR = 0.5
 
 Finding = tuple[str, str]  # (kind, detail)
 
@@ -37,8 +41,8 @@ def guard_verdict(problems: list[Finding], mode: str) -> tuple[str | None, str, 
     own functions fail it too: a changed clock means the times cannot be trusted, whatever the mode; the
     other findings become flags."""
     flags = [f"{kind}: {detail}" for kind, detail in problems]
-    deciding = [p for p in problems if mode == BLOCK or p[0] in ALWAYS_DECIDING
-                or (mode == KERNEL and p[0] not in KERNEL_FLAGS_ONLY)]
+    deciding = [p for p in problems if p[0] in GUARD_FAILURES and (mode == BLOCK or p[0] in ALWAYS_DECIDING
+                or (mode == KERNEL and p[0] not in KERNEL_FLAGS_ONLY))]
     if not deciding:
         return None, "", flags
     deciding.sort(key=lambda p: GUARD_FAILURES.index(p[0]))
@@ -50,6 +54,12 @@ def guard_verdict(problems: list[Finding], mode: str) -> tuple[str | None, str, 
 def mode_for(fmt: str, guard: str, kb_guard: str) -> str:
     """The guard mode of a format's worker: KernelBench ModelNews follow KernelBench's rule (``kernel``) by
     default, unless --cann-kb-guard cann or a laxer --cann-guard (warn, off) says otherwise; CANN is strict."""
-    if fmt == "kernelbench" and kb_guard == "kernelbench" and guard == BLOCK:
+    if fmt == "kernelbench" and kb_guard in ("coverage", "kernelbench") and guard == BLOCK:
         return KERNEL
     return guard
+
+
+def coverage_floor(fmt: str, guard: str, kb_guard: str) -> float | None:
+    """The kernel coverage a KernelBench call must reach (``guard.coverage``): :data:`COVERAGE_FLOOR` under the
+    default rule (``--cann-kb-guard coverage`` with ``--cann-guard block``), none otherwise (then a flag only)."""
+    return COVERAGE_FLOOR if fmt == "kernelbench" and kb_guard == "coverage" and guard == BLOCK else None

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pytest_cannbench.guard import builtin_ops, recorder
+from pytest_cannbench.guard import builtin_ops, coverage, recorder
 from pytest_cannbench.guard.maps import executable_files, library_problems
 from pytest_cannbench.guard.policy import BLOCK, KERNEL, OFF
 from pytest_cannbench.outcome import (
@@ -161,6 +161,7 @@ class Guard:
         self._recorder = recorder.capture(self._all_threads)
         self._read_trace, self._own_namespaces, self._is_allowed = (recorder.read_trace, builtin_ops.own_namespaces,
                                                                      builtin_ops.is_allowed)
+        self._op_time, self._kernel_time = coverage.op_time, [0, 0, 0]  # own ns, builtin ns, calls (kernel mode)
         self._op_names = torch._C._dispatch_get_all_op_names
         self._ops_before = frozenset(self._op_names())
         self._mapped, self._under, self._attribute = _mapped_libraries, _under, _attribute
@@ -208,6 +209,8 @@ class Guard:
             (recorder, ("read_trace", "capture", "seal", "Recorder", "MARK", "CANARY_OP", "REDISPATCH",
                           "watch_redispatch")),
             (recorder.Recorder, ("start", "stop", "marked")),
+            (coverage, ("op_time", "_canaries", "_union", "_intersect", "_length", "device_time", "records_of",
+                        "own_launcher", "TraceRecord")),
             (torch._C._autograd, ("_enable_profiler", "_disable_profiler", "_prepare_profiler",
                                   "_record_function_with_args_enter", "_record_function_with_args_exit",
                                   *recorder.SWITCHES)),
@@ -219,7 +222,8 @@ class Guard:
             (torch._C._DispatchOperatorHandle, ("redispatch_boxed", "schema")),
         ]
         if main is not None and hasattr(main, "Worker"):
-            owners += [(main, ("_clock",)), (main.Worker, ("call", "time", "hello", "discover", "resolve"))]
+            owners += [(main, ("_clock", "_device_coverage")),
+                       (main.Worker, ("call", "time", "hello", "discover", "resolve"))]
         if self.device.startswith("cuda"):
             owners += [(torch.cuda, ("synchronize", "Event")), (torch.cuda.Event, ("record", "elapsed_time",
                                                                                    "synchronize"))]
@@ -269,12 +273,17 @@ class Guard:
         once their imports pass the same symbol checks as the wheel's libraries."""
         self._own_dirs = (*self._own_dirs, os.path.realpath(path))
 
-    def report(self) -> list[dict[str, str]]:
+    def report(self) -> list[dict[str, Any]]:
         """The problems found since the last report (each reported once)."""
         self.check()
         found, self.problems = self.problems, []
         unique = list(dict.fromkeys(found))
-        return [p.to_dict() for p in unique[:20]]
+        reported: list[dict[str, Any]] = [p.to_dict() for p in unique[:20]]
+        own_ns, builtin_ns, calls = self._kernel_time
+        if calls:  # kernel mode: where the calls' op time went (guard.coverage), beside the findings
+            reported.append({"kind": coverage.TIME_RECORD, "own_ns": own_ns, "builtin_ns": builtin_ns, "calls": calls})
+            self._kernel_time = [0, 0, 0]
+        return reported
 
     def _found(self, kind: str, detail: str) -> None:
         self.problems.append(Problem(kind, detail[:300]))
@@ -320,6 +329,10 @@ class Guard:
                 trace = self._read_trace(events, lambda op: is_allowed(op, own))
                 marks, canaries, ops = trace.marks, trace.canaries, trace.ops
                 bare = calls_without_kernel(events) if self.mode == KERNEL else 0
+                if self.mode == KERNEL:
+                    own_ns, builtin_ns = self._op_time(events, lambda op: is_allowed(op, own))
+                    self._kernel_time = [self._kernel_time[0] + own_ns, self._kernel_time[1] + builtin_ns,
+                                         self._kernel_time[2] + calls[0]]
             except Exception as exc:  # noqa: BLE001 - a profiler the submission broke
                 blinded.append(f"the profiler could not be read back ({type(exc).__name__}: {exc})")
                 marks, canaries, ops, bare = calls[0], calls[0], [], 0

@@ -123,6 +123,21 @@ class ProblemItem(SourceItem):
         t = result.timing or {}
         if t.get("t_cand_us") and t.get("t_baseline_us"):
             self.user_properties.append(("cann_kb_speedup", round(t["t_baseline_us"] / t["t_cand_us"], 4)))
+        self._kernel_coverage(result)
+
+    def _kernel_coverage(self, result: CaseOutcome) -> None:
+        """This item's kernel coverage and guard flags, trial or timed, as the judge measured them over its calls
+        (``guard.coverage.Ledger`` of the worker that ran them)."""
+        from pytest_cannbench.judge.source import case_log_path
+
+        st = state.of(self.config)
+        ledger = getattr(getattr(self.worker_for(st), "evidence", None), "ledger", None)
+        entry = ledger.records.get(f"case:{case_log_path(self.log_dir_for(st), self.source.key)}") if ledger else None
+        if entry:
+            result.kernel_coverage = dict(entry["coverage"])
+            result.flags = sorted({*result.flags, *(f"guard: {flag}" for flag in entry["flags"])})
+            if result.kernel_coverage.get("share") is not None:
+                self.user_properties.append(("cann_kb_coverage", result.kernel_coverage["share"]))
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         what = "timed case" if self.timed else f"trial {self.case_id}"

@@ -1,8 +1,9 @@
 """The run's identity and the files it writes: results.jsonl as cases finish, the leaderboard at the end.
 
 ``results.jsonl`` gets one line per case outcome as it reaches the controller, each tagged with the run's
-identity (a hash of the submission and of every option that changes a result), so a session killed halfway
-keeps what it finished and ``--cann-resume`` can skip exactly the cases a previous identical run recorded.
+identity (a hash of the submission and of every option that changes a result) and the commitment of the session
+secret it was graded under (:mod:`.secret`), so a session killed halfway keeps what it finished and
+``--cann-resume`` can skip exactly the cases a previous identical run recorded.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from pytest_cannbench.guard.sandbox import SANDBOX_OFF_FLAG, SandboxChoice
 from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import TOO_LARGE
+from pytest_cannbench.report.secret import commitment, reveal
 from pytest_cannbench.timing.machine import cpu_model
 
 # Options that change a case's verdict, time or score: a resumed case must have been graded under the same.
@@ -78,8 +80,8 @@ class Journal:
     say) it rewrites the file from that record and says so.
     """
 
-    def __init__(self, path: Path, identity: str) -> None:
-        self.path, self.identity = path, identity
+    def __init__(self, path: Path, identity: str, secret_commitment: str = "") -> None:
+        self.path, self.identity, self.secret_commitment = path, identity, secret_commitment
         path.parent.mkdir(parents=True, exist_ok=True)
         self._fh = open(path, "ab")
         self._fh.seek(0, os.SEEK_END)
@@ -91,7 +93,10 @@ class Journal:
     def append(self, outcome: dict[str, Any]) -> None:
         from pytest_cannbench.report.leaderboard import dumps
 
-        line = (dumps({"run": self.identity, "outcome": outcome}) + "\n").encode("utf-8")
+        entry = {"run": self.identity, "secret_commitment": self.secret_commitment, "outcome": outcome}
+        if not self.secret_commitment:
+            del entry["secret_commitment"]  # a seeded run: nothing to commit to
+        line = (dumps(entry) + "\n").encode("utf-8")
         self._lines.append(line)
         self._fh.write(line)
         self._fh.flush()
@@ -149,7 +154,7 @@ def start(config: Any, collector: Any) -> None:
         for key, data in recorded(path, identity).items():
             collector.outcomes[key] = CaseOutcome.from_dict(data)
             collector.resumed.add(key)
-    collector.journal = Journal(path, identity)
+    collector.journal = Journal(path, identity, commitment(s.secret))
     if st.submission is not None and not sandbox_of(st.submission).on:
         collector.run_flags.append(SANDBOX_OFF_FLAG)
     st.resumed = frozenset(collector.resumed)
@@ -172,7 +177,8 @@ def finish(config: Any, collector: Any) -> None:
     board = leaderboard.build((o.to_dict() for o in collector.outcomes.values()), submission=submission,
                               environment=environment(plan.label, s.hardware or (
                                   hardware_key(s, plan) if plan.kind == "npu" else None)),
-                              config={**s.as_dict(), "run_identity": collector.journal.identity,
+                              config={**s.as_dict(), "secret_commitment": commitment(s.secret),
+                                      "run_identity": collector.journal.identity,
                                       "sandbox": (sandbox_of(st.submission).to_dict() if st.submission is not None
                                                   else {"mode": "none", "reason": "no submission code runs"}),
                                       "memory_plan": st.memory_plan().to_dict(),  # issue 22
@@ -199,6 +205,35 @@ def finish(config: Any, collector: Any) -> None:
 
         leaderboard.write_atomic(Path(s.eval_report), leaderboard.dumps(to_eval_report(board), indent=1) + "\n")
         collector.written.append(s.eval_report)
+    collector.notes += secret_lines(s)
+
+
+def secret_lines(settings: Settings) -> list[str]:
+    """The terminal's word on the session secret: its commitment, and where it will be revealed."""
+    if not settings.secret:
+        return ["no session secret (--cann-seed given, or nothing graded): nothing to reveal"] \
+            if settings.reveal_secret else []
+    where = (f"; revealed in {settings.reveal_secret} (mode 0600) once the workers have stopped"
+             if settings.reveal_secret else "; not revealed (--cann-reveal-secret PATH keeps it)")
+    return [f"session secret: commitment sha256 {commitment(settings.secret)}{where}"]
+
+
+def reveal_secret(config: Any) -> None:
+    """Controller, at the very end (every worker closed): ``--cann-reveal-secret``'s file."""
+    import sys
+
+    from pytest_cannbench import state
+
+    if hasattr(config, "workerinput"):
+        return
+    s = state.of(config).settings
+    if not (s.active and s.secret and s.reveal_secret):
+        return
+    try:
+        reveal(s.reveal_secret, s.secret)
+    except OSError as exc:
+        print(f"cannbench: could not write the session secret to {s.reveal_secret}: {exc}; it is lost (only its "
+              "commitment was recorded)", file=sys.stderr)
 
 
 def _junit_suite_properties(config: Any, board: dict[str, Any]) -> None:

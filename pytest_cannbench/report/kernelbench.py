@@ -5,6 +5,8 @@ speed-up is T_baseline / T_cand of the timed case (eager reference ``Model`` on 
 protocol). ``fast_p`` is the share of graded problems that are correct and have a speed-up above ``p``
 (KernelBench's definition: the denominator counts every graded problem, correct or not); ``fast_0`` is the
 correctness rate, also without timing. The geometric mean is over correct problems with a measured speed-up.
+A problem's ``kernel_coverage`` is the lowest of its items' (``guard.coverage``: the share of the forward's work in
+the submission's own kernels), with the source that measured it.
 Problems skipped before grading (``too_large``, no candidate, resumed) are not in the denominator.
 
 KernelBench outcomes are those whose ``rel_path`` is a ``.py`` file (see :mod:`kernelbench_collect`).
@@ -36,6 +38,8 @@ class ProblemResult:
     speedup: float | None = None
     speedup_vs_compile: float | None = None
     failure: str = ""  # the first failing item's type and message
+    kernel_coverage: float | None = None  # the lowest of its items' (guard.coverage); None: not measured
+    coverage_source: str = ""  # what measured that item's: cpu_samples, op_time or device_time
 
     @property
     def graded(self) -> bool:
@@ -75,6 +79,11 @@ def problem_results(outcomes: Iterable[dict[str, Any]]) -> list[ProblemResult]:
                                t_cand_us=timed.get("t_cand_us"), t_baseline_us=timed.get("t_baseline_us"),
                                t_compile_us=timed.get("t_compile_us"),
                                failure=f"{bad.get('failure_type')}: {(bad.get('message') or '')[:300]}" if bad else "")
+        measured = [o["kernel_coverage"] for o in cases if isinstance(o.get("kernel_coverage"), dict)
+                    and isinstance(o["kernel_coverage"].get("share"), (int, float))]
+        if measured:
+            lowest = min(measured, key=lambda c: c["share"])
+            result.kernel_coverage, result.coverage_source = float(lowest["share"]), str(lowest.get("source") or "")
         if correct:
             result.speedup = _ratio(result.t_baseline_us, result.t_cand_us)
             result.speedup_vs_compile = _ratio(result.t_compile_us, result.t_cand_us)
@@ -130,14 +139,16 @@ def summary_lines(kb: dict[str, Any] | None, limit: int | None = 30) -> list[str
     """The terminal's KernelBench block: per problem, then fast_p and the geometric mean."""
     if not kb:
         return []
-    lines = ["kernelbench (correct = every trial and the timed case passed; speed-up = eager Model / candidate):",
-             f"  {'problem':<44} {'correct':>8} {'T_cand':>10} {'T_base':>10} {'speed-up':>9}"]
+    lines = ["kernelbench (correct = every trial and the timed case passed; speed-up = eager Model / candidate; "
+             "coverage = the forward's share in its own kernels):",
+             f"  {'problem':<44} {'correct':>8} {'T_cand':>10} {'T_base':>10} {'speed-up':>9} {'coverage':>9}"]
     for r in kb["problems"][:limit]:
         mark = "yes" if r["correct"] else r["status"]
         speed = f"x{r['speedup']:.2f}" if r.get("speedup") else "-"
         cand = f"{r['t_cand_us']:.1f}" if r.get("t_cand_us") else "-"
         base = f"{r['t_baseline_us']:.1f}" if r.get("t_baseline_us") else "-"
-        lines.append(f"  {r['rel_path']:<44} {mark:>8} {cand:>10} {base:>10} {speed:>9}")
+        cover = f"{r['kernel_coverage']:.0%}" if r.get("kernel_coverage") is not None else "-"
+        lines.append(f"  {r['rel_path']:<44} {mark:>8} {cand:>10} {base:>10} {speed:>9} {cover:>9}")
     if limit is not None and len(kb["problems"]) > limit:
         lines.append(f"  ... {len(kb['problems']) - limit} more problems (-v lists all)")
     fast = ", ".join(f"fast_{p} {_pct(v)}" for p, v in kb["fast_p"].items())

@@ -62,6 +62,7 @@ def _case_entry(outcome: dict[str, Any], hap: float | None, hap_flags: list[str]
         "timing": {k: v for k, v in timing.items() if k not in ("windows", "accuracy_spans")},
         "warnings": outcome.get("warnings") or [],
         "split": outcome.get("split") or "public",
+        **({"kernel_coverage": outcome["kernel_coverage"]} if outcome.get("kernel_coverage") else {}),
     }
 
 

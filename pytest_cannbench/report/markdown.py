@@ -235,13 +235,15 @@ def _kernelbench(board: dict[str, Any]) -> list[str]:
     kb = board.get("kernelbench")
     if not kb:
         return []
-    lines = ["### KernelBench", "", "| problem | correct | T_cand (us) | T_base (us) | speed-up |",
-             "|---|---|---:|---:|---:|"]
+    lines = ["### KernelBench", "", "| problem | correct | T_cand (us) | T_base (us) | speed-up | kernel coverage |",
+             "|---|---|---:|---:|---:|---:|"]
     for r in kb.get("problems", []):
         speed = f"x{r['speedup']:.2f}" if r.get("speedup") else "-"
         cand = f"{r['t_cand_us']:.1f}" if r.get("t_cand_us") else "-"
         base = f"{r['t_baseline_us']:.1f}" if r.get("t_baseline_us") else "-"
-        lines.append(f"| `{r['rel_path']}` | {'yes' if r['correct'] else r['status']} | {cand} | {base} | {speed} |")
+        cover = f"{r['kernel_coverage'] * 100:.0f}%" if isinstance(r.get("kernel_coverage"), (int, float)) else "-"
+        lines.append(f"| `{r['rel_path']}` | {'yes' if r['correct'] else r['status']} | {cand} | {base} | {speed} | "
+                     f"{cover} |")
     fast = ", ".join(f"fast_{p} {v * 100:.0f}%" if isinstance(v, (int, float)) else f"fast_{p} -"
                      for p, v in kb.get("fast_p", {}).items())
     geo = f"x{kb['speedup_geomean']:.2f}" if kb.get("speedup_geomean") else "-"

@@ -6,7 +6,9 @@ in ``results.jsonl``. Merging takes the case outcomes back out of every input, k
 input wins, and each replacement is reported), and rebuilds the board with :func:`leaderboard.build`, so every
 score is recomputed by :mod:`scoring` from the outcomes and never copied from an input. ``submission``,
 ``environment`` and the configuration come from the first leaderboard input; inputs that disagree on the wheel or
-on an option that changes results are reported, because their cases were not graded alike.
+on an option that changes results are reported, because their cases were not graded alike. Each job grades under
+its own session secret: inputs are compared by its commitment, never by the secret (a board before commitments
+that still holds one has it replaced by its commitment), and ``merged_from`` names each input's.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from typing import Any, TextIO, TypeGuard
 
 from pytest_cannbench.report import leaderboard
 from pytest_cannbench.report.passk import candidate_of_key
+from pytest_cannbench.report.secret import commitment
 
 SCHEMA_PREFIX = "pytest-cannbench/leaderboard/"
 # Config entries that legitimately differ between the jobs of one sharded run (paths, shard, resume bookkeeping).
 PER_JOB_CONFIG = frozenset({"shard", "resume", "resumed_cases", "leaderboard", "markdown", "eval_report",
                             "report_dir", "golden_cache", "source", "tasks", "device_ids", "run_identity",
-                            "secret", "journal_rewritten", "selection"})  # each job has its own session secret
+                            "secret", "secret_commitment", "journal_rewritten", "selection"})  # each job: its secret
 # Timing fields that are numbers; a board written by leaderboard.dumps spells NaN and infinities as strings.
 TIMING_NUMBERS = ("t_cand_us", "t_baseline_us", "t_hw_us", "bytes", "flops")
 NON_FINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
@@ -46,6 +49,7 @@ class Source:
     outcomes: list[dict[str, Any]] = field(default_factory=list)
     board: dict[str, Any] | None = None
     runs: dict[str, int] = field(default_factory=dict)  # results.jsonl: run identity -> lines
+    commitments: dict[str, int] = field(default_factory=dict)  # session secrets' commitments -> cases
     skipped_lines: int = 0
     repeated: int = 0  # results.jsonl: cases recorded more than once (the last line wins)
 
@@ -88,6 +92,7 @@ def outcomes_from_board(board: dict[str, Any], path: str = "<board>") -> list[di
                 "message": case.get("message") or "", "accuracy": case.get("accuracy") or [],
                 "warnings": case.get("warnings") or [], "timing": _restore_numbers(case.get("timing")),
                 "candidate": candidate_of_key(case["key"]),  # issue 17: multi-candidate keys name it
+                "kernel_coverage": case.get("kernel_coverage") or {},
             })
     return outcomes
 
@@ -102,7 +107,18 @@ def _read_board(path: str, data: dict[str, Any]) -> Source:
                          f"expected {leaderboard.SCHEMA!r})")
     if schema != leaderboard.SCHEMA:
         warn(f"{path}: leaderboard schema {schema!r}, this version writes {leaderboard.SCHEMA!r}; reading it anyway")
-    return Source(path, "leaderboard", outcomes_from_board(data, path), board=data)
+    source = Source(path, "leaderboard", outcomes_from_board(data, path), board=data)
+    config = data.get("config")
+    if isinstance(config, dict) and isinstance(config.get("secret"), str):  # written before commitments
+        legacy = config.pop("secret")
+        try:
+            config.setdefault("secret_commitment", commitment(legacy))
+        except ValueError:
+            pass
+    committed = str(config.get("secret_commitment") or "") if isinstance(config, dict) else ""
+    if committed:
+        source.commitments[committed] = len(source.outcomes)
+    return source
 
 
 def _read_jsonl(path: str, text: str) -> Source:
@@ -124,6 +140,9 @@ def _read_jsonl(path: str, text: str) -> Source:
             continue
         run = entry.get("run") or "?"
         source.runs[run] = source.runs.get(run, 0) + 1
+        committed = entry.get("secret_commitment")
+        if isinstance(committed, str) and committed:
+            source.commitments[committed] = source.commitments.get(committed, 0) + 1
         if outcome["key"] in latest:
             source.repeated += 1
             del latest[outcome["key"]]  # re-inserted below: file order follows the last line
@@ -200,6 +219,10 @@ def _check_agreement(sources: list[Source]) -> None:
     if len(runs) > 1 and not warned:  # the identity hashes the wheel and the options: said above already
         warn("warning: the inputs come from different runs (submission or options differ): "
               + ", ".join(f"{run} ({n} cases)" for run, n in sorted(runs.items())))
+    secrets = {c for s in sources for c in s.commitments}
+    if len(secrets) > 1:  # normal for shards (each job draws its own); said so that nobody expects one
+        warn(f"note: the inputs were graded under {len(secrets)} session secrets (each job draws its own); "
+             "merged_from names each input's commitment")
 
 
 def partial_reasons(board: dict[str, Any], *, shard: bool = True) -> list[str]:
@@ -256,6 +279,9 @@ def merge(paths: Sequence[str], *, cap: bool | None = None) -> dict[str, Any]:
         raise InputError("no case outcomes in " + ", ".join(paths))
     first = next((s.board for s in sources if s.board is not None), None) or {}
     config = dict(first.get("config") or {})
+    secrets = list(dict.fromkeys(c for s in sources for c in s.commitments))
+    if secrets:
+        config["secret_commitment"] = secrets[0] if len(secrets) == 1 else ""  # several: merged_from names each
     if "shard" in config:
         config["shard"] = None  # the merged board covers every shard it was given
     if any("selection" in ((src.board or {}).get("config") or {}) for src in sources):
@@ -264,5 +290,7 @@ def merge(paths: Sequence[str], *, cap: bool | None = None) -> dict[str, Any]:
         cap = bool((first.get("weights") or {}).get("hap_cap", config.get("hap_cap", False)))
     board = leaderboard.build(merged.values(), submission=first.get("submission"),
                               environment=dict(first.get("environment") or {}), config=config, cap=cap)
-    board["merged_from"] = [{"path": s.path, "kind": s.kind, "cases": len(s.outcomes)} for s in sources]
+    board["merged_from"] = [{"path": s.path, "kind": s.kind, "cases": len(s.outcomes),
+                             "secret_commitments": list(s.commitments)}
+                            for s in sources]
     return board

@@ -203,8 +203,10 @@ def _section(board: dict[str, Any], name: str) -> dict[str, Any]:
 
 def _identity(board: dict[str, Any]) -> list[tuple[str, str]]:
     sub, env, config, weights = (_section(board, n) for n in ("submission", "environment", "config", "weights"))
-    seed = (f"per-session secret (seed {config.get('seed')} mixed with it)" if config.get("secret")
-            else f"fixed seed {config.get('seed', '?')}")
+    committed = config.get("secret_commitment")
+    seed = (f"per-session secret (seed {config.get('seed')} mixed with it" + (f"; commitment sha256 {committed})"
+                                                                             if committed else ")")
+            if committed or config.get("secret") else f"fixed seed {config.get('seed', '?')}")  # older boards: secret
     device = str(env.get("device") or config.get("device") or "?")
     if env.get("hardware_key"):
         device += f" (metadata hardware {env['hardware_key']})"

@@ -77,6 +77,7 @@ class BatchTimes:
     timer: str = "cpu_clock"
     notes: list[str] = field(default_factory=list)
     started: float = 0.0  # the worker clock when the batch began (after inputs and flusher were ready)
+    trace: Any = None  # cuda_profiler: (the profiler's function events, the calls' windows), for kernel coverage
 
 
 def run_batch(fn: Callable, warmup_kwargs: Any, fetch: Callable[[int], Any], count: int, warmup: int, device: str,
@@ -238,6 +239,7 @@ def _cuda_profiled(fn: Callable, fetch: Callable[[int], Any], count: int, device
                if e.device_type == cuda and not e.name.startswith("cannbench_call_")]
     for window in windows:
         out.seconds.append(device_span_us(window, kernels) / 1e6)
+    out.trace = (events, windows)
     out.phases["total"] = clock() - start
     out.timer = "cuda_profiler"
     return out

@@ -97,6 +97,7 @@ class CandidateWorker(WorkerClient):
     _killed_for: str | None = None
     _pid: int | None = None  # the worker's pid in the judge's namespace (bwrap's child under the sandbox)
     evidence: OutsideEvidence | None = None  # what the judge samples and reads of the worker from outside
+    coverage_floor: float | None = None  # KernelBench: the kernel coverage a call needs (guard.coverage)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -143,11 +144,11 @@ class CandidateWorker(WorkerClient):
         return proc
 
     def _open_sampler(self) -> None:
-        """The judge's own evidence, for submission code under an active guard (KernelBench keeps builtin ops
-        beside its own kernels, so its workers are not sampled)."""
+        """The judge's own evidence of submission code under an active guard (KernelBench's: its kernel coverage)."""
         self._close_sampler()
-        if self.mode == "submission" and self.guard != "off" and self._pid is not None:
-            self.evidence = OutsideEvidence.of_worker(self.site_dir, self.workdir, self.contain, self.device)
+        if self.mode in ("submission", "kernelbench") and self.guard != "off" and self._pid is not None:
+            self.evidence = OutsideEvidence.of_worker(self.site_dir, self.workdir, self.contain, self.device,
+                                                      self.mode, self.coverage_floor)
             self.evidence.open(self._pid)
 
     def _close_sampler(self) -> None:
@@ -155,10 +156,10 @@ class CandidateWorker(WorkerClient):
         if evidence is not None:
             evidence.close()
 
-    def _observed(self, keys: tuple[str, ...], calls: int) -> list[tuple[str, str]]:
+    def _observed(self, keys: tuple[str, ...], calls: int, reply: dict) -> list[tuple[str, str]]:
         if self.evidence is None or self._pid is None:
             return []
-        return self.evidence.after_call(self._pid, keys, calls)
+        return self.evidence.after_call(self._pid, keys, calls, reply)
 
     def _arm(self) -> None:
         if self.evidence is not None:
@@ -288,7 +289,7 @@ class CandidateWorker(WorkerClient):
     def _judged(self, target: dict, kwargs: dict[str, Any], reply: dict, layout: Any, before: Snapshot,
                 case_log: Path | None) -> CandidateResult:
         assert self.region is not None  # the judge's checks of a finished call, from outside the frozen worker
-        sampled = self._observed(profile_keys(target, case_log), 1)
+        sampled = self._observed(profile_keys(target, case_log), 1, reply)
         problem = self._contract(before, layout.args, kwargs)
         if problem is not None:
             return self._finish(problem, case_log)
@@ -472,7 +473,7 @@ class CandidateWorker(WorkerClient):
                   busiest_s: float | None) -> BatchResult:
         """The judge's checks of a finished batch (the worker is frozen): contract, guard, a well-formed reply."""
         call_sets, case_log = batch.call_sets, batch.case_log
-        sampled = self._observed(batch.keys, batch.calls)
+        sampled = self._observed(batch.keys, batch.calls, reply)
         if reply.get("ok") and batch.next == len(call_sets):  # every set was written: all can be compared
             for args, kwargs in zip(batch.layout.sets, batch.kwargs_sets):
                 problem = self._contract(batch.before, args, kwargs)

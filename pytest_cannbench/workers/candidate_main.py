@@ -269,7 +269,20 @@ class Worker:
         guard_s = max(0.0, _clock() - times.started - times.phases.get("total", 0.0))
         phases = dict(times.phases, prepare=times.started - started, guard=guard_s)
         return {"ok": True, "seconds": times.seconds, "outputs": outputs, "phases": phases, "timer": times.timer,
-                "notes": times.notes, "guard": report}
+                "notes": times.notes, "guard": report, **_device_coverage(times.trace, len(calls))}
+
+
+def _device_coverage(trace: Any, calls: int) -> dict:
+    """A CUDA profiler batch's device time, split by whose code launched each kernel (guard.coverage)."""
+    if trace is None:
+        return {}
+    import torch
+
+    from pytest_cannbench.guard.coverage import device_time, records_of
+
+    events, windows = trace
+    own_us, all_us = device_time(records_of(events, torch.autograd.DeviceType.CUDA), windows)
+    return {"device_kernel_time": {"own_us": own_us, "all_us": all_us, "calls": calls}}
 
 
 class _Stopped(Exception):

@@ -26,16 +26,22 @@ class OutsideEvidence:
     sampler: Any = None  # guard.perf_sample.CallSampler
     note: str = ""  # why there is no sampler (perf_event_open refused)
     profiles: dict[str, Any] = field(default_factory=dict)  # case / operator key -> merged CallProfile
+    # a KernelBench worker's guard.coverage.Ledger: its samples measure kernel coverage, not the CANN verdict
+    ledger: Any = None
 
     @classmethod
-    def of_worker(cls, site_dir: str | None, workdir: Path, contain: bool, device: str) -> OutsideEvidence:
+    def of_worker(cls, site_dir: str | None, workdir: Path, contain: bool, device: str, mode: str = "submission",
+                  coverage_floor: float | None = None) -> OutsideEvidence:
         """For a candidate worker: it builds code into its private Triton cache; contained on a CPU or a CUDA
-        card it may start no process, so its children are the compiler helper's (an NPU runtime starts its own)."""
+        card it may start no process, so its children are the compiler helper's (an NPU runtime starts its own).
+        A KernelBench worker (``mode``) gets a coverage ledger judged against ``coverage_floor``."""
         from pytest_cannbench.guard.containment import processes_allowed
+        from pytest_cannbench.guard.coverage import Ledger
         from pytest_cannbench.workers.triton_helper import CACHE_NAME
 
         return cls(site_dir=site_dir, own_dirs=(str(workdir / CACHE_NAME),),
-                   children_are_toolchain=contain and not processes_allowed(device))
+                   children_are_toolchain=contain and not processes_allowed(device),
+                   ledger=Ledger(coverage_floor, host=device == "cpu") if mode == "kernelbench" else None)
 
     def open(self, pid: int) -> None:
         """Sample the new worker before it starts threads (they inherit the events)."""
@@ -68,6 +74,8 @@ class OutsideEvidence:
         profile = self.sampler.collect(calls=calls)
         for key in keys:
             merged = self.profiles[key] = profile if key not in self.profiles else self.profiles[key].merge(profile)
+            if self.ledger is not None:
+                continue
             verdict = judge_profile(merged)
             if verdict.finding is not None:
                 return [(kind, f"CPU samples taken by the judge: {detail}") for kind, detail in verdict.problems]
@@ -79,8 +87,13 @@ class OutsideEvidence:
 
         return [(str(k), str(d)) for k, d in foreign_findings(pid, self.site_dir, own_dirs=self.own_dirs)]
 
-    def after_call(self, pid: int, keys: tuple[str, ...], calls: int) -> list[Problem]:
-        return self.sampled(keys, calls) + self.mapped(pid)
+    def after_call(self, pid: int, keys: tuple[str, ...], calls: int, reply: dict | None = None) -> list[Problem]:
+        found = self.sampled(keys, calls) + self.mapped(pid)
+        if self.ledger is not None and reply is not None:  # KernelBench: its kernel coverage, judged
+            from pytest_cannbench.guard.policy import guard_problems
+
+            found += self.ledger.judge(keys, reply, self.profiles, found + guard_problems(reply))
+        return found
 
 
 def profile_keys(target: dict, case_log: Path | None) -> tuple[str, ...]:

@@ -169,7 +169,7 @@ def test_guard_kinds_have_one_definition_most_serious_first():
     from pytest_cannbench.guard.policy import ALWAYS_DECIDING, guard_verdict
 
     assert oc.GUARD_FAILURES == ("forbidden_access", "api_tampered", "guard_blinded", "builtin_compute",
-                                 "no_custom_kernel", "host_library")
+                                 "no_custom_kernel", "low_kernel_coverage", "host_library")
     assert set(ALWAYS_DECIDING) <= set(oc.GUARD_FAILURES)
     everything = [(kind, kind) for kind in reversed(oc.GUARD_FAILURES)]
     assert guard_verdict(everything, "block")[0] == oc.GUARD_FAILURES[0]

@@ -298,3 +298,54 @@ def test_partial_boards_are_reported(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert partial_reasons({"config": {"selection": sharded}}) == ["shard [1, 2]"]
     assert partial_reasons({"config": {"selection": sharded}}, shard=False) == []
     assert partial_reasons({"config": {}}) == []
+
+
+def test_merge_compares_session_secrets_by_commitment_and_never_copies_one(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    from pytest_cannbench.report.secret import commitment
+
+    outcomes = all_outcomes()
+    halves = [[o for o in outcomes if in_shard(o["rel_path"], k, 2)] for k in (1, 2)]
+    secrets = ["0f" * 16, "a1" * 16]
+    a = _write_board(tmp_path / "a.json", halves[0], config={"seed": 0, "secret_commitment": commitment(secrets[0])})
+    legacy = _write_board(tmp_path / "b.json", halves[1], config={"seed": 0, "secret": secrets[1]})  # older boards
+    rc, merged = _merge(tmp_path, a, legacy)
+    assert rc == 0 and secrets[1] not in json.dumps(merged) and secrets[0] not in json.dumps(merged)
+    assert merged["config"]["secret_commitment"] == ""  # two sessions: each input names its own
+    assert [m["secret_commitments"] for m in merged["merged_from"]] == [[commitment(s)] for s in secrets]
+    err = capsys.readouterr().err
+    assert "graded under 2 session secrets" in err and "warning" not in err  # shards: each job draws its own
+    # one session's board and its results.jsonl: one commitment, kept
+    lines = [leaderboard.dumps({"run": "r", "secret_commitment": commitment(secrets[0]), "outcome": o})
+             for o in halves[0]]
+    journal = tmp_path / "results.jsonl"
+    journal.write_text("\n".join(lines) + "\n")
+    rc, merged = _merge(tmp_path, a, journal)
+    assert rc == 0 and merged["config"]["secret_commitment"] == commitment(secrets[0])
+    assert "session secrets" not in capsys.readouterr().err
+    secret_file = tmp_path / "secret.txt"
+    secret_file.write_text(secrets[0] + "\n")
+    assert main(["secret", str(tmp_path / "out" / "merged.json"), str(secret_file)]) == 0
+    assert main(["secret", str(journal), str(secret_file)]) == 0
+    secret_file.write_text(secrets[1] + "\n")
+    assert main(["secret", str(a), str(secret_file)]) == 1
+    secret_file.write_text("not hex\n")
+    assert main(["secret", str(a), str(secret_file)]) == 2
+
+
+def test_settings_never_show_the_secret() -> None:
+    import dataclasses
+
+    from pytest_cannbench.options import Settings
+
+    fields = {f.name: f.default for f in dataclasses.fields(Settings)
+              if f.default is not dataclasses.MISSING}
+    required = {f.name: None for f in dataclasses.fields(Settings) if f.name not in fields
+                and f.default_factory is dataclasses.MISSING}
+    settings = Settings(**{**required, "secret": "5e" * 16, "reveal_secret": "/x/secret.txt"})
+    assert "5e5e" not in repr(settings) and "5e5e" not in json.dumps(settings.as_dict(), default=str)
+    assert "reveal_secret" not in settings.as_dict() and "secret" not in settings.as_dict()
+    from pytest_cannbench.report.journal import run_identity  # --cann-resume's key: never the secret
+
+    other = dataclasses.replace(settings, secret="a7" * 16)
+    assert run_identity({"kind": "source"}, settings) == run_identity({"kind": "source"}, other)
