@@ -5,11 +5,11 @@ goldens and the baseline run without a guard), every op registered at that momen
 the allocation, view and copy ops of :mod:`builtin_ops`, in every namespace torch brought but ``profiler``, whose
 ops are ``record_function``'s labels) gets a kernel of ours at each dispatch key where it has one of its own:
 
-* the backend keys that compute on the worker's device: the CPU and its siblings (``SparseCPU``,
-  ``SparseCsrCPU``, ``QuantizedCPU``, ``NestedTensorCPU``), and on a CUDA worker the same CUDA keys;
+* the backend keys that compute: the CPU and its siblings (``SparseCPU``, ``SparseCsrCPU``, ``QuantizedCPU``,
+  ``NestedTensorCPU``) and the same CUDA keys (CPU and CUDA workers; an NPU worker closes nothing, :func:`keys_for`);
 * the composite alias keys (``CompositeExplicitAutograd[NonFunctional]``, ``CompositeImplicitAutograd[NestedTensor]``):
   they fill every runtime key without a kernel of its own, so a redispatch to another backend key
-  (``PrivateUse1``, ``FPGA``, ...) and a composite op's own code (``softmax.int``, the ``fbgemm_*`` ops that call
+  (``PrivateUse1``, ``XLA``, ...) and a composite op's own code (``softmax.int``, the ``fbgemm_*`` ops that call
   FBGEMM without dispatching) land on ours too.
 
 The dispatcher keeps only the newest kernel of a key, so whatever path reaches the op runs ours: a Python call,
@@ -84,6 +84,8 @@ class Closed:
     seconds: float
 
     def summary(self) -> str:
+        if not self.keys:
+            return "builtin kernels not closed on this device: the profiler's op tree is the layer here"
         return (f"builtin kernels closed: {self.ops} ops, {self.registrations} kernels at "
                 f"{', '.join(self.keys)} ({self.seconds * 1e3:.0f} ms)")
 
@@ -98,9 +100,13 @@ def forbidden(op: str) -> bool:
 
 
 def keys_for(device: str) -> tuple[str, ...]:
-    """The dispatch keys closed on a worker of ``device``: the CPU's always (compute on the host is builtin
-    compute whatever the card), a CUDA card's on a CUDA worker, and the composite aliases."""
-    return CPU_KEYS + (CUDA_KEYS if device.startswith("cuda") else ()) + ALIAS_KEYS
+    """The dispatch keys closed on a worker of ``device``: the CPU's and CUDA's (compute on the host is builtin
+    compute whatever the card, and a CPU worker's torch may have a card too) and the composite aliases. None on
+    other devices: an NPU worker's own timing runs builtin ops on the card (the cache clean's ``amax``, the clock
+    boost's matmul), so there the profiler's op tree stays the layer."""
+    if not device.startswith(("cpu", "cuda")):
+        return ()
+    return CPU_KEYS + CUDA_KEYS + ALIAS_KEYS
 
 
 def close(device: str, report: Callable[[str], None]) -> Closed:

@@ -124,5 +124,5 @@ def test_what_is_closed_and_where():
     assert forbid.forbidden("aten::exp") and forbid.forbidden("aten::add.Tensor") and forbid.forbidden("mkldnn::x")
     assert not forbid.forbidden("aten::empty.memory_format") and not forbid.forbidden("aten::copy_")
     assert not forbid.forbidden("profiler::_record_function_enter_new")
-    assert "CUDA" not in forbid.keys_for("cpu") and "CUDA" in forbid.keys_for("cuda:0")
-    assert set(forbid.ALIAS_KEYS) <= set(forbid.keys_for("cpu")) and "Meta" not in forbid.keys_for("cuda")
+    assert {"CPU", "CUDA", *forbid.ALIAS_KEYS} <= set(forbid.keys_for("cpu")) == set(forbid.keys_for("cuda:0"))
+    assert "Meta" not in forbid.keys_for("cuda") and forbid.keys_for("npu:0") == ()
