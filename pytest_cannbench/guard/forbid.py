@@ -111,6 +111,8 @@ def keys_for(device: str) -> tuple[str, ...]:
 
 def close(device: str, report: Callable[[str], None]) -> Closed:
     """Register a :class:`Refusal` for every forbidden op at each of :func:`keys_for` where it has a kernel."""
+    import torch  # noqa: F401 - imported by the worker long before; not part of the figure
+
     started = time.perf_counter()
     collecting = gc.isenabled()
     gc.disable()  # some 3,000 new objects would start full collections over all of torch's (most of the time)
