@@ -1,7 +1,8 @@
 """Which builtin ops a submission may run under its own call: allocation, views and copies, nothing that computes.
 
-One list serves both sides of the delegation guard: the profiler's op tree in the worker (op names such as
-``aten::exp``) and the ATen symbols a submission's shared objects import (``at::_ops::exp::call``). Everything
+One list serves every side of the delegation guard: the ops closed at the dispatcher in block mode (everything not
+listed, :mod:`forbid`), the profiler's op tree in the worker (op names such as ``aten::exp``) and the ATen symbols a
+submission's shared objects import (``at::_ops::exp::call``, :mod:`torch_imports`). Everything
 not listed counts as builtin compute, ``exp`` and ``sigmoid`` included: the list is what is allowed, never what
 is forbidden, so an op added to a future torch is refused until someone decides otherwise.
 """
