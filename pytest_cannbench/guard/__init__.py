@@ -1,9 +1,10 @@
-"""Anti-cheat: the runtime guard in the candidate worker (op tree, identities, audit hook), seccomp
-containment, the ELF symbol scan, the static scan of submission sources (telemetry), and the policy that
-turns the guard's findings into a call's verdict.
+"""Anti-cheat: the runtime guard in the candidate worker (builtin kernels closed at the dispatcher, op tree,
+identities, audit hook), seccomp containment, the ELF symbol scan (an allowlist of what a kernel library may import
+from torch), the static scan of submission sources (telemetry), and the policy that turns the guard's findings into
+a call's verdict.
 
-The worker-side modules (``runtime``, ``containment``) run inside the submission's process; the scans
-(``elf_symbols``, ``scan*``) and ``policy`` run in the judge, the scans before any submission code. The guard
-kinds are defined once in :mod:`pytest_cannbench.outcome`. May import: ``outcome``, ``workers.tensor_wire``,
-``timing.in_worker`` (to capture their identities) and its own modules.
+The worker-side modules (``runtime``, ``forbid``, ``containment``) run inside the submission's process; the scans
+(``elf_symbols``, ``torch_imports``, ``scan*``) and ``policy`` run in the judge, the scans before any submission
+code. The guard kinds are defined once in :mod:`pytest_cannbench.outcome`. May import: ``outcome``,
+``workers.tensor_wire``, ``timing.in_worker`` (to capture their identities) and its own modules.
 """

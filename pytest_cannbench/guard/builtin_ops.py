@@ -1,7 +1,8 @@
 """Which builtin ops a submission may run under its own call: allocation, views and copies, nothing that computes.
 
-One list serves both sides of the delegation guard: the profiler's op tree in the worker (op names such as
-``aten::exp``) and the ATen symbols a submission's shared objects import (``at::_ops::exp::call``). Everything
+One list serves every side of the delegation guard: the ops closed at the dispatcher in block mode (everything not
+listed, :mod:`forbid`), the profiler's op tree in the worker (op names such as ``aten::exp``) and the ATen symbols a
+submission's shared objects import (``at::_ops::exp::call``, :mod:`torch_imports`). Everything
 not listed counts as builtin compute, ``exp`` and ``sigmoid`` included: the list is what is allowed, never what
 is forbidden, so an op added to a future torch is refused until someone decides otherwise.
 """
@@ -91,64 +92,8 @@ def is_allowed(op: str, own: frozenset[str] = frozenset({SUBMISSION_NAMESPACE}))
     return namespace == "aten" and base_name(op) in ALLOWED
 
 
-# ---------------------------------------------------------------- symbols of compiled code
-
-# Itanium-mangled namespace prefixes of ATen's kernels and math libraries: calling into them skips the
-# dispatcher, so the profiler would not see it.
-FORBIDDEN_NAMESPACES = {
-    "_ZN2at6native": "an ATen kernel called directly",
-    "_ZN2at3cpu": "an ATen CPU kernel called directly",
-    "_ZN2at4cuda": "an ATen CUDA kernel called directly",
-    "_ZN2at7cpublas": "ATen's BLAS",
-    "_ZN2at26compositeexplicitautograd": "an ATen kernel called directly",
-    "_ZN2at26compositeimplicitautograd": "an ATen kernel called directly",
-    "_ZN2at40compositeexplicitautogradnonfunctional": "an ATen kernel called directly",
-    "_ZN5torch8autograd8profiler": "profiler control",
-    "_ZN5torch8profiler": "profiler control",
-}
-# at::cuda's stream and device helpers are what a CUDA kernel needs; its BLAS and kernels are not
-ALLOWED_NAMESPACES = ("_ZN2at4cuda20getCurrentCUDAStream", "_ZN2at4cuda21getDefaultCUDAStream",
-                      "_ZN2at4cuda17getStreamFromPool", "_ZN2at4cuda19getCurrentDeviceProperties",
-                      "_ZN2at4cuda19getDeviceProperties", "_ZN2at4cuda6detail", "_ZN2at4cuda10CUDAStream")
-FORBIDDEN_C_PREFIXES = {
-    "cblas_": "BLAS", "sgemm": "BLAS", "dgemm": "BLAS", "hgemm": "BLAS", "gemm_": "BLAS", "mkl_": "MKL",
-    "MKL_": "MKL", "dnnl_": "oneDNN", "cublas": "cuBLAS", "cudnn": "cuDNN", "cufft": "cuFFT", "cusparse": "cuSPARSE",
-    "cusolver": "cuSOLVER", "LAPACKE_": "LAPACK", "openblas": "OpenBLAS", "dlsym": "run-time symbol lookup",
-    "dlvsym": "run-time symbol lookup", "dlopen": "run-time library loading",
-}
-
-
-def _nested_names(mangled: str, start: int) -> list[str]:
-    """The <length><identifier> components of a mangled nested name from ``start``."""
-    parts, i = [], start
-    while i < len(mangled) and mangled[i].isdigit():
-        j = i
-        while j < len(mangled) and mangled[j].isdigit():
-            j += 1
-        size = int(mangled[i:j])
-        parts.append(mangled[j:j + size])
-        i = j + size
-    return parts
-
-
-def forbidden_symbol(name: str) -> str:
-    """Why compiled submission code may not import ``name`` ("" when it may)."""
-    if name.startswith("_ZN2at4_ops"):
-        parts = _nested_names(name, len("_ZN2at4_ops"))
-        op = parts[0] if parts else ""
-        if op in ALLOWED or any(op.startswith(a + "_") for a in ALLOWED):
-            return ""
-        return f"the builtin op aten::{op}"
-    if name.startswith("_ZN2at") and ("RecordFunction" in name or "Callback" in name):
-        return "control of the profiler's op recording"
-    for prefix, why in FORBIDDEN_NAMESPACES.items():
-        if name.startswith(prefix) and not name.startswith(ALLOWED_NAMESPACES):
-            return why
-    for prefix, why in FORBIDDEN_C_PREFIXES.items():
-        if name.startswith(prefix):
-            return why
-    return ""
-
+# ---------------------------------------------------------------- libraries of compiled code
+# (the symbols they import: guard/torch_imports.py, an allowlist of what a kernel library may take from torch)
 
 # Libraries a submission's ELF files may not need (DT_NEEDED): their whole job is the compute it should write.
 FORBIDDEN_LIBRARIES = {

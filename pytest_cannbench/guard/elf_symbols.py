@@ -16,11 +16,15 @@ here it scans the same. Files are picked by their magic number, whatever their n
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import struct
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
-from pytest_cannbench.guard.builtin_ops import forbidden_library, forbidden_symbol
+from pytest_cannbench.guard.builtin_ops import forbidden_library
+from pytest_cannbench.guard.torch_imports import forbidden_symbol, qualified_name
 
 ELF_MAGIC = b"\x7fELF"
 PT_LOAD, PT_DYNAMIC = 1, 2
@@ -33,11 +37,26 @@ MAX_SYMBOLS = 1 << 22  # more than any real library; a forged count must not mak
 @dataclass(frozen=True)
 class SymbolProblem:
     library: str
-    symbol: str
+    symbol: str  # as a person reads it (demangled, with its parameters)
     reason: str
+    name: str = ""  # short: the qualified name without parameters (``c10::Dispatcher::findSchemaOrThrow``)
 
     def detail(self) -> str:
         return f"{Path(self.library).name} imports {self.symbol} ({self.reason})"
+
+
+def summary(problems: list[SymbolProblem], names: int = 4) -> list[str]:
+    """One line per library and reason, a few short names each: what a case's message says (the board keeps the
+    full list), so that a library with many refused imports leaves room for the other findings."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for p in problems:
+        groups.setdefault((Path(p.library).name, p.reason), []).append(p.name or p.symbol)
+    lines = []
+    for (library, reason), found in groups.items():
+        shown = list(dict.fromkeys(found))
+        more = f" and {len(shown) - names} more" if len(shown) > names else ""
+        lines.append(f"{library} imports {', '.join(shown[:names])}{more} ({reason})")
+    return lines
 
 
 @dataclass
@@ -93,14 +112,15 @@ class _Elf:
         end = self.data.find(b"\0", table + at, min(table + size, len(self.data)))
         return self.data[table + at:end if end >= 0 else table + size].decode("ascii", "replace")
 
-    def symbols(self, table: int, count: int, strtab: int, strsz: int) -> list[str]:
-        """Undefined (``st_shndx == 0``) named symbols of a symbol table at file offset ``table``."""
+    def symbols(self, table: int, count: int, strtab: int, strsz: int, defined: bool = False) -> list[str]:
+        """Undefined (``st_shndx == 0``) named symbols of a symbol table at file offset ``table``; the defined
+        ones instead with ``defined``."""
         size = struct.calcsize(self.sym)
         names = []
         for i in range(1, count):  # entry 0 is the null symbol
             fields = self.unpack(self.sym, table + i * size)
             name_at, shndx = fields[0], fields[3] if self.wide else fields[5]
-            if shndx == 0 and name_at:
+            if (shndx != 0) is defined and name_at:
                 names.append(self.string(strtab, strsz, name_at))
         return names
 
@@ -131,8 +151,9 @@ def _gnu_hash_count(elf: _Elf, at: int) -> int:
     raise ValueError("unterminated GNU hash chain")
 
 
-def _dynamic_imports(elf: _Elf) -> ElfImports | None:
-    """Imports through ``PT_DYNAMIC`` (None for a file without a dynamic segment)."""
+def _dynamic_imports(elf: _Elf, defined: bool = False) -> ElfImports | None:
+    """Imports through ``PT_DYNAMIC`` (None for a file without a dynamic segment); with ``defined``, ``undefined``
+    holds the symbols the file defines instead (its exports)."""
     segments = elf.segments()
     loads = [s for s in segments if s[0] == PT_LOAD]
     dynamic = [s for s in segments if s[0] == PT_DYNAMIC]
@@ -170,7 +191,7 @@ def _dynamic_imports(elf: _Elf) -> ElfImports | None:
         raise ValueError("a dynamic symbol table without a hash table")
     if count > MAX_SYMBOLS:
         raise ValueError(f"implausible symbol count {count}")
-    imports.undefined = elf.symbols(symtab, count, strtab, strsz)
+    imports.undefined = elf.symbols(symtab, count, strtab, strsz, defined)
     return imports
 
 
@@ -202,6 +223,19 @@ def read_imports(path: Path) -> ElfImports:
     return imports
 
 
+def defined_symbols(path: Path) -> list[str]:
+    """Names of the dynamic symbols the file defines (what it exports), through ``PT_DYNAMIC``; the file is mapped,
+    not read (libtorch_cpu is 400 MB)."""
+    import mmap
+
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        elf = _Elf(data)  # type: ignore[arg-type]  # an mmap reads like bytes here
+        dynamic = _dynamic_imports(elf, defined=True)
+        names = dynamic.undefined if dynamic is not None else []
+        del elf
+    return names
+
+
 def undefined_symbols(path: Path) -> list[str]:
     """Names of the undefined symbols the file imports (see :func:`read_imports`)."""
     return read_imports(path).undefined
@@ -224,6 +258,7 @@ def scan_libraries(root: Path) -> tuple[list[SymbolProblem], list[str]]:
     """``(problems, unreadable)`` over every ELF file under ``root`` (the private install)."""
     found: list[tuple[str, str, str]] = []
     unreadable: list[str] = []
+    exported = torch_exports()
     for lib in elf_files(root):
         try:
             imports = read_imports(lib)
@@ -231,7 +266,7 @@ def scan_libraries(root: Path) -> tuple[list[SymbolProblem], list[str]]:
             unreadable.append(f"{lib}: {exc}")
             continue
         for name in sorted(set(imports.undefined)):
-            reason = forbidden_symbol(name.split("@", 1)[0])
+            reason = forbidden_symbol(name.split("@", 1)[0], exported)
             if reason:
                 found.append((str(lib), name, reason))
         for needed in imports.needed:
@@ -239,7 +274,13 @@ def scan_libraries(root: Path) -> tuple[list[SymbolProblem], list[str]]:
             if reason:
                 found.append((str(lib), f"the library {needed}", reason))
     readable = demangle([name for _, name, _ in found])
-    return [SymbolProblem(lib, shown, reason) for (lib, _, reason), shown in zip(found, readable)], unreadable
+    return [SymbolProblem(lib, shown, reason, short_name(name)) for (lib, name, reason), shown in zip(found, readable)
+            ], unreadable
+
+
+def short_name(name: str) -> str:
+    """A symbol's qualified name without parameters, or the name as it is (C names, ``the library ...``)."""
+    return qualified_name(name.split("@", 1)[0]) or name
 
 
 def demangle(names: list[str]) -> list[str]:
@@ -257,3 +298,21 @@ def demangle(names: list[str]) -> list[str]:
         return list(names)
     shown = done.stdout.splitlines()
     return [s or n for n, s in zip(names, shown)] if len(shown) == len(names) else list(names)
+
+
+@lru_cache(maxsize=1)
+def torch_exports() -> frozenset[str]:
+    """The dynamic symbols torch's own shared libraries define (``libtorch*``, ``libc10*``, ``libshm``), read
+    without importing torch; empty when torch or its libraries cannot be found or read."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return frozenset()
+    lib = Path(os.path.dirname(spec.origin)) / "lib"
+    names: set[str] = set()
+    for path in sorted(lib.glob("lib*.so*")) if lib.is_dir() else []:
+        if path.name.startswith(("libtorch", "libc10", "libshm")) and "test" not in path.name:
+            try:
+                names.update(n.split("@", 1)[0] for n in defined_symbols(path))
+            except (OSError, ValueError, struct.error):
+                continue
+    return frozenset(names)

@@ -92,9 +92,10 @@ def foreign_findings(pid: int, install_dir: str | None, allowed: Iterable[str] |
 
 def library_problems(path: str) -> list[str]:
     """What a shared object built while the submission runs imports that its wheel's libraries may not (ATen's
-    kernels, BLAS and friends: :mod:`builtin_ops`), as the build's symbol scan says it for those."""
+    kernels, BLAS and friends: :mod:`torch_imports`), as the build's symbol scan says it for those."""
     from pytest_cannbench.guard import builtin_ops
-    from pytest_cannbench.guard.elf_symbols import read_imports
+    from pytest_cannbench.guard.elf_symbols import read_imports, torch_exports
+    from pytest_cannbench.guard.torch_imports import forbidden_symbol
 
     try:
         imports = read_imports(Path(path))
@@ -103,8 +104,9 @@ def library_problems(path: str) -> list[str]:
     # dlopen/dlsym are allowed here: Triton's launchers find libcuda with them, and whatever they load is mapped,
     # so the mapped-library check sees it (a wheel's libraries are scanned before anything runs, and may not)
     names = sorted({name.split("@", 1)[0] for name in imports.undefined} - RUNTIME_LOADER)
+    exported = torch_exports()
     found = [f"{os.path.basename(path)} imports {name} ({why})" for name in names
-             if (why := builtin_ops.forbidden_symbol(name))]
+             if (why := forbidden_symbol(name, exported))]
     found += [f"{os.path.basename(path)} {why}" for lib in imports.needed
               if (why := builtin_ops.forbidden_library(lib))]
     return found

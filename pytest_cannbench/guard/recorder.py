@@ -8,10 +8,12 @@ rebound name changes nothing here (the guard's identity checks report it as tamp
 
 Every call proves the recorder alive: inside the call's marker, after the candidate returns, the guard runs a
 canary op of its own (a captured in-place ATen method on a one-element tensor made beforehand, a few
-microseconds: it lies inside the timed call), so the last op the marker's thread records in the marker must be
-the canary. A trace without it means op recording was switched off (``_enable_record_function(False)``, a
-cleared callback) or the trace was altered: the call's op list cannot be trusted, and the call fails as
-tampered.
+microseconds: it lies inside the timed call; an allowed op, ``fill_``, since in block mode every forbidden op
+refuses to run, :mod:`forbid`), so the last op the marker's thread records in the marker must be the canary. A
+trace without it means op recording was switched off (``_enable_record_function(False)``, a cleared callback) or
+the trace was altered: the call's op list cannot be trusted, and the call fails as tampered. (A submission whose
+own last op is ``fill_`` and that leaves recording off gains what switching it back on before returning gives:
+nothing the dispatcher lets through in block mode.)
 The Python switches that turn recording off are replaced before the import by refusals (:func:`seal`), and
 ``redispatch_boxed`` (``OpOverload.redispatch``), which skips RecordFunction, leaves an annotation naming the op
 it redispatched (:func:`watch_redispatch`). Compiled code can still do both below Python: that is for evidence
@@ -26,7 +28,7 @@ from typing import Any
 
 MARK = "cannbench::candidate_call"
 REDISPATCH = "cannbench::redispatch "  # + the op's name: an annotation read as that op
-CANARY_OP = "aten::neg_"  # any compute op: recognised by its place (the marker thread's last op in the marker)
+CANARY_OP = "aten::fill_"  # recognised by its place (the marker thread's last op in the marker), not its name
 # Python entry points that switch op recording or collection off for a while, or drop the profiler's callbacks
 SWITCHES = ("_enable_record_function", "_clear_callbacks", "_set_empty_test_observer", "_toggle_collection_dynamic")
 
@@ -77,7 +79,7 @@ class Recorder:
     exit: Callable[[Any], None]
     events: Callable[[Any], Any]
     accessors: tuple[Callable[[Any], Any], ...]  # name, start_ns, end_ns, is_user_annotation, start_thread_id
-    canary: Callable[[Any], Any]
+    canary: Callable[[Any, float], Any]
     canary_input: Any
 
     def start(self) -> None:
@@ -96,7 +98,7 @@ class Recorder:
         try:
             return fn(**kwargs)
         finally:
-            self.canary(self.canary_input)
+            self.canary(self.canary_input, 0.0)
             self.exit(handle)
 
 
@@ -117,7 +119,7 @@ def capture(all_threads: bool) -> Recorder:
                     exit=_autograd._record_function_with_args_exit, events=_autograd._ProfilerResult.events,
                     accessors=(event.name, event.start_ns, event.end_ns, event.is_user_annotation,
                                event.start_thread_id),
-                    canary=torch.Tensor.neg_, canary_input=torch.ones(1))
+                    canary=torch.Tensor.fill_, canary_input=torch.ones(1))
 
 
 def seal(report: Callable[[str], None]) -> list[tuple[Any, str]]:

@@ -3,6 +3,10 @@
 Set up before the submission is imported, it watches four things and reports each finding as a
 :class:`Problem` with the reply of the request it happened in:
 
+* **builtin compute made unreachable** (``builtin_compute``, block mode, CANN submissions): before the import,
+  every op the rule forbids gets a refusing kernel at the dispatcher (:mod:`forbid`,
+  :meth:`Guard.close_builtin_kernels`): whatever path reaches it, it does not run, and the attempt is a finding
+  naming the op. What follows stays as the evidence in ``warn`` mode and for ops registered later.
 * **builtin compute** (``builtin_compute``): every candidate call runs under the profiler, inside a marker
   of our own. Every op recorded inside a marker, on any thread and at any depth (so also the ATen calls a
   custom op's C++ kernel makes through the dispatcher), must be the submission's own (``cann_bench::*`` or a
@@ -34,7 +38,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from pytest_cannbench.guard import builtin_ops, coverage, recorder
+from pytest_cannbench.guard import builtin_ops, coverage, forbid, recorder
 from pytest_cannbench.guard.maps import executable_files, library_problems
 from pytest_cannbench.guard.policy import BLOCK, KERNEL, OFF
 from pytest_cannbench.outcome import (
@@ -155,7 +159,7 @@ class Guard:
         # Everything the guard calls from here on is captured now, before the submission exists: its own
         # methods and helpers, torch's profiler entry points. A rebound name changes nothing here and is
         # reported by the identity checks.
-        for name in ("call", "batch", "report", "check", "_found", "_audit", "_classify", "_path_problem"):
+        for name in ("call", "batch", "report", "check", "_found", "_refused", "_audit", "_classify", "_path_problem"):
             setattr(self, name, getattr(Guard, name).__get__(self))
         self._all_threads = _all_threads()
         self._recorder = recorder.capture(self._all_threads)
@@ -175,6 +179,7 @@ class Guard:
             self._recorder.stop()
             self._sealed = recorder.seal(lambda detail: self._found(API_TAMPERED, detail))
             self._sealed += recorder.watch_redispatch(self._recorder)
+        self.closed: forbid.Closed | None = None
         self._identities = list(self._capture())  # imports the timing modules: before the libraries' snapshot
         self._libraries = _mapped_libraries()
 
@@ -200,8 +205,10 @@ class Guard:
                              "_cuda_events", "_npu_profiled", "graph_batch", "device_span_us")),
             (worker_timing.Flusher, ("flush",)),
             (tensor_wire, ("read_args", "write_outputs", "flatten", "poison")),
-            (Guard, ("call", "batch", "report", "_audit", "check", "_found", "_classify", "_path_problem",
-                     "_capture", "__init__")),
+            (Guard, ("call", "batch", "report", "_audit", "check", "_found", "_refused", "_classify",
+                     "_path_problem", "_capture", "__init__", "close_builtin_kernels")),
+            (forbid, ("close", "forbidden", "keys_for", "finding", "refusal_message", "Refusal")),
+            (forbid.Refusal, ("__call__", "__init__")),
             (sys.modules[__name__], ("builtin_ops_inside", "_mapped_libraries", "_attribute", "_under", "Guard",
                                      "library_problems")),
             (builtin_ops, ("is_allowed", "own_namespaces", "base_name", "ALLOWED", "LIBRARY_NAMESPACES",
@@ -218,7 +225,7 @@ class Guard:
             (torch._C._autograd._KinetoEvent, ("name", "start_ns", "end_ns", "is_user_annotation",
                                                "start_thread_id")),
             (torch._C._autograd._ProfilerResult, ("events",)),
-            (torch.Tensor, ("neg_",)),
+            (torch.Tensor, ("fill_",)),
             (torch._C._DispatchOperatorHandle, ("redispatch_boxed", "schema")),
         ]
         if main is not None and hasattr(main, "Worker"):
@@ -287,6 +294,21 @@ class Guard:
 
     def _found(self, kind: str, detail: str) -> None:
         self.problems.append(Problem(kind, detail[:300]))
+
+    # ------------------------------------------------------------ builtin kernels closed
+
+    def close_builtin_kernels(self) -> forbid.Closed:
+        """Block mode, CANN submissions, before the import: every op the rule forbids refuses to run from now on,
+        whatever path reaches it (:mod:`forbid`); each attempt is a ``builtin_compute`` finding."""
+        self.closed = forbid.close(self.device, self._refused)
+        return self.closed
+
+    def _refused(self, op: str) -> None:
+        """A refusing kernel ran (any thread, the GIL held): one finding per op until the next report, however
+        often a loop that catches the error tries again."""
+        problem = Problem(BUILTIN_COMPUTE, forbid.finding(op)[:300])
+        if problem not in self.problems:
+            self.problems.append(problem)
 
     # ------------------------------------------------------------ the op tree
 

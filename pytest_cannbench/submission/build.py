@@ -331,14 +331,15 @@ def install_wheel(wheel: Path, state: SubmissionState, work: Path, log: Path) ->
 
 
 def check_symbols(state: SubmissionState) -> None:
-    """The private install's ELF files, whatever their names, may import no builtin compute (elf_symbols): a
-    verdict for every case in block mode, flags in warn mode; an ELF file it cannot read counts the same."""
-    from pytest_cannbench.guard.elf_symbols import scan_libraries
+    """The private install's ELF files, whatever their names, may import from torch only what a kernel library
+    needs (guard/torch_imports.py) and no other math library (elf_symbols): a verdict for every case in block mode,
+    flags in warn mode; an ELF file it cannot read counts the same. Cases see one line per library and reason."""
+    from pytest_cannbench.guard.elf_symbols import scan_libraries, summary
 
     if not state.site_dir:
         return
     problems, unreadable = scan_libraries(Path(state.site_dir))
-    state.guard_problems = [["builtin_compute", p.detail()] for p in problems[:20]]
+    state.guard_problems = [["builtin_compute", line] for line in summary(problems)[:10]]
     # what cannot be read cannot be vetted: refused in block mode, a flag in warn mode (guard.policy)
     state.guard_problems += [["builtin_compute", f"an ELF file the symbol scan cannot read: {u}"]
                              for u in unreadable[:5]]

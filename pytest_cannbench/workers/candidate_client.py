@@ -116,8 +116,8 @@ class CandidateWorker(WorkerClient):
             args += ["--site", self.site_dir]
         if self.mode != "golden":  # untrusted code (cann_bench or KernelBench ModelNew): scrubbed env, own TMPDIR
             args += ["--guard", self.guard] + [f"--protect={p}" for p in self.protect]
-            if self.contain:
-                args.append("--contain")
+            forbid = self.mode == "submission" and self.guard == "block"  # builtin kernels closed: CANN's rule only
+            args += ["--contain"] * self.contain + ["--forbid-builtins"] * forbid
             env = scrubbed_environment(os.environ)
             tmp = self.tmpdir
             tmp.mkdir(parents=True, exist_ok=True)

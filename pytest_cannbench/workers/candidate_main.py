@@ -353,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="submission mode: the anti-cheat guard's mode (absent for trusted goldens)")
     parser.add_argument("--protect", action="append", default=[], help="a directory the submission may not touch")
     parser.add_argument("--contain", action="store_true", help="install the containment filter (seccomp)")
+    parser.add_argument("--forbid-builtins", action="store_true",
+                        help="block mode, CANN submissions: builtin kernels refuse to run (guard/forbid.py)")
     args = parser.parse_args(argv)
     procs.die_with_parent(args.judge_pid)
     procs.become_expendable()
@@ -387,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
         worker.guard = Guard(args.guard, args.device, args.site, args.protect)
         if triton_cache:
             worker.guard.own_dir(triton_cache)
+        if args.forbid_builtins:  # the last torch compute of the worker's own setup is behind this point
+            closed = worker.guard.close_builtin_kernels()
+            print(f"cannbench: {closed.summary()}", file=sys.stderr, flush=True)
         containment.limit_resources()
         print(f"cannbench: outputs: {tensor_wire.calibrate_storage_probe(args.device)}", file=sys.stderr, flush=True)
         worker_contained = False

@@ -73,7 +73,8 @@ def test_canary_seal_and_pinned_helpers_in_a_real_process():
 
 def test_read_trace_counts_canaries_per_marker():
     events = [(recorder.MARK, 0, 100, True, 1), ("aten::exp", 10, 20, False, 1),
-              (recorder.CANARY_OP, 30, 40, False, 1),  # the submission's own neg_: not the last, builtin compute
+              (recorder.CANARY_OP, 30, 40, False, 1),  # the submission's own fill_: not the last, allowed
+              ("aten::neg_", 45, 48, False, 1),  # its compute: found
               ("aten::sigmoid", 50, 95, False, 2),  # a helper thread's op after the canary: still seen
               (recorder.CANARY_OP, 85, 90, False, 1),  # ours: the marker thread's last op
               (recorder.MARK, 200, 300, True, 1), (recorder.CANARY_OP, 210, 220, False, 1),
