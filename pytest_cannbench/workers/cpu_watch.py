@@ -10,6 +10,7 @@ opened.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -79,7 +80,11 @@ class CpuWatch:
 
 
 def for_judge(threads: int, worker_id: str) -> CpuWatch:
-    """The watch of a candidate or baseline worker of the judge ``worker_id`` (xdist's ``gwN``, or ``main``)."""
+    """The watch of a candidate or baseline worker of the judge ``worker_id`` (xdist's ``gwN``, or ``main``). A
+    session run inside an xdist worker without being one (pytester's inline runs) takes that worker's index, so
+    that sessions running side by side get CPUs of their own (``timing.devices.worker_index``'s rule)."""
+    if worker_id == "main":
+        worker_id = os.environ.get("PYTEST_XDIST_WORKER", "main")
     index = int(worker_id[2:]) if worker_id.startswith("gw") and worker_id[2:].isdigit() else 0
     return CpuWatch(cpus=cpu_budget.budget_cpus(threads, index))
 
