@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import struct
 import sys
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pytest_cannbench.outcome import API_TAMPERED
 
@@ -37,27 +37,15 @@ _COPY_TABLE = bytes(1 if v & 0xC0 and not v & 0x20 else 0 for v in range(256))
 UPROBE_EVENTS = ("/sys/kernel/tracing/uprobe_events", "/sys/kernel/debug/tracing/uprobe_events")
 
 
-@dataclass(frozen=True)
-class Mapping:
+class Mapping(NamedTuple):
     start: int
     end: int
     perms: str
     offset: int
-    inode: int
-    dev: str
+    identity: tuple[str, int, str]  # (device, inode, path) of a file; ("", 0, name) otherwise
     path: str  # "" for anonymous memory; [vdso], [heap], [anon:...] for the kernel's names
-
-    @property
-    def executable(self) -> bool:
-        return "x" in self.perms
-
-    @property
-    def file_backed(self) -> bool:
-        return self.inode != 0 and self.path.startswith("/")
-
-    @property
-    def identity(self) -> tuple[str, int, str]:
-        return (self.dev, self.inode, self.path) if self.file_backed else ("", 0, self.path)
+    executable: bool
+    file_backed: bool
 
     @property
     def name(self) -> str:
@@ -72,9 +60,13 @@ def parse_maps(text: str) -> list[Mapping]:
         if len(parts) < 5:
             continue
         try:
-            low, high = (int(v, 16) for v in parts[0].split("-"))
-            found.append(Mapping(low, high, parts[1], int(parts[2], 16), int(parts[4]), parts[3],
-                                 parts[5].strip() if len(parts) == 6 else ""))
+            low, _, high = parts[0].partition("-")
+            path = parts[5].strip() if len(parts) == 6 else ""
+            inode = int(parts[4])
+            backed = inode != 0 and path.startswith("/")
+            found.append(Mapping(int(low, 16), int(high, 16), parts[1], int(parts[2], 16),
+                                 (parts[3], inode, path) if backed else ("", 0, path), path, "x" in parts[1],
+                                 backed))
         except ValueError:
             continue
     return found
@@ -84,19 +76,21 @@ def replaced(mappings: list[Mapping], expect_vdso: bool = True) -> list[str]:
     """Executable mappings that took the place of a library's own pages, and a missing vDSO."""
     problems = []
     has_code = {m.identity for m in mappings if m.file_backed and m.executable}
-    seen: set[tuple[str, int, str]] = set()
+    first: dict[tuple[str, int, str], int] = {}  # each file's lowest mapping
     for i, m in enumerate(mappings):
-        before = mappings[i - 1] if i > 0 else None
-        after = mappings[i + 1] if i + 1 < len(mappings) else None
-        if m.executable and after is not None and after.file_backed and after.identity != m.identity \
-                and after.start == m.end and after.identity in has_code:
-            inside = (before is not None and before.end == m.start and before.identity == after.identity)
-            in_front = after.offset > 0 and after.identity not in seen
-            if inside or in_front:
-                problems.append(f"{after.name}'s code at {m.start:#x}-{m.end:#x} was replaced by "
-                                f"{m.name if m.path else 'anonymous memory'} ({m.perms})")
         if m.file_backed:
-            seen.add(m.identity)
+            first.setdefault(m.identity, i)
+    for i, m in enumerate(mappings):
+        if not m.executable or i + 1 >= len(mappings):
+            continue
+        after = mappings[i + 1]
+        if after.identity == m.identity or after.start != m.end or after.identity not in has_code:
+            continue
+        inside = i > 0 and mappings[i - 1].end == m.start and mappings[i - 1].identity == after.identity
+        in_front = after.offset > 0 and first[after.identity] == i + 1
+        if inside or in_front:
+            problems.append(f"{after.name}'s code at {m.start:#x}-{m.end:#x} was replaced by "
+                            f"{m.name} ({m.perms})")
     if expect_vdso and not any(m.path == VDSO for m in mappings):
         problems.append("the vDSO (the kernel's clock code) was unmapped or replaced")
     return problems
