@@ -99,16 +99,16 @@ def main() -> int:
             one_case(worker, target, x, fresh)
             pid = worker.pid
             found = code_pages.findings(pid, expect_vdso=expect)
-            pages = statistics.median(per_call_us(lambda: code_pages.findings(pid, expect_vdso=expect), 20)
+            pages = statistics.median(per_call_us(lambda pid=pid: code_pages.findings(pid, expect_vdso=expect), 20)
                                       for _ in range(3))
-            wide = per_call_us(lambda: cpu_budget.widened(pid, budget))
+            wide = per_call_us(lambda pid=pid: cpu_budget.widened(pid, budget))
             readings = []
             for kind in KINDS:
                 meter = CpuMeter.open(pid, kinds=(kind,))
                 if meter.kind != kind:
                     readings.append("-")
                 elif kind == "schedstat":
-                    readings.append(f"{per_call_us(lambda: thread_cpu(pid)):.1f}")
+                    readings.append(f"{per_call_us(lambda pid=pid: thread_cpu(pid)):.1f}")
                 else:
                     readings.append(f"{per_call_us(meter.total, 200):.1f}")
                 meter.close()
@@ -125,9 +125,9 @@ def main() -> int:
             times["no budget"] += one_case(free, submission, x, fresh)
         free.close()
         for label, seconds in times.items():
-            print(f"example softplus, {args.elements} elements, {label:<15} median {statistics.median(seconds) * 1e6:8.1f} "
-                  f"us, quartiles {statistics.quantiles(seconds, n=4)[0] * 1e6:8.1f}-"
-                  f"{statistics.quantiles(seconds, n=4)[2] * 1e6:8.1f} us ({len(seconds)} calls)")
+            q1, median, q3 = (v * 1e6 for v in statistics.quantiles(seconds, n=4))
+            print(f"example softplus, {args.elements} elements, {label:<15} median {median:8.1f} us, quartiles "
+                  f"{q1:8.1f}-{q3:8.1f} us ({len(seconds)} calls)")
     finally:
         for worker, _ in workers.values():
             worker.close()
