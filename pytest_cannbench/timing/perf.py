@@ -194,7 +194,7 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
         record.cpu_floor.append({**{k: round(v, 3) for k, v in floor.items()}, "handshakes": len(calls),
                                  "allowance_ms": round(allowance * 1e3, 4),
                                  "baseline_ms": None if calibration is None else round(calibration * 1e3, 4)})
-    _weaker_modes(record, batch)
+    _weaker_modes(record, worker.watch.marks())  # the meter and the budget of the worker that ran the batch
     if why:
         refused = source.outcome(oc.FAILED, oc.TIMING_IMPLAUSIBLE, f"timing implausible: {why}")
         if got.may_retry_floor and implausible(batch.seconds, batch.phases, batch.wall_s, batch.timer,
@@ -236,10 +236,11 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
 METER_WEAK_FLAG, BUDGET_UNENFORCED_FLAG = "cpu_meter_weak", "thread_budget_unenforced"
 
 
-def _weaker_modes(record: CaseTiming, batch: BatchResult) -> None:
-    """What measured and bounded the candidate's CPU, and each weaker mode said on the case (flag and note)."""
-    record.cpu_meter, budget = batch.watch.get("meter", ""), batch.watch.get("budget_note", "")
-    for flag, note in ((METER_WEAK_FLAG, batch.watch.get("meter_note", "")),
+def _weaker_modes(record: CaseTiming, watch: dict[str, str]) -> None:
+    """What measured and bounded the candidate's CPU (``CpuWatch.marks``), each weaker mode said on the case (a
+    flag and a note)."""
+    record.cpu_meter, budget = watch.get("meter", ""), watch.get("budget_note", "")
+    for flag, note in ((METER_WEAK_FLAG, watch.get("meter_note", "")),
                        (BUDGET_UNENFORCED_FLAG, budget and f"timing thread budget not enforced by the kernel "
                         f"({budget}): a call may run on more CPUs than the budget")):
         if note and flag not in record.flags:

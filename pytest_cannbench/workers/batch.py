@@ -24,9 +24,6 @@ class BatchResult:
     wall_s: float = 0.0  # the judge's own clock around the whole exchange
     cpu_s: float | None = None  # CPU time the worker used during the exchange, all threads (workers.cpu_meter)
     busiest_cpu_s: float | None = None  # the same, of its busiest living thread alone (from /proc)
-    # the meter behind cpu_s ("meter": a cpu_meter kind; schedstat misses threads that exited), and why a weaker
-    # mode applied ("meter_note", "budget_note": the timing thread budget not set on the worker): CpuWatch.marks
-    watch: dict[str, str] = field(default_factory=dict)
     held_s: float = 0.0  # streamed: the judge's own clock from each "ready" it received to the "go" it sent
     timer: str = ""
     notes: list[str] = field(default_factory=list)

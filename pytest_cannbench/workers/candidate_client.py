@@ -502,9 +502,8 @@ class CandidateWorker(WorkerClient):
         notes = [str(n)[:300] for n in reply.get("notes") or []][:10]
         return self._finish(BatchResult(OK, seconds=[float(v) for v in seconds], outputs=decoded,
                                         phases={str(k)[:20]: float(v) for k, v in phases.items()}, wall_s=wall,
-                                        cpu_s=cpu_s, busiest_cpu_s=busiest_s, held_s=batch.held, notes=notes,
-                                        timer=str(reply.get("timer"))[:40], watch=self.watch.marks(), flags=flags),
-                            case_log)
+                                        cpu_s=cpu_s, busiest_cpu_s=busiest_s, held_s=batch.held,
+                                        timer=str(reply.get("timer"))[:40], notes=notes, flags=flags), case_log)
 
     def _finish(self, result: Any, case_log: Path | None) -> Any:
         segment = procs.read_log_since(self.log_path, self.log_mark, CASE_LOG_BYTES)

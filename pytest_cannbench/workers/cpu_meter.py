@@ -31,7 +31,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_cannbench.workers.contract import thread_cpu
+from pytest_cannbench.workers.contract import cpu_used, thread_cpu
 
 PERF, CGROUP_V1, CGROUP_V2, SCHEDSTAT = "perf_task_clock", "cgroup_v1", "cgroup_v2", "schedstat"
 KINDS = (PERF, CGROUP_V1, CGROUP_V2, SCHEDSTAT)
@@ -259,11 +259,8 @@ def _remove_stale(own: Path) -> None:
 
 def used(before: Reading, after: Reading) -> tuple[float | None, float | None]:
     """``(all, busiest)`` CPU seconds between two readings: all from the meter where it keeps exited threads
-    (else the living threads' sum, as ``contract.cpu_used``), the busiest living thread from /proc."""
-    if not after.threads and after.total is None:
-        return None, None
-    spent = [max(0.0, cpu - before.threads.get(tid, 0.0)) for tid, cpu in after.threads.items()]
-    busiest = max(spent) if spent else None
+    (else the living threads' sum, ``contract.cpu_used``), the busiest living thread from /proc."""
+    all_s, busiest = cpu_used(before.threads, after.threads)
     if before.total is not None and after.total is not None:
         return max(0.0, after.total - before.total), busiest
-    return (sum(spent) if spent else None), busiest
+    return all_s, busiest
