@@ -316,8 +316,8 @@ class CannBenchState:
             workdir=base / f"work-{self.worker_id}", mode=mode,
             site_dir=submission.site_dir if submission is not None else None,
             env={**(submission.env if submission is not None else {}), **plan.env, **untimed_worker_env(s.perf)},
-            device=plan.worker_device,
-            threads=self.timed_threads(), memory_bytes=memory, watch=for_judge(self.timed_threads(), self.worker_id),
+            device=plan.worker_device, watch=for_judge(self.timed_threads(), self.worker_id, plan.worker_device),
+            threads=self.timed_threads(), memory_bytes=memory,
             startup_timeout_s=max(120.0, s.case_timeout_s),
             guard=mode_for(guard_role or name, s.guard, s.kb_guard), protect=self.protected_paths(),
             static_problems=submission.guard_problems if submission is not None else [],
@@ -426,7 +426,7 @@ class CannBenchState:
                  f"warmup {s.warmup}, {repeat} on fresh verified inputs streamed "
                  f"one call at a time, candidate and baseline interleaved (ABBA), {flush}; T_baseline = the golden "
                  "in native precision on the device, unless metadata has one"]
-        lines.append(header_line(threads, self.run_processes()))  # the thread budget's enforcement, the CPU meter
+        lines.append(header_line(threads, self.run_processes(), plan.worker_device))  # thread budget, CPU meter
         if s.timing_isolation == "off":
             lines.append("cannbench: timing isolation off (--cann-timing-isolation off): other workers' accuracy "
                          "work runs during timed windows")

@@ -169,9 +169,10 @@ def _uprobes() -> str:
     return ""
 
 
-def findings(pid: int, expect_vdso: bool = True) -> list[tuple[str, str]]:
+def findings(pid: int, expect_vdso: bool = True, unread: list[str] | None = None) -> list[tuple[str, str]]:
     """``(api_tampered, detail)`` for code written or replaced in the frozen worker ``pid``; [] when its maps
-    cannot be read (it is gone: the caller sees that anyway)."""
+    cannot be read (it is gone: the caller sees that anyway). Why written pages could not be looked for (neither
+    pagemap nor smaps readable: only replaced code is found then) is appended to ``unread``."""
     try:
         with open(f"/proc/{pid}/maps") as fh:
             mappings = parse_maps(fh.read())
@@ -186,8 +187,11 @@ def findings(pid: int, expect_vdso: bool = True) -> list[tuple[str, str]]:
     except OSError:
         try:
             copied = _copied_pages_smaps(pid, code)
-        except (OSError, ValueError, struct.error):
+        except (OSError, ValueError, struct.error) as exc:
             copied = {}
+            if unread is not None:
+                unread.append(f"the worker's pagemap and smaps are unreadable ({exc}): code written in memory is "
+                              "not looked for, only code replaced")
     for m, pages in copied.items():
         how = _differs(pid, m, pages[0])
         problems.append(f"code patched in memory: {len(pages)} page(s) of {m.name}'s executable mapping "

@@ -8,7 +8,8 @@ A seccomp filter (all threads, ``TSYNC``) refuses, for the rest of the worker's 
   ``tgkill``, ``tkill``, ``rt_sigqueueinfo``, ``pidfd_send_signal``) not aimed at the worker itself or its group;
 * the network: ``socket`` for ``AF_INET``, ``AF_INET6`` and ``AF_PACKET``;
 * leaving the timing thread budget: ``sched_setaffinity`` (the judge spawned the worker on ``threads`` CPUs,
-  ``workers.cpu_budget``; the mask is behind a pointer the filter cannot read, so narrowing is refused too);
+  ``workers.cpu_budget``; the mask is behind a pointer the filter cannot read, so narrowing is refused too; on
+  NPUs, where processes stay allowed, it stays allowed too and no budget is set);
 * every other door into the kernel that the rules above cannot see through: any syscall of a foreign ABI
   (``seccomp_data.arch`` other than the native one: on x86-64 ``int $0x80`` reaches the i386 table, where
   ``fork``, ``execve`` and ``socketcall`` have other numbers), the x32 numbers (bit 30 set on x86-64), and
@@ -83,8 +84,8 @@ def build_program(arch_value: int, nr: dict[str, int], pid: int, allow_processes
             syscall_block(name, [deny])
         syscall_block("clone3", [_stmt(_RET_K, _ERRNO | ENOSYS)])
         syscall_block("clone", [_stmt(_LD_W_ABS, _ARG0), _jump(_JSET_K, CLONE_THREAD, 0, 1), allow, deny])
-    for name in ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_send_signal", "tkill", *IO_URING,
-                 "sched_setaffinity"):
+        syscall_block("sched_setaffinity", [deny])  # an NPU runtime places its threads itself
+    for name in ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_send_signal", "tkill", *IO_URING):
         syscall_block(name, [deny])
     own = pid & 0xFFFFFFFF
     group = (-pid) & 0xFFFFFFFF

@@ -233,7 +233,8 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
     return None
 
 
-METER_WEAK_FLAG, BUDGET_UNENFORCED_FLAG = "cpu_meter_weak", "thread_budget_unenforced"
+METER_WEAK_FLAG, BUDGET_UNENFORCED_FLAG, PAGES_UNREAD_FLAG = "cpu_meter_weak", "thread_budget_unenforced", \
+    "code_pages_unread"
 
 
 def _weaker_modes(record: CaseTiming, watch: dict[str, str]) -> None:
@@ -242,7 +243,8 @@ def _weaker_modes(record: CaseTiming, watch: dict[str, str]) -> None:
     record.cpu_meter, budget = watch.get("meter", ""), watch.get("budget_note", "")
     for flag, note in ((METER_WEAK_FLAG, watch.get("meter_note", "")),
                        (BUDGET_UNENFORCED_FLAG, budget and f"timing thread budget not enforced by the kernel "
-                        f"({budget}): a call may run on more CPUs than the budget")):
+                        f"({budget}): a call may run on more CPUs than the budget"),
+                       (PAGES_UNREAD_FLAG, watch.get("pages_note", ""))):
         if note and flag not in record.flags:
             record.flags.append(flag)
             record.notes.append(note)

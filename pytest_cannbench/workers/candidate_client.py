@@ -591,9 +591,9 @@ class CandidateWorker(WorkerClient):
     def close(self) -> None:
         self._close_sampler()
         if self.proc is not None:
-            self._thaw()
-            self.frozen = False
+            self._thaw()  # not frozen any more
             super().close()
+        self.watch.close()  # also after a death no request saw: the meter's events and cgroup go
         if self.region is not None:
             self.region.close()
             self.region = None

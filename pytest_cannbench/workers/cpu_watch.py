@@ -34,6 +34,7 @@ class CpuWatch:
     cpus: tuple[int, ...] = ()  # the timing thread budget as CPUs; () leaves the worker the judge's
     budget_note: str = ""  # why the budget could not be set at the last spawn ("" when it was, or there is none)
     meter: CpuMeter | None = None
+    pages_note: str = ""  # why the code-page check could not read the worker's pages ("" when it could)
 
     @contextlib.contextmanager
     def spawning(self) -> Iterator[None]:
@@ -63,7 +64,9 @@ class CpuWatch:
         threads let out of the timing thread budget (``api_tampered``). Trusted goldens are not read."""
         if mode == "golden" or pid is None:
             return []
-        found = code_pages.findings(pid, expect_vdso=_vdso_expected())
+        unread: list[str] = []
+        found = code_pages.findings(pid, expect_vdso=_vdso_expected(), unread=unread)
+        self.pages_note = unread[0] if unread else ""
         wide = cpu_budget.widened(pid, self.cpus) if not self.budget_note else ""
         return found + ([(API_TAMPERED, wide)] if wide else [])
 
@@ -71,7 +74,8 @@ class CpuWatch:
         """What a batch result carries of the watch: the meter's kind and each weaker mode's reason."""
         meter = self.meter
         return {"meter": meter.kind if meter is not None else SCHEDSTAT,
-                "meter_note": meter.note if meter is not None else "", "budget_note": self.budget_note}
+                "meter_note": meter.note if meter is not None else "", "budget_note": self.budget_note,
+                "pages_note": self.pages_note}
 
     def close(self) -> None:
         meter, self.meter = self.meter, None
@@ -79,22 +83,31 @@ class CpuWatch:
             meter.close()
 
 
-def for_judge(threads: int, worker_id: str) -> CpuWatch:
+def for_judge(threads: int, worker_id: str, device: str = "cpu") -> CpuWatch:
     """The watch of a candidate or baseline worker of the judge ``worker_id`` (xdist's ``gwN``, or ``main``). A
     session run inside an xdist worker without being one (pytester's inline runs) takes that worker's index, so
     that sessions running side by side get CPUs of their own (``timing.devices.worker_index``'s rule)."""
     if worker_id == "main":
         worker_id = os.environ.get("PYTEST_XDIST_WORKER", "main")
     index = int(worker_id[2:]) if worker_id.startswith("gw") and worker_id[2:].isdigit() else 0
+    if device.startswith("npu"):  # its runtime starts processes and may place its threads: left to it
+        return CpuWatch(budget_note="an NPU worker's runtime manages its threads' CPUs (the device time is timed)")
     return CpuWatch(cpus=cpu_budget.budget_cpus(threads, index))
 
 
-def header_line(threads: int, processes: int) -> str:
-    return cpu_budget.header_line(threads, processes, probe_kind())
+def header_line(threads: int, processes: int, device: str = "cpu") -> str:
+    line = cpu_budget.header_line(threads, processes, probe_kind())
+    if device.startswith("npu"):
+        return line.replace("timing thread budget enforced by CPU affinity", "timing thread budget NOT ENFORCED on "
+                            "NPU workers (their runtime places its threads; the device time is timed), else by "
+                            "CPU affinity", 1)
+    return line
 
 
-def board_config(threads: int, processes: int) -> dict[str, object]:
+def board_config(threads: int, processes: int, device: str = "cpu") -> dict[str, object]:
     """The board's ``config.cpu_budget``: how the thread budget is enforced, per judge, and the CPU meter."""
     meter = probe_kind()
-    return {**cpu_budget.describe(threads, processes), "threads": threads, "cpu_meter": meter,
-            "cpu_meter_keeps_exited": meter in KEEPS_EXITED}
+    budget = cpu_budget.describe(threads, processes)
+    if device.startswith("npu"):
+        budget = {**budget, "enforced_by": "nothing", "weak": "NPU workers: their runtime places its threads"}
+    return {**budget, "threads": threads, "cpu_meter": meter, "cpu_meter_keeps_exited": meter in KEEPS_EXITED}

@@ -149,11 +149,13 @@ def test_spawned_worker_keeps_the_budget_and_a_widening_is_seen() -> None:
             proc.wait()
 
 
-def test_containment_refuses_sched_setaffinity() -> None:
-    code = textwrap.dedent("""
+@pytest.mark.parametrize("npu, expect", [(False, "refused"), (True, "allowed")])
+def test_containment_refuses_sched_setaffinity(npu: bool, expect: str) -> None:
+    """Refused where the budget is set; on NPUs (processes allowed) the runtime places its threads itself."""
+    code = textwrap.dedent(f"""
         import os
         from pytest_cannbench.guard.containment import install_filter
-        status = install_filter()
+        status = install_filter(allow_processes={npu})
         if not status.startswith("on"):
             print("unavailable", status)
             raise SystemExit(0)
@@ -168,5 +170,18 @@ def test_containment_refuses_sched_setaffinity() -> None:
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     if done.stdout.startswith("unavailable"):
         pytest.skip(done.stdout)
-    assert done.stdout.split() == ["refused", "read", "True"], (done.stdout, done.stderr[-2000:])
+    assert done.stdout.split() == [expect, "read", "True"], (done.stdout, done.stderr[-2000:])
 
+
+
+def test_watch_of_each_judge(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_cannbench.workers.cpu_watch import for_judge
+
+    cpus = cpu_budget.allowed_cpus()
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    assert for_judge(1, "gw1").cpus == cpu_budget.budget_cpus(1, 1, cpus)
+    assert for_judge(1, "main").cpus == cpu_budget.budget_cpus(1, 0, cpus)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")  # an inline session inside an xdist worker takes its index
+    assert for_judge(1, "main").cpus == cpu_budget.budget_cpus(1, 1, cpus)
+    npu = for_judge(1, "gw0", "npu:0")
+    assert npu.cpus == () and "NPU" in npu.budget_note and npu.marks()["budget_note"] == npu.budget_note
