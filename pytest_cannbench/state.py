@@ -306,6 +306,7 @@ class CannBenchState:
                     guard_role: str | None = None) -> CandidateWorker:
         from pytest_cannbench.guard.policy import coverage_floor, mode_for
         from pytest_cannbench.workers.candidate_client import CandidateWorker
+        from pytest_cannbench.workers.cpu_watch import for_judge
         from pytest_cannbench.workers.huge_pages import untimed_worker_env
         s = self.settings
         plan, memory = self.device(), self.memory_plan().candidate
@@ -315,7 +316,7 @@ class CannBenchState:
             workdir=base / f"work-{self.worker_id}", mode=mode,
             site_dir=submission.site_dir if submission is not None else None,
             env={**(submission.env if submission is not None else {}), **plan.env, **untimed_worker_env(s.perf)},
-            device=plan.worker_device,
+            device=plan.worker_device, watch=for_judge(self.timed_threads(), self.worker_id, plan.worker_device),
             threads=self.timed_threads(), memory_bytes=memory,
             startup_timeout_s=max(120.0, s.case_timeout_s),
             guard=mode_for(guard_role or name, s.guard, s.kb_guard), protect=self.protected_paths(),
@@ -413,6 +414,7 @@ class CannBenchState:
         from pytest_cannbench.timing.anchors import hardware_key, roofline_line
         from pytest_cannbench.timing.in_worker import MAX_FLUSH_BYTES
         from pytest_cannbench.timing.machine import last_level_cache_bytes
+        from pytest_cannbench.workers.cpu_watch import header_line
 
         plan = self.device()
         flush = (f"cache flush {min(2 * last_level_cache_bytes(), MAX_FLUSH_BYTES) >> 20} MiB" if plan.kind == "cpu"
@@ -425,6 +427,7 @@ class CannBenchState:
                  f"warmup {s.warmup}, {repeat} on fresh verified inputs streamed "
                  f"one call at a time, candidate and baseline interleaved (ABBA), {flush}; T_baseline = the golden "
                  "in native precision on the device, unless metadata has one"]
+        lines.append(header_line(threads, self.run_processes(), plan.worker_device))  # thread budget, CPU meter
         if s.timing_isolation == "off":
             lines.append("cannbench: timing isolation off (--cann-timing-isolation off): other workers' accuracy "
                          "work runs during timed windows")

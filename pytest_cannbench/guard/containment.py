@@ -7,6 +7,9 @@ A seccomp filter (all threads, ``TSYNC``) refuses, for the rest of the worker's 
 * touching other processes: ``ptrace``, ``process_vm_readv``/``writev``, and any signal (``kill``,
   ``tgkill``, ``tkill``, ``rt_sigqueueinfo``, ``pidfd_send_signal``) not aimed at the worker itself or its group;
 * the network: ``socket`` for ``AF_INET``, ``AF_INET6`` and ``AF_PACKET``;
+* leaving the timing thread budget: ``sched_setaffinity`` (the judge spawned the worker on ``threads`` CPUs,
+  ``workers.cpu_budget``; the mask is behind a pointer the filter cannot read, so narrowing is refused too; on
+  NPUs, where processes stay allowed, it stays allowed too and no budget is set);
 * every other door into the kernel that the rules above cannot see through: any syscall of a foreign ABI
   (``seccomp_data.arch`` other than the native one: on x86-64 ``int $0x80`` reaches the i386 table, where
   ``fork``, ``execve`` and ``socketcall`` have other numbers), the x32 numbers (bit 30 set on x86-64), and
@@ -58,13 +61,13 @@ _ARCHES = {
                             "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
                             "pidfd_send_signal": 424, "socket": 41, "seccomp": 317, "io_uring_setup": 425,
                             "io_uring_enter": 426, "io_uring_register": 427, "userfaultfd": 323, "ioctl": 16,
-                            "rt_sigaction": 13}),
+                            "rt_sigaction": 13, "sched_setaffinity": 203}),
     "aarch64": (0xC00000B7, {"clone": 220, "clone3": 435, "execve": 221, "execveat": 281, "ptrace": 117,
                              "process_vm_readv": 270, "process_vm_writev": 271, "kill": 129, "tkill": 130,
                              "tgkill": 131, "rt_sigqueueinfo": 138, "rt_tgsigqueueinfo": 240,
                              "pidfd_send_signal": 424, "socket": 198, "seccomp": 277, "io_uring_setup": 425,
                              "io_uring_enter": 426, "io_uring_register": 427, "userfaultfd": 282, "ioctl": 29,
-                             "rt_sigaction": 134}),
+                             "rt_sigaction": 134, "sched_setaffinity": 122}),
 }
 
 
@@ -95,6 +98,7 @@ def build_program(arch_value: int, nr: dict[str, int], pid: int, allow_processes
             syscall_block(name, [deny])
         syscall_block("clone3", [_stmt(_RET_K, _ERRNO | ENOSYS)])
         syscall_block("clone", [_stmt(_LD_W_ABS, _ARG0), _jump(_JSET_K, CLONE_THREAD, 0, 1), allow, deny])
+        syscall_block("sched_setaffinity", [deny])  # an NPU runtime places its threads itself
     for name in ("ptrace", "process_vm_readv", "process_vm_writev", "pidfd_send_signal", "tkill", *IO_URING,
                  "userfaultfd"):
         syscall_block(name, [deny])
@@ -134,7 +138,7 @@ def install_filter(allow_processes: bool = False) -> str:
     if why:
         return f"unavailable ({why})"
     return ("on (seccomp: no processes, no foreign signals or tracing, no network, no foreign ABI, io_uring or "
-            "userfaultfd)")
+            "userfaultfd, no CPU affinity change)")
 
 
 def build_fault_program(arch_value: int, nr: dict[str, int]) -> list[bytes]:

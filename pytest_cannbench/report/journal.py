@@ -164,6 +164,7 @@ def finish(config: Any, collector: Any) -> None:
     """Controller, at session end: score everything and write the leaderboard (and the optional reports)."""
     from pytest_cannbench import state
     from pytest_cannbench.report import leaderboard
+    from pytest_cannbench.workers.cpu_watch import board_config
 
     st = state.of(config)
     s = st.settings
@@ -182,6 +183,8 @@ def finish(config: Any, collector: Any) -> None:
                                       "sandbox": (sandbox_of(st.submission).to_dict() if st.submission is not None
                                                   else {"mode": "none", "reason": "no submission code runs"}),
                                       "memory_plan": st.memory_plan().to_dict(),  # issue 22
+                                      "cpu_budget": board_config(st.timed_threads(), st.run_processes(),
+                                                                 plan.worker_device),
                                       "memory_pool": collector.memory_pool,  # None: one judge, no pool
                                       "dispatch_order": collector.dispatch,  # None: not --dist load's
                                       "resumed_cases": len(collector.resumed),

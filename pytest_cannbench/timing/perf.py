@@ -194,6 +194,7 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
         record.cpu_floor.append({**{k: round(v, 3) for k, v in floor.items()}, "handshakes": len(calls),
                                  "allowance_ms": round(allowance * 1e3, 4),
                                  "baseline_ms": None if calibration is None else round(calibration * 1e3, 4)})
+    _weaker_modes(record, worker.watch.marks())  # the meter and the budget of the worker that ran the batch
     if why:
         refused = source.outcome(oc.FAILED, oc.TIMING_IMPLAUSIBLE, f"timing implausible: {why}")
         if got.may_retry_floor and implausible(batch.seconds, batch.phases, batch.wall_s, batch.timer,
@@ -230,6 +231,23 @@ def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chun
             got.pairs += list(zip(base.seconds, batch.seconds))
             got.base_timer = base.timer
     return None
+
+
+METER_WEAK_FLAG, BUDGET_UNENFORCED_FLAG, PAGES_UNREAD_FLAG = "cpu_meter_weak", "thread_budget_unenforced", \
+    "code_pages_unread"
+
+
+def _weaker_modes(record: CaseTiming, watch: dict[str, str]) -> None:
+    """What measured and bounded the candidate's CPU (``CpuWatch.marks``), each weaker mode said on the case (a
+    flag and a note)."""
+    record.cpu_meter, budget = watch.get("meter", ""), watch.get("budget_note", "")
+    for flag, note in ((METER_WEAK_FLAG, watch.get("meter_note", "")),
+                       (BUDGET_UNENFORCED_FLAG, budget and f"timing thread budget not enforced by the kernel "
+                        f"({budget}): a call may run on more CPUs than the budget"),
+                       (PAGES_UNREAD_FLAG, watch.get("pages_note", ""))):
+        if note and flag not in record.flags:
+            record.flags.append(flag)
+            record.notes.append(note)
 
 
 def interleave(participants: list[tuple[CandidateWorker, StreamedBatch | None]], flush: Callable[[], None] | None,

@@ -73,10 +73,14 @@ def summarize(seconds: list[float]) -> TimingSummary:
 def cpu_floor(phases: dict[str, float], cpu_s: float | None, threads: int, busiest_s: float | None,
               handshakes: int, handshake_s: float = HANDSHAKE_CPU_S) -> dict[str, float] | None:
     """The CPU-time floor of a batch, in ms: what the worker accounts for besides waiting (``accounted_ms``),
-    the CPU its threads were charged (``used_ms``: the busiest thread, or all threads over the thread budget) and
-    the slack allowed (``slack_ms``, with ``handshake_s`` per handshake). None without a reading from /proc. While
-    it waits for the judge to write a streamed call's set the worker is frozen: no CPU time, so the floor holds
-    against what it says it did besides waiting (claiming a longer wait only lowers that)."""
+    the CPU its threads were charged (``used_ms``: all threads' CPU over the thread budget, or the busiest living
+    thread, whichever is more; ``all_ms`` and ``busiest_ms`` are the two readings) and the slack allowed
+    (``slack_ms``, with ``handshake_s`` per handshake). ``cpu_s`` comes from the judge's meter
+    (``workers.cpu_meter``), which keeps the threads and children that exited inside the batch; the kernel runs
+    the worker on ``threads`` CPUs at most (``workers.cpu_budget``), so all its CPU over that budget is a bound of
+    the batch's time however many threads it fanned out to. None without a reading. While it waits for the judge
+    to write a streamed call's set the worker is frozen: no CPU time, so the floor holds against what it says it
+    did besides waiting (claiming a longer wait only lowers that)."""
     bounds = [b for b in (None if cpu_s is None else cpu_s / max(1, threads), busiest_s) if b is not None]
     if not bounds:
         return None
@@ -84,7 +88,11 @@ def cpu_floor(phases: dict[str, float], cpu_s: float | None, threads: int, busie
     reported = phases.get("prepare", 0.0) + phases.get("total", 0.0) + phases.get("guard", 0.0)
     busy = reported - max(0.0, phases.get("wait", 0.0))
     slack = CPU_SLACK_S + CPU_SLACK_FRACTION * used + handshake_s * handshakes
-    return {"accounted_ms": busy * 1e3, "used_ms": used * 1e3, "slack_ms": slack * 1e3}
+    floor = {"accounted_ms": busy * 1e3, "used_ms": used * 1e3, "slack_ms": slack * 1e3}
+    for key, value in (("all_ms", cpu_s), ("busiest_ms", busiest_s)):
+        if value is not None:
+            floor[key] = value * 1e3
+    return floor
 
 
 def unaccounted_per_handshake(phases: dict[str, float], cpu_s: float | None, threads: int,
@@ -139,9 +147,12 @@ def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, t
     floor = cpu_floor(phases, cpu_s, threads, busiest_s, handshakes, handshake_s)
     if floor is not None and floor["accounted_ms"] < floor["used_ms"] - floor["slack_ms"]:
         parts = ", ".join(f"{k} {v * 1e3:.2f}" for k, v in sorted(phases.items()))
-        return (f"the worker accounts for {floor['accounted_ms']:.2f} ms of a batch whose busiest thread alone "
-                f"ran {floor['used_ms']:.2f} ms on the CPU (its clock runs slow; allowed "
-                f"{floor['slack_ms']:.2f} ms for {handshakes} handshakes; its phases, ms: {parts})")
+        bound = (f"whose busiest thread alone ran {floor['used_ms']:.2f} ms on the CPU"
+                 if floor.get("busiest_ms", -1.0) >= floor["used_ms"] else
+                 f"whose threads ran {floor['all_ms']:.2f} ms on the CPU (exited ones included where the meter "
+                 f"keeps them), {floor['used_ms']:.2f} ms over its budget of {max(1, threads)} thread(s)")
+        return (f"the worker accounts for {floor['accounted_ms']:.2f} ms of a batch {bound} (its clock runs slow; "
+                f"allowed {floor['slack_ms']:.2f} ms for {handshakes} handshakes; its phases, ms: {parts})")
     if timer in ("cpu_clock", "host_clock"):
         inner = sum(phases.get(k, 0.0) for k in ("warmup", "flush", "wait", "calls", "write"))
         if abs(sum(seconds) - phases.get("calls", 0.0)) > 1e-6 + 1e-6 * abs(sum(seconds)):
@@ -188,6 +199,9 @@ class CaseTiming:
     # the allowance per handshake (allowance_ms) and the baseline worker's unaccounted CPU per handshake it was
     # calibrated on (baseline_ms; None without a streamed baseline in the window)
     cpu_floor: list[dict[str, float | None]] = field(default_factory=list)
+    # what measured the candidate's CPU for that check (workers.cpu_meter: perf_task_clock, cgroup_v1, cgroup_v2,
+    # or the weaker schedstat, which misses threads that exit inside a batch)
+    cpu_meter: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cannbench.workers.contract import Snapshot
+from pytest_cannbench.workers.cpu_meter import Reading
 from pytest_cannbench.workers.tensor_wire import BatchLayout
 
 
@@ -21,8 +22,8 @@ class BatchResult:
     outputs: list[list] = field(default_factory=list)  # per timed call: views of the region until the next request
     phases: dict[str, float] = field(default_factory=dict)  # the worker's account of its time
     wall_s: float = 0.0  # the judge's own clock around the whole exchange
-    cpu_s: float | None = None  # CPU time the worker process used during the exchange (from /proc)
-    busiest_cpu_s: float | None = None  # the same, of its busiest thread alone
+    cpu_s: float | None = None  # CPU time the worker used during the exchange, all threads (workers.cpu_meter)
+    busiest_cpu_s: float | None = None  # the same, of its busiest living thread alone (from /proc)
     held_s: float = 0.0  # streamed: the judge's own clock from each "ready" it received to the "go" it sent
     timer: str = ""
     notes: list[str] = field(default_factory=list)
@@ -44,7 +45,7 @@ class StreamedBatch:
     deadline: float  # time.perf_counter() by which the whole batch must be over
     timeout: float
     before: Snapshot = (0, frozenset())
-    cpu0: dict[int, float] = field(default_factory=dict)
+    cpu0: Reading = field(default_factory=lambda: Reading(None))
     t0: float = 0.0
     written: set[int] = field(default_factory=set)  # sets already in the region
     next: int = 0

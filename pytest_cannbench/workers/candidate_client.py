@@ -24,7 +24,7 @@ from pytest_cannbench.phases import PhaseClock, peak_mib
 from pytest_cannbench.workers import procs, wire
 from pytest_cannbench.workers.batch import BatchResult, StreamedBatch
 from pytest_cannbench.workers.client import WorkerClient
-from pytest_cannbench.workers.contract import Snapshot, cpu_used, escaped, mutated_inputs, process_snapshot, thread_cpu
+from pytest_cannbench.workers.contract import Snapshot, escaped, mutated_inputs, process_snapshot
 from pytest_cannbench.workers.env_scrub import scrubbed_environment
 from pytest_cannbench.workers.evidence import OutsideEvidence, profile_keys
 from pytest_cannbench.workers.tensor_wire import (
@@ -140,6 +140,7 @@ class CandidateWorker(WorkerClient):
         else:
             proc = self._spawn_sandboxed(module, args, env)
         self.frozen, self._killed_for = False, None
+        self.watch.open(self.pid)  # the CPU meter, before the worker starts a thread: they all inherit it
         self._open_sampler()
         return proc
 
@@ -270,7 +271,7 @@ class CandidateWorker(WorkerClient):
             with clock.phase("transfer"):
                 write_inputs(self.region, layout, writes)
             before = process_snapshot(self.pid)
-            cpu0, t0 = thread_cpu(self.pid), time.perf_counter()
+            cpu0, t0 = self.watch.read(self.pid), time.perf_counter()
             self._arm()
             reply = self._exchange({"op": "call", "target": target, "args": layout.args,
                                     "region_size": self.region.size, "out_offset": layout.out_offset,
@@ -281,7 +282,7 @@ class CandidateWorker(WorkerClient):
             self.kill()
             raise
         self._freeze()
-        clock.add("call", time.perf_counter() - t0, cpu_used(cpu0, thread_cpu(self.pid))[0],
+        clock.add("call", time.perf_counter() - t0, self.watch.used(cpu0, self.pid)[0],
                   peak_mib(self.pid, "VmRSS"))  # the frozen worker's resident memory after its call
         with clock.phase("contract"):
             return self._judged(target, kwargs, reply, layout, before, case_log)
@@ -289,7 +290,7 @@ class CandidateWorker(WorkerClient):
     def _judged(self, target: dict, kwargs: dict[str, Any], reply: dict, layout: Any, before: Snapshot,
                 case_log: Path | None) -> CandidateResult:
         assert self.region is not None  # the judge's checks of a finished call, from outside the frozen worker
-        sampled = self._observed(profile_keys(target, case_log), 1, reply)
+        sampled = self._observed(profile_keys(target, case_log), 1, reply) + self.watch.tampering(self._pid, self.mode)
         problem = self._contract(before, layout.args, kwargs)
         if problem is not None:
             return self._finish(problem, case_log)
@@ -386,7 +387,7 @@ class CandidateWorker(WorkerClient):
                        "stream": True, "judge_flushes": judge_flushes,
                        "graph": graph if self.device.startswith("cuda") else "off"}
             batch.before = process_snapshot(self.pid)
-            batch.cpu0 = thread_cpu(self.pid)
+            batch.cpu0 = self.watch.read(self.pid)
             self._arm()
             batch.t0 = time.perf_counter()
             reply = self._exchange(message, timeout)
@@ -458,8 +459,7 @@ class CandidateWorker(WorkerClient):
                                         batch.case_log)
             return
         wall = time.perf_counter() - batch.t0
-        cpu_s, busiest_s = cpu_used(batch.cpu0, thread_cpu(self.pid))
-        batch.ended = (reply, wall, cpu_s, busiest_s)
+        batch.ended = (reply, wall, *self.watch.used(batch.cpu0, self.pid))  # CPU: all threads, the busiest
         if not batch.deferred:
             self.conclude(batch)
 
@@ -473,7 +473,7 @@ class CandidateWorker(WorkerClient):
                   busiest_s: float | None) -> BatchResult:
         """The judge's checks of a finished batch (the worker is frozen): contract, guard, a well-formed reply."""
         call_sets, case_log = batch.call_sets, batch.case_log
-        sampled = self._observed(batch.keys, batch.calls, reply)
+        sampled = self._observed(batch.keys, batch.calls, reply) + self.watch.tampering(self._pid, self.mode)
         if reply.get("ok") and batch.next == len(call_sets):  # every set was written: all can be compared
             for args, kwargs in zip(batch.layout.sets, batch.kwargs_sets):
                 problem = self._contract(batch.before, args, kwargs)
@@ -592,9 +592,9 @@ class CandidateWorker(WorkerClient):
     def close(self) -> None:
         self._close_sampler()
         if self.proc is not None:
-            self._thaw()
-            self.frozen = False
+            self._thaw()  # not frozen any more
             super().close()
+        self.watch.close()  # also after a death no request saw: the meter's events and cgroup go
         if self.region is not None:
             self.region.close()
             self.region = None

@@ -11,11 +11,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_cannbench.workers import limits, procs, wire
+from pytest_cannbench.workers.cpu_watch import CpuWatch
 
 LOG_ROTATE_BYTES = 8 << 20  # a chatty worker must not grow its log without bound
 PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the directory holding pytest_cannbench
@@ -40,6 +41,7 @@ class WorkerClient:
     proc: subprocess.Popen | None = None
     starts: int = 0
     log_mark: int = 0  # size of the log when the current request began: what follows is that request's
+    watch: CpuWatch = field(default_factory=CpuWatch)  # CPU budget, meter and code check (timed workers only)
 
     def _spawn(self, module: str, args: list[str], env: dict[str, str],
                wrap: Callable[[list[str]], list[str]] | None = None, **popen: Any) -> subprocess.Popen:
@@ -50,8 +52,9 @@ class WorkerClient:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (PACKAGE_ROOT, os.environ.get("PYTHONPATH", "")) if p)
         with open(self.log_path, "ab") as log:
             argv = [sys.executable, "-m", module, *args]
-            proc = subprocess.Popen(wrap(argv) if wrap else argv, stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=log, start_new_session=True, env=env, **popen)
+            with self.watch.spawning():  # the timing thread budget's CPUs, inherited from the fork on
+                proc = subprocess.Popen(wrap(argv) if wrap else argv, stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=log, start_new_session=True, env=env, **popen)
         self.proc = proc
         self.starts += 1
         return proc
@@ -89,6 +92,7 @@ class WorkerClient:
         proc, self.proc = self.proc, None
         if proc is not None:
             procs.kill_group(proc)
+        self.watch.close()  # after the reaping: a meter's cgroup is removed once its worker left it
 
     def close(self) -> None:
         """Ask the child to exit, then kill its group whatever it did."""
@@ -97,3 +101,4 @@ class WorkerClient:
             stdin = proc.stdin
             assert stdin is not None  # every child comes from _spawn, with stdin=PIPE
             procs.stop(proc, lambda: wire.send(stdin, {"op": "exit"}))
+        self.watch.close()

@@ -18,7 +18,8 @@ Snapshot = tuple[int, frozenset[int]]  # (thread count, child pids)
 def thread_cpu(pid: int) -> dict[int, float]:
     """CPU seconds of each of the worker's threads, read by the judge from /proc (the worker cannot forge
     it): the scheduler's nanosecond run times where available, else user + system ticks (10 ms resolution).
-    A thread that ends between two readings drops out, which can only lower the plausibility floor."""
+    A thread that ends between two readings drops out, which can only lower the plausibility floor: the floor's
+    total comes from ``workers.cpu_meter``, which keeps it; these per-thread readings give the busiest thread."""
     out: dict[int, float] = {}
     try:
         tids = os.listdir(f"/proc/{pid}/task")
