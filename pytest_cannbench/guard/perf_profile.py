@@ -18,7 +18,9 @@ by the judge while the worker is frozen, after every call: libraries can be load
   It is reported but left out of the shares that judge: it would otherwise dilute delegation;
 - ``jit``: anonymous executable memory. Not the submission's by default: torch's own oneDNN generates its
   conv2d and bf16 matmul kernels there (measured: docs/security.md), and honest submissions compile ahead;
-- ``unknown``: an address no mapping holds once the call is over (code unmapped during the call);
+- ``unknown``: an address no mapping holds once the call is over (code unmapped during the call), and
+  ``[unsampled]``: CPU time the kernel counted on threads born inside the call that their samples do not account
+  for (a thread that ends before its first period is never sampled), beyond an allowance (``perf_sample``);
 - ``builtin``: everything else: libtorch_cpu, libc10, MKL, oneDNN, OpenBLAS, sleef, numpy's libraries,
   and a copy of one of those shipped in the private install (named like a builtin library).
 
@@ -47,6 +49,7 @@ KINDS = (OWN, RUNTIME, SYSTEM, BUILTIN, JIT, UNKNOWN)
 WORK_KINDS = (OWN, RUNTIME, BUILTIN, JIT, UNKNOWN)  # where computing can happen
 FOREIGN_KINDS = (BUILTIN, JIT, UNKNOWN)  # code that is not the submission's nor the language's
 KERNEL, VDSO, ANON_EXEC, UNMAPPED, TOOLCHAIN = "[kernel]", "[vdso]", "[anon exec]", "[unmapped]", "[toolchain]"
+UNSAMPLED = "[unsampled]"
 
 RUNTIME_LIBRARY = re.compile(
     r"^(python3(\.\d+)*|libpython3[\d.]*\.so.*|ld-linux.*\.so.*|ld64\.so.*|ld-[\d.]+\.so"
@@ -119,7 +122,7 @@ def classify(path: str, own: tuple[str, ...]) -> str:
     """The kind of the object a mapping's path names (see the module docstring)."""
     if path in (KERNEL, VDSO, "[vsyscall]", TOOLCHAIN):
         return SYSTEM
-    if path == UNMAPPED:
+    if path in (UNMAPPED, UNSAMPLED):
         return UNKNOWN
     if path in ("", ANON_EXEC) or path.startswith("[anon") or path in ("[heap]", "[stack]"):
         return JIT
@@ -152,14 +155,20 @@ class ObjectSamples:
 
 @dataclass
 class CallProfile:
-    """One call's (or several merged calls') samples by object; ``shares`` are fractions of all samples."""
+    """One call's (or several merged calls') samples by object; ``shares`` are fractions of all samples.
+
+    ``period_ns`` is the CPU time one sample stands for (measured, the periods being random); the books
+    (``cpu_ns``, ``unsampled_ns``) are those of the kernel's counters, 0 where they were not kept."""
 
     objects: dict[str, ObjectSamples] = field(default_factory=dict)
     lost: int = 0
     threads: int = 0
     period_ns: int = 0
-    calls: int = 1  # operator calls the samples cover (a timing batch covers many)
+    calls: int = 1  # operator calls the samples cover (a timing batch: its timed calls)
     error: str = ""  # the sampler failed during the window: no verdict
+    cpu_ns: int = 0  # CPU time of the worker's threads the samples were taken from
+    unsampled_ns: int = 0  # of it, on threads born inside the calls and not accounted for by their samples
+    accounting: str = ""  # why the CPU was not counted, where it was not
 
     @property
     def samples(self) -> int:
@@ -196,9 +205,13 @@ class CallProfile:
 
     def merge(self, other: CallProfile) -> CallProfile:
         """This profile and ``other`` as one (a case's calls judged together)."""
+        samples = self.samples + other.samples
+        period = (round((self.period_ns * self.samples + other.period_ns * other.samples) / samples)
+                  if samples and self.period_ns and other.period_ns else self.period_ns or other.period_ns)
         merged = CallProfile(lost=self.lost + other.lost, threads=max(self.threads, other.threads),
-                             period_ns=self.period_ns or other.period_ns, calls=self.calls + other.calls,
-                             error=self.error or other.error)
+                             period_ns=period, calls=self.calls + other.calls, error=self.error or other.error,
+                             cpu_ns=self.cpu_ns + other.cpu_ns, unsampled_ns=self.unsampled_ns + other.unsampled_ns,
+                             accounting=self.accounting or other.accounting)
         for source in (self, other):
             for name, obj in source.objects.items():
                 into = merged.objects.setdefault(name, ObjectSamples(obj.kind, symbol_path=obj.symbol_path))

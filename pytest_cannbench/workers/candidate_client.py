@@ -422,6 +422,8 @@ class CandidateWorker(WorkerClient):
             if batch.ready_at is not None:
                 batch.held += time.perf_counter() - batch.ready_at
                 batch.ready_at = None
+            if self.evidence is not None:  # only the samples from here to the next frame judge the call
+                self.evidence.open_window()
             reply = self._exchange({"op": "go", "call": batch.next}, remaining)
         except WorkerGone as exc:
             batch.result = self._finish(BatchResult(exc.status, message=str(exc)), batch.case_log)
@@ -447,6 +449,8 @@ class CandidateWorker(WorkerClient):
         """A frame of a streamed batch: ``{"ready": next}`` (the worker waits, now frozen) or its final reply."""
         received = time.perf_counter()
         self._freeze()
+        if self.evidence is not None:
+            self.evidence.close_window()
         ready = reply.get("ready")
         if set(reply) == {"ready"} and type(ready) is int and ready == batch.next < len(batch.call_sets):
             batch.ready_at = received
