@@ -14,7 +14,8 @@ by the judge while the worker is frozen, after every call: libraries can be load
   ``[toolchain]``, the samples of the worker's child processes when it may start none (containment, seen in force
   by the judge): the compiler helper's tools, ptxas and cc (``attribute(toolchain_except=...)``). Seen on an
   H200: a Triton kernel's first call spent 30-55% of its samples compiling, and every case was refused as builtin
-  compute.
+  compute. And ``[profiler]``: the functions of torch's profiler inside a builtin library (by symbol), the
+  in-worker guard's own recording of the call (up to 3 ms per correctness call, its session's start and end);
   It is reported but left out of the shares that judge: it would otherwise dilute delegation;
 - ``jit``: anonymous executable memory. Not the submission's by default: torch's own oneDNN generates its
   conv2d and bf16 matmul kernels there (measured: docs/security.md), and honest submissions compile ahead;
@@ -49,7 +50,14 @@ KINDS = (OWN, RUNTIME, SYSTEM, BUILTIN, JIT, UNKNOWN)
 WORK_KINDS = (OWN, RUNTIME, BUILTIN, JIT, UNKNOWN)  # where computing can happen
 FOREIGN_KINDS = (BUILTIN, JIT, UNKNOWN)  # code that is not the submission's nor the language's
 KERNEL, VDSO, ANON_EXEC, UNMAPPED, TOOLCHAIN = "[kernel]", "[vdso]", "[anon exec]", "[unmapped]", "[toolchain]"
-UNSAMPLED = "[unsampled]"
+UNSAMPLED, PROFILER = "[unsampled]", "[profiler]"
+# torch's profiler, as the in-worker guard runs it around each call (its session, RecordFunction's callbacks, kineto's
+# trace): the judge's machinery, no one's compute. Matched on the demangled symbol, anywhere in it (a return type or
+# a template argument comes first); a compute kernel has none of these names.
+PROFILER_SYMBOL = re.compile(r"(^|[\s:<(,*&])(torch::profiler::|torch::autograd::profiler::|libkineto::"
+                             r"|c10::ApproximateClockToUnixTimeConverter|at::RecordFunction\b|at::getStepCallbacks"
+                             r"|at::\(anonymous namespace\)::"
+                             r"(CacheEntry|LocalCallbackManager|GlobalCallbackManager)\b)")
 
 RUNTIME_LIBRARY = re.compile(
     r"^(python3(\.\d+)*|libpython3[\d.]*\.so.*|ld-linux.*\.so.*|ld64\.so.*|ld-[\d.]+\.so"
@@ -120,7 +128,7 @@ def read_maps(pid: int) -> list[Mapping]:
 
 def classify(path: str, own: tuple[str, ...]) -> str:
     """The kind of the object a mapping's path names (see the module docstring)."""
-    if path in (KERNEL, VDSO, "[vsyscall]", TOOLCHAIN):
+    if path in (KERNEL, VDSO, "[vsyscall]", TOOLCHAIN, PROFILER):
         return SYSTEM
     if path in (UNMAPPED, UNSAMPLED):
         return UNKNOWN
@@ -278,4 +286,25 @@ def attribute(raw: RawSamples, maps: dict[int, list[Mapping]], own: tuple[str, .
         obj.samples += count
         if offset:
             obj.offsets[offset] += count
+    split_profiler(profile)
     return profile
+
+
+def split_profiler(profile: CallProfile) -> None:
+    """Move the samples of torch's profiler out of the builtin libraries into ``[profiler]`` (system), by the
+    symbol at each sampled offset; where a library's symbols cannot be read, its samples stay builtin."""
+    moved = 0
+    for obj in profile.objects.values():
+        if obj.kind != BUILTIN or obj.symbol_path is None or not obj.offsets:
+            continue
+        table = symbol_table(obj.symbol_path)
+        if table is None:
+            continue
+        for offset, count in list(obj.offsets.items()):
+            name = table.name(offset)
+            if name is not None and PROFILER_SYMBOL.search(name):
+                del obj.offsets[offset]
+                obj.samples -= count
+                moved += count
+    if moved:
+        profile.objects.setdefault(PROFILER, ObjectSamples(SYSTEM)).samples += moved

@@ -504,6 +504,8 @@ class CandidateWorker(WorkerClient):
         assert self.region is not None
         decoded = [decode_outputs(d, self.region, c, self.device) for d, c in zip(outputs, batch.layout.calls)]
         notes = [str(n)[:300] for n in reply.get("notes") or []][:10]
+        if self.evidence is not None:  # a weaker mode of the judge's own evidence is never silent
+            notes += self.evidence.weaker()
         return self._finish(BatchResult(OK, seconds=[float(v) for v in seconds], outputs=decoded,
                                         phases={str(k)[:20]: float(v) for k, v in phases.items()}, wall_s=wall,
                                         cpu_s=cpu_s, busiest_cpu_s=busiest_s, held_s=batch.held,

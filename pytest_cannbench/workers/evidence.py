@@ -50,6 +50,13 @@ class OutsideEvidence:
         else:
             self.sampler, self.note = opened, ""
 
+    def weaker(self) -> list[str]:
+        """What the judge could not observe of this worker (the kernel refused a facility), for the case's notes."""
+        found = [self.note] if self.note else []
+        if self.sampler is not None and self.sampler.accounting:
+            found.append(f"CPU sampling: {self.sampler.accounting}")
+        return found
+
     def close(self) -> None:
         sampler, self.sampler = self.sampler, None
         if sampler is not None:
