@@ -44,6 +44,7 @@ import mmap
 import os
 import platform
 import random
+import resource
 import struct
 import threading
 import time
@@ -92,7 +93,11 @@ PERIOD_LOW, PERIOD_HIGH, RESET_MEAN = 0.1, 2.5, 1.5
 RESET_CLIP_S = (0.0002, 0.01)
 DEFAULT_PAGES = 32  # data pages per CPU: 128 KiB, 3300 samples, 3 s of one busy CPU between two drains
 DRAIN_INTERVAL_S = 0.1
-MAX_COVERED = 64  # threads followed with events of their own; more ride on their creators' inherited events
+# events the judge opens on one worker (a followed thread costs one per CPU and a counter), within a quarter of the
+# judge's descriptors: past it, threads that come are sampled by inherited copies at the period of their birth, and
+# the events are no longer opened again (that would close the copies); said in the case's notes. At 4096: 20
+# threads on 200 CPUs, 1365 on 2.
+MAX_EVENTS = min(4096, max(64, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 4))
 # CPU of threads born in the window that their samples do not account for, forgiven per exchange: an honest thread
 # started inside a call runs up to one period before its first sample (and the judge sees it about a millisecond
 # after its birth). Threads pools (OpenMP, at::parallel_for) start once and are then covered.
@@ -342,6 +347,7 @@ class CallSampler:
         self.own_base: dict[int, int] = {}  # tid -> CPU counted by its own counters closed so far (ns)
         self.counters: list[int] = []  # inherited by threads: all the worker's threads' CPU, exited ones too
         self.accounting = ""  # why unsampled CPU is not counted, where it is not
+        self.crowded = 0  # the most threads seen past MAX_EVENTS (not all followed with events of the judge's)
         self.log = SampleLog()
         self.last_log = SampleLog()  # the last exchange's, as read
         self.windows: list[list[int]] = []  # [start, end] ns of each timed call's window (end 0: open)
@@ -497,9 +503,12 @@ class CallSampler:
         threads = self._threads()
         if set(self.covered) == {tid for _pid, tid in threads} and not any(c.double for c in self.covered.values()):
             return
+        if len(threads) * (len(self.cpus) + 1) > MAX_EVENTS:
+            self.crowded = max(self.crowded, len(threads))
+            return
         self._uncover_all()
         now = time.perf_counter_ns()
-        for pid, tid in threads[:MAX_COVERED]:
+        for pid, tid in threads:
             found = self._cover(pid, tid, enabled=enabled, now=now)
             if isinstance(found, Unavailable):
                 self.error = self.error or f"following thread {tid}: {found.reason}"
@@ -696,10 +705,14 @@ class CallSampler:
                 tid = int(name)
             except ValueError:
                 continue
-            if tid not in self.covered and len(self.covered) < MAX_COVERED:
-                found = self._cover(self.pid, tid, enabled=True, now=now, double=True)
-                if isinstance(found, Unavailable):
-                    self.error = self.error or f"following thread {tid}: {found.reason}"
+            if tid in self.covered:
+                continue
+            if (len(self.covered) + 1) * (len(self.cpus) + 1) > MAX_EVENTS:
+                self.crowded = max(self.crowded, len(tids))
+                return
+            found = self._cover(self.pid, tid, enabled=True, now=now, double=True)
+            if isinstance(found, Unavailable):
+                self.error = self.error or f"following thread {tid}: {found.reason}"
 
     def _drain_loop(self) -> None:
         last = time.monotonic()

@@ -55,6 +55,9 @@ class OutsideEvidence:
         found = [self.note] if self.note else []
         if self.sampler is not None and self.sampler.accounting:
             found.append(f"CPU sampling: {self.sampler.accounting}")
+        if self.sampler is not None and self.sampler.crowded:
+            found.append(f"CPU sampling: {self.sampler.crowded} threads, too many to follow each with events of the "
+                         "judge's own: the later ones were sampled at the period of their birth")
         return found
 
     def close(self) -> None:

@@ -712,3 +712,39 @@ def test_torchs_profiler_is_the_guards_machinery_not_builtin_compute() -> None:
     assert all(PROFILER_SYMBOL.search(name) for name in profiler)
     assert not any(PROFILER_SYMBOL.search(name) for name in compute)
     assert classify(PROFILER, ()) == SYSTEM
+
+
+@needs_perf
+def test_threads_past_the_event_budget_ride_on_inherited_copies(c_loop: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker with more threads than the judge will open events for keeps the ones it has: the newcomers are
+    sampled by their inherited copies (at the period of their birth) and the case's notes say so."""
+    from pytest_cannbench.workers.evidence import OutsideEvidence
+
+    monkeypatch.setattr(ps, "MAX_EVENTS", 2 * (len(ps.online_cpus()) + 1))  # two threads followed at most
+    code = SPIN_THREAD.format(path=str(c_loop), n=60_000_000) + textwrap.dedent("""
+        import time
+        def crowd():
+            for _ in range(4):
+                threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+            return 'crowd'
+        steps = [crowd, start, both]
+    """)
+    child, sampler = _driven(code, (str(c_loop.parent),))
+    try:
+        with sampler:
+            os.killpg(child.pid, signal.SIGSTOP)
+            assert _step(child) == "crowd"
+            sampler.arm()
+            sampler.open_window()
+            late = int(_step(child))
+            assert _step(child) == "done"
+            sampler.close_window()
+            profile = sampler.collect()
+            assert sampler.crowded >= 5 and len(sampler.covered) <= 2 and late not in sampler.covered
+            assert late in {r[2] for r in sampler.last_log.records}  # sampled all the same, by inherited copies
+            assert profile.count(OWN) > 40 and judge_profile(profile).finding is None, judge_profile(profile).detail
+            evidence = OutsideEvidence(sampler=sampler)
+            assert any("too many to follow" in note for note in evidence.weaker())
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
