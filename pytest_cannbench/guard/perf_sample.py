@@ -359,6 +359,7 @@ class CallSampler:
         self.rng = random.Random(os.urandom(16))  # the worker cannot read the judge's memory
         self._lock = threading.Lock()
         self._armed = threading.Event()
+        self._live = threading.Event()  # the worker may be running: from arm, and inside each window
         self._closed = threading.Event()
         self._drainer: threading.Thread | None = None
 
@@ -537,6 +538,7 @@ class CallSampler:
             self.armed_at = time.perf_counter_ns()
             self.start = self._snapshot()
         self._armed.set()
+        self._live.set()
         if self._drainer is None:
             self._drainer = threading.Thread(target=self._drain_loop, name="cann-perf-drain", daemon=True)
             self._drainer.start()
@@ -550,10 +552,12 @@ class CallSampler:
             if not self.windows:
                 self.start = self._snapshot()
             self.windows.append([time.perf_counter_ns(), 0])
+        self._live.set()
 
     def close_window(self) -> None:
         """The timed call's frame arrived and the worker is frozen again. Never raises."""
         now = time.perf_counter_ns()
+        self._live.clear()  # frozen until the next window: no redraws, no look for threads, drains only
         with self._lock:
             if self.windows and not self.windows[-1][1]:
                 self.windows[-1][1] = now
@@ -562,6 +566,7 @@ class CallSampler:
         """Disable and read everything: the samples of the windows (or of the exchange) and the books. Never
         raises."""
         self._armed.clear()
+        self._live.clear()
         with self._lock:
             self._ioctl(IOC_DISABLE)
             for buffer in self.buffers:
@@ -720,17 +725,17 @@ class CallSampler:
         while not self._closed.is_set():
             if not self._armed.wait(0.5):
                 continue
-            if not self.randomise:
-                if self._closed.wait(DRAIN_INTERVAL_S):
-                    return
-            else:  # a plain sleep: Event.wait with a timeout costs about 25 us of CPU, the sleep about 2
+            live = self.randomise and self._live.is_set()
+            if live:  # a plain sleep: Event.wait with a timeout costs about 25 us of CPU, the sleep about 2
                 time.sleep(min(high, max(low, self.rng.expovariate(1e9 / (RESET_MEAN * self.period_ns)))))
-                if self._closed.is_set():
-                    return
+            else:  # fixed periods, or the worker frozen between two windows: only the drains, until it runs
+                self._live.wait(DRAIN_INTERVAL_S)
+            if self._closed.is_set():
+                return
             with self._lock:
                 if not self._armed.is_set():
                     continue
-                if self.randomise:
+                if live and self._live.is_set():
                     self._redraw_running()
                     self._discover()
                 if time.monotonic() - last >= DRAIN_INTERVAL_S:
@@ -741,6 +746,7 @@ class CallSampler:
     def close(self) -> None:
         self._closed.set()
         self._armed.clear()
+        self._live.set()  # wakes the drain thread, which sees the sampler closed
         with self._lock:
             self._uncover_all()
             for buffer in self.buffers:
