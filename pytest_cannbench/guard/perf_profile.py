@@ -14,11 +14,14 @@ by the judge while the worker is frozen, after every call: libraries can be load
   ``[toolchain]``, the samples of the worker's child processes when it may start none (containment, seen in force
   by the judge): the compiler helper's tools, ptxas and cc (``attribute(toolchain_except=...)``). Seen on an
   H200: a Triton kernel's first call spent 30-55% of its samples compiling, and every case was refused as builtin
-  compute.
+  compute. And ``[profiler]``: the functions of torch's profiler inside a builtin library (by symbol), the
+  in-worker guard's own recording of the call (up to 3 ms per correctness call, its session's start and end);
   It is reported but left out of the shares that judge: it would otherwise dilute delegation;
 - ``jit``: anonymous executable memory. Not the submission's by default: torch's own oneDNN generates its
   conv2d and bf16 matmul kernels there (measured: docs/security.md), and honest submissions compile ahead;
-- ``unknown``: an address no mapping holds once the call is over (code unmapped during the call);
+- ``unknown``: an address no mapping holds once the call is over (code unmapped during the call), and
+  ``[unsampled]``: CPU time the kernel counted on threads born inside the call that their samples do not account
+  for (a thread that ends before its first period is never sampled), beyond an allowance (``perf_sample``);
 - ``builtin``: everything else: libtorch_cpu, libc10, MKL, oneDNN, OpenBLAS, sleef, numpy's libraries,
   and a copy of one of those shipped in the private install (named like a builtin library).
 
@@ -47,6 +50,14 @@ KINDS = (OWN, RUNTIME, SYSTEM, BUILTIN, JIT, UNKNOWN)
 WORK_KINDS = (OWN, RUNTIME, BUILTIN, JIT, UNKNOWN)  # where computing can happen
 FOREIGN_KINDS = (BUILTIN, JIT, UNKNOWN)  # code that is not the submission's nor the language's
 KERNEL, VDSO, ANON_EXEC, UNMAPPED, TOOLCHAIN = "[kernel]", "[vdso]", "[anon exec]", "[unmapped]", "[toolchain]"
+UNSAMPLED, PROFILER = "[unsampled]", "[profiler]"
+# torch's profiler, as the in-worker guard runs it around each call (its session, RecordFunction's callbacks, kineto's
+# trace): the judge's machinery, no one's compute. Matched on the demangled symbol, anywhere in it (a return type or
+# a template argument comes first); a compute kernel has none of these names.
+PROFILER_SYMBOL = re.compile(r"(^|[\s:<(,*&])(torch::profiler::|torch::autograd::profiler::|libkineto::"
+                             r"|c10::ApproximateClockToUnixTimeConverter|at::RecordFunction\b|at::getStepCallbacks"
+                             r"|at::\(anonymous namespace\)::"
+                             r"(CacheEntry|LocalCallbackManager|GlobalCallbackManager)\b)")
 
 RUNTIME_LIBRARY = re.compile(
     r"^(python3(\.\d+)*|libpython3[\d.]*\.so.*|ld-linux.*\.so.*|ld64\.so.*|ld-[\d.]+\.so"
@@ -117,9 +128,9 @@ def read_maps(pid: int) -> list[Mapping]:
 
 def classify(path: str, own: tuple[str, ...]) -> str:
     """The kind of the object a mapping's path names (see the module docstring)."""
-    if path in (KERNEL, VDSO, "[vsyscall]", TOOLCHAIN):
+    if path in (KERNEL, VDSO, "[vsyscall]", TOOLCHAIN, PROFILER):
         return SYSTEM
-    if path == UNMAPPED:
+    if path in (UNMAPPED, UNSAMPLED):
         return UNKNOWN
     if path in ("", ANON_EXEC) or path.startswith("[anon") or path in ("[heap]", "[stack]"):
         return JIT
@@ -152,14 +163,20 @@ class ObjectSamples:
 
 @dataclass
 class CallProfile:
-    """One call's (or several merged calls') samples by object; ``shares`` are fractions of all samples."""
+    """One call's (or several merged calls') samples by object; ``shares`` are fractions of all samples.
+
+    ``period_ns`` is the CPU time one sample stands for (measured, the periods being random); the books
+    (``cpu_ns``, ``unsampled_ns``) are those of the kernel's counters, 0 where they were not kept."""
 
     objects: dict[str, ObjectSamples] = field(default_factory=dict)
     lost: int = 0
     threads: int = 0
     period_ns: int = 0
-    calls: int = 1  # operator calls the samples cover (a timing batch covers many)
+    calls: int = 1  # operator calls the samples cover (a timing batch: its timed calls)
     error: str = ""  # the sampler failed during the window: no verdict
+    cpu_ns: int = 0  # CPU time of the worker's threads the samples were taken from
+    unsampled_ns: int = 0  # of it, on threads born inside the calls and not accounted for by their samples
+    accounting: str = ""  # why the CPU was not counted, where it was not
 
     @property
     def samples(self) -> int:
@@ -196,9 +213,13 @@ class CallProfile:
 
     def merge(self, other: CallProfile) -> CallProfile:
         """This profile and ``other`` as one (a case's calls judged together)."""
+        samples = self.samples + other.samples
+        period = (round((self.period_ns * self.samples + other.period_ns * other.samples) / samples)
+                  if samples and self.period_ns and other.period_ns else self.period_ns or other.period_ns)
         merged = CallProfile(lost=self.lost + other.lost, threads=max(self.threads, other.threads),
-                             period_ns=self.period_ns or other.period_ns, calls=self.calls + other.calls,
-                             error=self.error or other.error)
+                             period_ns=period, calls=self.calls + other.calls, error=self.error or other.error,
+                             cpu_ns=self.cpu_ns + other.cpu_ns, unsampled_ns=self.unsampled_ns + other.unsampled_ns,
+                             accounting=self.accounting or other.accounting)
         for source in (self, other):
             for name, obj in source.objects.items():
                 into = merged.objects.setdefault(name, ObjectSamples(obj.kind, symbol_path=obj.symbol_path))
@@ -265,4 +286,25 @@ def attribute(raw: RawSamples, maps: dict[int, list[Mapping]], own: tuple[str, .
         obj.samples += count
         if offset:
             obj.offsets[offset] += count
+    split_profiler(profile)
     return profile
+
+
+def split_profiler(profile: CallProfile) -> None:
+    """Move the samples of torch's profiler out of the builtin libraries into ``[profiler]`` (system), by the
+    symbol at each sampled offset; where a library's symbols cannot be read, its samples stay builtin."""
+    moved = 0
+    for obj in profile.objects.values():
+        if obj.kind != BUILTIN or obj.symbol_path is None or not obj.offsets:
+            continue
+        table = symbol_table(obj.symbol_path)
+        if table is None:
+            continue
+        for offset, count in list(obj.offsets.items()):
+            name = table.name(offset)
+            if name is not None and PROFILER_SYMBOL.search(name):
+                del obj.offsets[offset]
+                obj.samples -= count
+                moved += count
+    if moved:
+        profile.objects.setdefault(PROFILER, ObjectSamples(SYSTEM)).samples += moved

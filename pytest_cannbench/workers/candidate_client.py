@@ -424,6 +424,8 @@ class CandidateWorker(WorkerClient):
             if batch.ready_at is not None:
                 batch.held += time.perf_counter() - batch.ready_at
                 batch.ready_at = None
+            if self.evidence is not None:  # only the samples from here to the next frame judge the call
+                self.evidence.open_window()
             reply = self._exchange({"op": "go", "call": batch.next}, remaining)
         except WorkerGone as exc:
             batch.result = self._finish(BatchResult(exc.status, message=str(exc)), batch.case_log)
@@ -449,6 +451,8 @@ class CandidateWorker(WorkerClient):
         """A frame of a streamed batch: ``{"ready": next}`` (the worker waits, now frozen) or its final reply."""
         received = time.perf_counter()
         self._freeze()
+        if self.evidence is not None:
+            self.evidence.close_window()
         ready = reply.get("ready")
         if set(reply) == {"ready"} and type(ready) is int and ready == batch.next < len(batch.call_sets):
             batch.ready_at = received
@@ -501,6 +505,8 @@ class CandidateWorker(WorkerClient):
         assert self.region is not None
         decoded = [decode_outputs(d, self.region, c, self.device) for d, c in zip(outputs, batch.layout.calls)]
         notes = [str(n)[:300] for n in reply.get("notes") or []][:10]
+        if self.evidence is not None:  # a weaker mode of the judge's own evidence is never silent
+            notes += self.evidence.weaker()
         return self._finish(BatchResult(OK, seconds=[float(v) for v in seconds], outputs=decoded,
                                         phases={str(k)[:20]: float(v) for k, v in phases.items()}, wall_s=wall,
                                         cpu_s=cpu_s, busiest_cpu_s=busiest_s, held_s=batch.held,

@@ -1,8 +1,9 @@
 """What the judge observes of a submission worker from outside it, call by call.
 
 Two sources the submission cannot switch off from inside its process: the worker's instruction pointers,
-sampled with ``perf_event_open`` (guard.perf_sample; merged over a case's calls and over its operator's, since
-one call rarely holds enough samples to decide), and the executable mappings of the frozen worker
+sampled with ``perf_event_open`` at random intervals (guard.perf_sample; in a timing batch only those inside the
+windows of its timed calls; merged over a case's calls and over its operator's, since one call rarely holds
+enough samples to decide), and the executable mappings of the frozen worker
 (guard.maps). Both yield ``(kind, detail)`` guard problems for :func:`guard.policy.guard_verdict`.
 """
 
@@ -55,6 +56,16 @@ class OutsideEvidence:
         else:
             self.sampler, self.note = opened, ""
 
+    def weaker(self) -> list[str]:
+        """What the judge could not observe of this worker (the kernel refused a facility), for the case's notes."""
+        found = [self.note] if self.note else []
+        if self.sampler is not None and self.sampler.accounting:
+            found.append(f"CPU sampling: {self.sampler.accounting}")
+        if self.sampler is not None and self.sampler.crowded:
+            found.append(f"CPU sampling: {self.sampler.crowded} threads, too many to follow each with events of the "
+                         "judge's own: the later ones were sampled at the period of their birth")
+        return found
+
     def close(self) -> None:
         sampler, self.sampler = self.sampler, None
         if sampler is not None:
@@ -64,6 +75,16 @@ class OutsideEvidence:
         """Just before a request is sent (it thaws the worker)."""
         if self.sampler is not None:
             self.sampler.arm()
+
+    def open_window(self) -> None:
+        """A timed call of a streamed batch is about to be let go (the worker frozen)."""
+        if self.sampler is not None:
+            self.sampler.open_window()
+
+    def close_window(self) -> None:
+        """Its frame arrived and the worker is frozen again."""
+        if self.sampler is not None:
+            self.sampler.close_window()
 
     def sampled(self, keys: tuple[str, ...], calls: int) -> list[Problem]:
         """The samples of what just ran (the worker is frozen), judged merged with the earlier calls of each key."""

@@ -5,6 +5,7 @@ synthetic input too."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import mmap
 import os
 import shutil
@@ -25,11 +26,14 @@ from pytest_cannbench.guard.perf_profile import (
     JIT,
     KERNEL,
     OWN,
+    PROFILER,
+    PROFILER_SYMBOL,
     RUNTIME,
     SYSTEM,
     TOOLCHAIN,
     UNKNOWN,
     UNMAPPED,
+    UNSAMPLED,
     CallProfile,
     ObjectSamples,
     attribute,
@@ -88,7 +92,8 @@ def _sampled(code: str, own: tuple[str, ...] = (), *, pages: int = ps.DEFAULT_PA
             assert child.stdout.readline().strip() == "done"
             os.kill(child.pid, signal.SIGSTOP)
             raw = sampler.disarm()
-            profile = attribute(raw, {child.pid: read_maps(child.pid)}, sampler.own, period_ns=sampler.period_ns)
+            profile = attribute(raw, {child.pid: read_maps(child.pid)}, sampler.own,
+                                period_ns=raw.period_ns or sampler.period_ns)
             assert raw.pids == {child.pid}
             os.kill(child.pid, signal.SIGCONT)
         return raw, profile, at_open
@@ -190,10 +195,10 @@ def test_a_thread_created_after_the_open_is_sampled(c_loop: Path) -> None:
 
 @needs_perf
 def test_a_call_longer_than_the_buffer_loses_nothing(c_loop: Path) -> None:
-    """8 pages hold about 1365 samples, 0.34 s at 250 us; the drain thread empties them while the call runs."""
+    """16 pages hold about 1365 samples, 0.34 s at 250 us; the drain thread empties them while the call runs."""
     code = SPIN.format(path=str(c_loop)).replace("60_000_000", "400_000_000")
-    raw, profile, _ = _sampled(code, own=(str(c_loop.parent),), pages=8, period_ns=250_000)
-    capacity = 8 * mmap.PAGESIZE // (ps.HEADER.size + ps.SAMPLE.size)
+    raw, profile, _ = _sampled(code, own=(str(c_loop.parent),), pages=16, period_ns=250_000)
+    capacity = 16 * mmap.PAGESIZE // (ps.HEADER.size + ps.SAMPLE.size)
     assert raw.total > capacity and raw.lost == 0, (raw.total, raw.lost)
     assert profile.shares[OWN] > 0.8
 
@@ -242,13 +247,14 @@ def test_a_failing_ioctl_makes_the_window_inconclusive() -> None:
     try:
         sampler = ps.CallSampler.open(child.pid)
         assert not isinstance(sampler, ps.Unavailable), sampler
-        os.close(sampler.fds.pop())  # a descriptor gone behind the sampler's back: EBADF on every ioctl
-        sampler.fds.append(2 ** 20)
+        fds = next(iter(sampler.covered.values())).fds
+        os.close(fds.pop())  # a descriptor gone behind the sampler's back: EBADF on every ioctl
+        fds.append(2 ** 20)
         sampler.arm()
         profile = sampler.collect()
         verdict = judge_profile(profile)
         assert profile.error and not verdict.conclusive and "ioctl" in verdict.detail
-        sampler.fds.pop()
+        fds.pop()
         sampler.close()
     finally:
         child.kill()
@@ -278,18 +284,21 @@ def _record(kind: int, misc: int, body: bytes) -> bytes:
 
 
 def test_parse_records_synthetic() -> None:
-    user = _record(ps.RECORD_SAMPLE, 2, ps.SAMPLE.pack(0x1000, 7, 8))
-    kernel = _record(ps.RECORD_SAMPLE, ps.MISC_KERNEL, ps.SAMPLE.pack(0xFFFF0000, 7, 9))
+    user = _record(ps.RECORD_SAMPLE, 2, ps.SAMPLE.pack(0x1000, 7, 8, 100, 41, 1000))
+    kernel = _record(ps.RECORD_SAMPLE, ps.MISC_KERNEL, ps.SAMPLE.pack(0xFFFF0000, 7, 9, 200, 42, 2000))
     lost = _record(ps.RECORD_LOST, 0, ps.LOST.pack(1, 5))
     throttle = _record(5, 0, b"\0" * 24)
     data = user + kernel + lost + throttle + user
-    raw = ps.RawSamples()
-    assert ps.parse_records(data + user[:10], raw) == len(data)  # a cut record waits for the next read
-    assert raw.ips == {(7, 0x1000, False): 2, (7, 0xFFFF0000, True): 1}
-    assert raw.lost == 5 and raw.tids == {8, 9} and raw.total == 3
-    broken = ps.RawSamples()
+    log = ps.SampleLog()
+    assert ps.parse_records(data + user[:10], log) == len(data)  # a cut record waits for the next read
+    assert log.records == [(100, 7, 8, 0x1000, False, 41, 1000), (200, 7, 9, 0xFFFF0000, True, 42, 2000),
+                           (100, 7, 8, 0x1000, False, 41, 1000)]
+    assert log.lost == 5
+    broken = ps.SampleLog()
     assert ps.parse_records(ps.HEADER.pack(ps.RECORD_SAMPLE, 0, 0) + user, broken) > 0  # size 0: no endless loop
-    assert broken.total == 0
+    assert broken.records == []
+    assert ps.stat_where(b"42 (a) b (c)) R 1 2 3 " + b"0 " * 32 + b"5 9 0") == ("R", 5)  # the name holds ") "
+    assert ps.stat_where(b"garbage") is None
 
 
 def test_ring_buffer_wraps_and_moves_the_tail() -> None:
@@ -300,7 +309,7 @@ def test_ring_buffer_wraps_and_moves_the_tail() -> None:
         os.ftruncate(fd, (1 + pages) * page)
         ring = ps.RingBuffer(fd, pages)
         size = pages * page
-        record = _record(ps.RECORD_SAMPLE, 2, ps.SAMPLE.pack(0xABC, 1, 2))
+        record = _record(ps.RECORD_SAMPLE, 2, ps.SAMPLE.pack(0xABC, 1, 2, 3, 4, 5))
         tail = size - 10  # the record starts 10 bytes before the end
         data = bytearray(size)
         stream = record * 3
@@ -308,9 +317,9 @@ def test_ring_buffer_wraps_and_moves_the_tail() -> None:
             data[(tail + i) % size] = byte
         ring.map[page:page + size] = bytes(data)
         struct.pack_into("=QQ", ring.map, ps.META_HEAD, tail + len(stream), tail)
-        raw = ps.RawSamples()
-        ring.drain(raw)
-        assert raw.ips == {(1, 0xABC, False): 3}
+        log = ps.SampleLog()
+        ring.drain(log)
+        assert log.records == [(3, 1, 2, 0xABC, False, 4, 5)] * 3
         assert struct.unpack_from("=QQ", ring.map, ps.META_HEAD) == (tail + len(stream),) * 2
         ring.close()
     finally:
@@ -444,7 +453,7 @@ def test_the_rule() -> None:
     assert "90%" in delegated.detail and "builtin" in delegated.detail
     honest = judge_profile(_profile(own=90, builtin=5, runtime=5), symbols=False)
     assert honest.finding is None and honest.conclusive
-    few = judge_profile(_profile(builtin=20, system=500), symbols=False)  # idle threads do not make a verdict
+    few = judge_profile(_profile(builtin=5, system=500), symbols=False)  # idle threads do not make a verdict
     assert few.finding is None and not few.conclusive and "inconclusive" in few.detail
     jit = judge_profile(_profile(jit=80, own=20), symbols=False)  # oneDNN's generated kernels are not own
     assert jit.finding == BUILTIN_COMPUTE
@@ -466,3 +475,276 @@ def test_symbol_lookup_refuses_what_it_cannot_read(tmp_path: Path) -> None:
     assert symbol_table(str(tmp_path / "missing.so")) is None
     table = symbol_table(sys.executable)
     assert table is not None and table.segments
+
+
+# ------------------------------------------------------------ random intervals, windows, the books
+
+
+def _driven(code: str, own: tuple[str, ...] = (), **opts: object) -> tuple[subprocess.Popen, ps.CallSampler]:
+    """A child running ``code`` (which defines ``steps``, a list of functions) sampled from its spawn: each line
+    sent runs the next step, which answers with a line."""
+    script = ("import sys\n" + code + "\nprint('ready', flush=True)\n"
+              "for step in steps:\n    sys.stdin.readline()\n    print(step(), flush=True)\nsys.stdin.read()\n")
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True)
+    sampler = ps.CallSampler.open(child.pid, own, **opts)  # type: ignore[arg-type]
+    assert not isinstance(sampler, ps.Unavailable), sampler
+    assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    return child, sampler
+
+
+def _step(child: subprocess.Popen) -> str:
+    """Let the frozen child run its next step; it is frozen again once it answered."""
+    assert child.stdin is not None and child.stdout is not None
+    os.killpg(child.pid, signal.SIGCONT)
+    child.stdin.write("go\n")
+    child.stdin.flush()
+    answer = child.stdout.readline().strip()
+    os.killpg(child.pid, signal.SIGSTOP)
+    return answer
+
+
+def _intervals(sampler: ps.CallSampler, tid: int, judges_own: bool) -> list[float]:
+    """Microseconds between the successive samples of ``tid`` from the judge's own events (or the inherited
+    copies), as the last exchange read them; gaps over 5 ms are the thread waiting for a CPU, left out."""
+    times = sorted(r[0] for r in sampler.last_log.records
+                   if r[2] == tid and (r[5] in sampler.top_ids) == judges_own)
+    return [(b - a) / 1e3 for a, b in zip(times, times[1:]) if b - a < 5_000_000]
+
+
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 4], ordered[3 * len(ordered) // 4]
+
+
+SPIN_THREAD = """
+import ctypes, threading
+lib = ctypes.CDLL({path!r})
+def spin():
+    lib.cann_spin(ctypes.c_int64({n}))
+def start():
+    global worker
+    worker = threading.Thread(target=spin)
+    worker.start()
+    return worker.native_id
+def both():
+    spin()
+    worker.join()
+    return 'done'
+"""
+
+
+@needs_perf
+def test_the_period_ioctl_does_not_reach_inherited_copies(c_loop: Path) -> None:
+    """The kernel fact the design rests on: PERF_EVENT_IOC_PERIOD changes only the event it is issued on. A thread
+    born after the events were opened runs under inherited copies, which keep the period of its birth."""
+    child, sampler = _driven(SPIN_THREAD.format(path=str(c_loop), n=150_000_000) + "steps = [start, both]\n",
+                             randomise=False)
+    try:
+        with sampler:
+            os.killpg(child.pid, signal.SIGSTOP)
+            sampler.arm()
+            late = int(_step(child))
+            main = next(iter(sampler.covered.values()))
+            for fd in main.fds:  # the main thread's own events, while the new thread runs under its copies
+                fcntl.ioctl(fd, ps.IOC_PERIOD, ps.COUNT.pack(250_000))
+            assert _step(child) == "done"
+            sampler.collect()
+            of_main, of_late = _intervals(sampler, child.pid, True), _intervals(sampler, late, False)
+            assert len(of_main) > 100 and len(of_late) > 50, (len(of_main), len(of_late))
+            assert 200 < sorted(of_main)[len(of_main) // 2] < 320, _quartiles(of_main)
+            assert 900 < sorted(of_late)[len(of_late) // 2] < 1100, _quartiles(of_late)
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+@needs_perf
+def test_intervals_are_random_on_every_thread_even_one_born_in_the_window(c_loop: Path) -> None:
+    """Measured from the samples the kernel took: the main thread's and a thread born while the call runs (seen by
+    the judge's thread in /proc, then followed by events of its own) are both sampled at intervals no one can
+    foretell; the same child sampled at the fixed period is as regular as a clock."""
+    code = SPIN_THREAD.format(path=str(c_loop), n=200_000_000) + "steps = [start, both]\n"
+    for randomise in (True, False):
+        child, sampler = _driven(code, randomise=randomise)
+        try:
+            with sampler:
+                os.killpg(child.pid, signal.SIGSTOP)
+                sampler.arm()
+                late = int(_step(child))
+                assert _step(child) == "done"
+                profile = sampler.collect()
+                for tid in (child.pid, late):
+                    # at the fixed period the judge does not look for new threads: inherited copies sample them
+                    gaps = _intervals(sampler, tid, randomise or tid == child.pid)
+                    assert len(gaps) > 50, (randomise, tid, len(gaps))
+                    low, high = _quartiles(gaps)
+                    # a dodger that expects the next interval to be at least 0.8 of the last one is wrong this often
+                    wrong = sum(b < 0.8 * a for a, b in zip(gaps, gaps[1:])) / (len(gaps) - 1)
+                    if randomise:  # simulated: quartiles 0.25 and 1 period, wrong 21% (measured here 7-15%)
+                        assert high / low > 2.0 and wrong > 0.03, (tid, low, high, wrong)
+                    else:  # (a thread that moves to another CPU meets that CPU's event's phase: a short interval)
+                        assert high / low < 1.2, (tid, low, high, wrong)
+                assert profile.samples > 200
+                if randomise:
+                    assert late in sampler.covered and sampler.resets > 50
+        finally:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.wait()
+
+
+@needs_perf
+def test_only_the_samples_inside_the_windows_count(c_loop: Path, tmp_path: Path) -> None:
+    """A timing batch's warm-up and tail are the worker's, not the timed calls': own busy work there dilutes
+    nothing. Here the child spins in a foreign copy of the loop between two windows and in its own inside them."""
+    other = tmp_path / "elsewhere" / "libspin.so"
+    other.parent.mkdir()
+    shutil.copy(c_loop, other)
+    code = textwrap.dedent(f"""
+        import ctypes
+        own, foreign = ctypes.CDLL({str(c_loop)!r}), ctypes.CDLL({str(other)!r})
+        def mine():
+            own.cann_spin(ctypes.c_int64(60_000_000))
+            return 'mine'
+        def theirs():
+            foreign.cann_spin(ctypes.c_int64(60_000_000))
+            return 'theirs'
+        steps = [theirs, mine, theirs, mine, theirs, mine, theirs]
+    """)
+    child, sampler = _driven(code, (str(c_loop.parent),))
+    try:
+        with sampler:
+            os.killpg(child.pid, signal.SIGSTOP)
+            sampler.arm()
+            assert _step(child) == "theirs"  # a warm-up
+            for _ in range(2):
+                sampler.open_window()
+                assert _step(child) == "mine"
+                sampler.close_window()
+                assert _step(child) == "theirs"  # between two windows: not a timed call's
+            profile = sampler.collect(calls=5)
+            assert profile.calls == 2 and profile.count(OWN) > 40, profile.shares
+            assert profile.count(BUILTIN) <= 2, profile.shares  # the ends of a window: a sample or two
+            assert profile.cpu_ns > 0 and profile.unsampled_ns < ps.UNSAMPLED_ALLOWANCE_NS
+            sampler.arm()  # the same without windows: the whole exchange
+            for _ in range(2):
+                assert _step(child) in ("mine", "theirs")
+            whole = sampler.collect()
+            assert whole.count(BUILTIN) > 20, whole.shares
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+SHORT_THREADS = """
+import ctypes, threading
+lib = ctypes.CDLL({path!r})
+def short():
+    for _ in range({count}):  # each thread ends before its first period, as a rule
+        t = threading.Thread(target=lib.cann_spin, args=(ctypes.c_int64({n}),))
+        t.start()
+        t.join()
+    return 'short'
+def long():
+    t = threading.Thread(target=lib.cann_spin, args=(ctypes.c_int64({count} * {n}),))
+    t.start()
+    t.join()
+    return 'long'
+steps = [short, long]
+"""
+
+
+@needs_perf
+def test_threads_too_short_to_sample_are_counted_as_unsampled(c_loop: Path) -> None:
+    """CPU on threads that end before their first sample is counted by the kernel all the same (an inherited
+    counter keeps exited threads'): beyond the allowance it is ``[unsampled]``, foreign. The same CPU on one
+    thread that lives long enough is accounted for by its samples."""
+    code = SHORT_THREADS.format(path=str(c_loop), count=300, n=150_000)  # about 0.25 ms each
+    child, sampler = _driven(code, (str(c_loop.parent),))
+    try:
+        with sampler:
+            os.killpg(child.pid, signal.SIGSTOP)
+            found = {}
+            for name in ("short", "long"):
+                sampler.arm()
+                sampler.open_window()
+                assert _step(child) == name
+                sampler.close_window()
+                found[name] = sampler.collect()
+            short, long = found["short"], found["long"]
+            assert not short.accounting and short.cpu_ns > 50_000_000, short.cpu_ns
+            assert short.unsampled_ns > 0.4 * short.cpu_ns, (short.unsampled_ns, short.cpu_ns)
+            assert short.objects[UNSAMPLED].kind == UNKNOWN and judge_profile(short).finding == BUILTIN_COMPUTE, \
+                judge_profile(short).detail
+            assert long.unsampled_ns < ps.UNSAMPLED_ALLOWANCE_NS and UNSAMPLED not in long.objects, long.unsampled_ns
+            assert long.count(OWN) > 40 and judge_profile(long).finding is None, judge_profile(long).detail
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+def test_the_budget_judges_what_dilution_hides() -> None:
+    """Own busy work beside delegation lowers the share under the limit, not the foreign time per call."""
+    diluted = _profile(own=800, builtin=200)  # 20% foreign; 200 samples x 250 us over 10 calls: 5 ms per call
+    diluted.calls = 10
+    verdict = judge_profile(diluted, symbols=False)
+    assert verdict.foreign_share < 0.4 and verdict.finding == BUILTIN_COMPUTE, verdict.detail
+    assert verdict.foreign_us_per_call == pytest.approx(4970) and "budget" in verdict.detail
+    glue = _profile(own=1000, builtin=300)  # 300 x 250 us over 100 calls: 750 us each, 720 beyond the glue
+    glue.calls = 100
+    assert judge_profile(glue, symbols=False).finding is None
+    stray = _profile(builtin=9, own=5)  # under MIN_BUDGET_SAMPLES foreign samples: no verdict from 9 samples
+    assert judge_profile(stray, symbols=False).finding is None and not judge_profile(stray).conclusive
+
+
+def test_torchs_profiler_is_the_guards_machinery_not_builtin_compute() -> None:
+    """The in-worker guard records every call with torch's profiler: its session's start and end cost up to 3 ms
+    per correctness call inside libtorch_cpu and libc10 (measured on the C++ example), no one's compute. Its
+    functions are told by their symbols; the kernels an attack reaches are not among them."""
+    profiler = ["void torch::autograd::profiler::(anonymous namespace)::onFunctionExit<true>(at::RecordFunction)",
+                "torch::profiler::impl::ThreadLocalSubqueue::begin_op(at::RecordFunction const&)", "libkineto::api()",
+                "c10::ApproximateClockToUnixTimeConverter::measurePair()", "at::getStepCallbacks(at::RecordScope)",
+                "at::RecordFunction::RecordFunction(at::StepCallbacks&&)",
+                "at::(anonymous namespace)::CacheEntry::rebuildActiveCallbacks()"]
+    compute = ["mkl_vml_kernel_sExp_Z0HAynn", "Sleef_expf8_u10avx2", "at::cpu::exp(at::Tensor const&)",
+               "at::native::structured_neg_out::impl(at::Tensor const&, at::Tensor const&)", "?",
+               "void at::native::AVX2::vectorized_loop<at::RecordFunctionish>(char**)"]
+    assert all(PROFILER_SYMBOL.search(name) for name in profiler)
+    assert not any(PROFILER_SYMBOL.search(name) for name in compute)
+    assert classify(PROFILER, ()) == SYSTEM
+
+
+@needs_perf
+def test_threads_past_the_event_budget_ride_on_inherited_copies(c_loop: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker with more threads than the judge will open events for keeps the ones it has: the newcomers are
+    sampled by their inherited copies (at the period of their birth) and the case's notes say so."""
+    from pytest_cannbench.workers.evidence import OutsideEvidence
+
+    monkeypatch.setattr(ps, "MAX_EVENTS", 2 * (len(ps.online_cpus()) + 1))  # two threads followed at most
+    code = SPIN_THREAD.format(path=str(c_loop), n=60_000_000) + textwrap.dedent("""
+        import time
+        def crowd():
+            for _ in range(4):
+                threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+            return 'crowd'
+        steps = [crowd, start, both]
+    """)
+    child, sampler = _driven(code, (str(c_loop.parent),))
+    try:
+        with sampler:
+            os.killpg(child.pid, signal.SIGSTOP)
+            assert _step(child) == "crowd"
+            sampler.arm()
+            sampler.open_window()
+            late = int(_step(child))
+            assert _step(child) == "done"
+            sampler.close_window()
+            profile = sampler.collect()
+            assert sampler.crowded >= 5 and len(sampler.covered) <= 2 and late not in sampler.covered
+            assert late in {r[2] for r in sampler.last_log.records}  # sampled all the same, by inherited copies
+            assert profile.count(OWN) > 40 and judge_profile(profile).finding is None, judge_profile(profile).detail
+            evidence = OutsideEvidence(sampler=sampler)
+            assert any("too many to follow" in note for note in evidence.weaker())
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
