@@ -27,13 +27,7 @@ from pytest_cannbench.workers.client import WorkerClient
 from pytest_cannbench.workers.contract import Snapshot, escaped, mutated_inputs, process_snapshot
 from pytest_cannbench.workers.env_scrub import scrubbed_environment
 from pytest_cannbench.workers.evidence import OutsideEvidence, profile_keys
-from pytest_cannbench.workers.tensor_wire import (
-    Region,
-    decode_outputs,
-    plan_batch,
-    plan_call,
-    write_inputs,
-)
+from pytest_cannbench.workers.tensor_wire import Region, decode_outputs, plan_batch, plan_call, write_inputs
 
 # glibc's allocator in a steady state: blocks up to 32 MiB (its largest mmap threshold) come from the heap, and freed
 # heap is kept rather than returned to the kernel. With the defaults the dynamic thresholds made an output's memory
