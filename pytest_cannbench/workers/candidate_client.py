@@ -152,13 +152,12 @@ class CandidateWorker(WorkerClient):
             evidence.close()
 
     def _observed(self, keys: tuple[str, ...], calls: int, reply: dict) -> list[tuple[str, str]]:
-        if self.evidence is None or self._pid is None:
-            return []
-        return self.evidence.after_call(self._pid, keys, calls, reply)
+        return [] if self.evidence is None or self._pid is None else \
+            self.evidence.after_call(self._pid, keys, calls, reply)
 
-    def _arm(self) -> None:
+    def _mark(self, edge: str) -> None:  # the sampler's edges (evidence.py): arm, open_window, close_window
         if self.evidence is not None:
-            self.evidence.arm()
+            getattr(self.evidence, edge)()
 
     def _spawn_sandboxed(self, module: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
         """The worker as pid 1 of its own bubblewrap sandbox; its pid out here comes on bwrap's info pipe."""
@@ -266,7 +265,7 @@ class CandidateWorker(WorkerClient):
                 write_inputs(self.region, layout, writes)
             before = process_snapshot(self.pid)
             cpu0, t0 = self.watch.read(self.pid), time.perf_counter()
-            self._arm()
+            self._mark("arm")
             reply = self._exchange({"op": "call", "target": target, "args": layout.args,
                                     "region_size": self.region.size, "out_offset": layout.out_offset,
                                     "out_capacity": layout.out_capacity}, timeout)
@@ -382,7 +381,7 @@ class CandidateWorker(WorkerClient):
                        "graph": graph if self.device.startswith("cuda") else "off"}
             batch.before = process_snapshot(self.pid)
             batch.cpu0 = self.watch.read(self.pid)
-            self._arm()
+            self._mark("arm")
             batch.t0 = time.perf_counter()
             reply = self._exchange(message, timeout)
         except WorkerGone as exc:
@@ -418,8 +417,7 @@ class CandidateWorker(WorkerClient):
             if batch.ready_at is not None:
                 batch.held += time.perf_counter() - batch.ready_at
                 batch.ready_at = None
-            if self.evidence is not None:  # only the samples from here to the next frame judge the call
-                self.evidence.open_window()
+            self._mark("open_window")  # only the samples from here to the next frame judge the call
             reply = self._exchange({"op": "go", "call": batch.next}, remaining)
         except WorkerGone as exc:
             batch.result = self._finish(BatchResult(exc.status, message=str(exc)), batch.case_log)
@@ -445,8 +443,7 @@ class CandidateWorker(WorkerClient):
         """A frame of a streamed batch: ``{"ready": next}`` (the worker waits, now frozen) or its final reply."""
         received = time.perf_counter()
         self._freeze()
-        if self.evidence is not None:
-            self.evidence.close_window()
+        self._mark("close_window")
         ready = reply.get("ready")
         if set(reply) == {"ready"} and type(ready) is int and ready == batch.next < len(batch.call_sets):
             batch.ready_at = received
@@ -499,8 +496,7 @@ class CandidateWorker(WorkerClient):
         assert self.region is not None
         decoded = [decode_outputs(d, self.region, c, self.device) for d, c in zip(outputs, batch.layout.calls)]
         notes = [str(n)[:300] for n in reply.get("notes") or []][:10]
-        if self.evidence is not None:  # a weaker mode of the judge's own evidence is never silent
-            notes += self.evidence.weaker()
+        notes += self.evidence.weaker() if self.evidence is not None else []  # its weaker modes are never silent
         return self._finish(BatchResult(OK, seconds=[float(v) for v in seconds], outputs=decoded,
                                         phases={str(k)[:20]: float(v) for k, v in phases.items()}, wall_s=wall,
                                         cpu_s=cpu_s, busiest_cpu_s=busiest_s, held_s=batch.held,

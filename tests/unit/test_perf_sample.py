@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_cannbench.guard import perf_events as pe
 from pytest_cannbench.guard import perf_sample as ps
 from pytest_cannbench.guard.elf_lookup import symbol_table
 from pytest_cannbench.guard.perf_profile import (
@@ -65,7 +66,7 @@ def _probe() -> str | None:
         child.wait()
 
 
-UNAVAILABLE = _probe() if ps.SYS_PERF_EVENT_OPEN.get(os.uname().machine) else "no syscall number"
+UNAVAILABLE = _probe() if pe.SYS_PERF_EVENT_OPEN.get(os.uname().machine) else "no syscall number"
 needs_perf = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"perf_event_open: {UNAVAILABLE}")
 
 
@@ -198,7 +199,7 @@ def test_a_call_longer_than_the_buffer_loses_nothing(c_loop: Path) -> None:
     """16 pages hold about 1365 samples, 0.34 s at 250 us; the drain thread empties them while the call runs."""
     code = SPIN.format(path=str(c_loop)).replace("60_000_000", "400_000_000")
     raw, profile, _ = _sampled(code, own=(str(c_loop.parent),), pages=16, period_ns=250_000)
-    capacity = 16 * mmap.PAGESIZE // (ps.HEADER.size + ps.SAMPLE.size)
+    capacity = 16 * mmap.PAGESIZE // (pe.HEADER.size + pe.SAMPLE.size)
     assert raw.total > capacity and raw.lost == 0, (raw.total, raw.lost)
     assert profile.shares[OWN] > 0.8
 
@@ -266,39 +267,39 @@ def test_unavailable_is_reported_not_raised() -> None:
     gone.wait()
     result = ps.CallSampler.open(gone.pid)
     assert isinstance(result, ps.Unavailable) and "no such worker process" in result.reason
-    bad_type = bytearray(ps.sample_attr())
+    bad_type = bytearray(pe.sample_attr())
     struct.pack_into("=I", bad_type, 0, 0xFFFF)  # no such event type
-    result = ps.open_event(bytes(bad_type), os.getpid(), -1)
+    result = pe.open_event(bytes(bad_type), os.getpid(), -1)
     assert isinstance(result, ps.Unavailable) and result.errno in (errno.ENOENT, errno.EINVAL, errno.EACCES,
                                                                    errno.EPERM), result
     assert "perf_event_open" in result.reason
-    bad_size = bytearray(ps.sample_attr())
+    bad_size = bytearray(pe.sample_attr())
     struct.pack_into("=I", bad_size, 4, 1)  # an attr size the kernel does not know
-    result = ps.open_event(bytes(bad_size), os.getpid(), -1)
+    result = pe.open_event(bytes(bad_size), os.getpid(), -1)
     assert isinstance(result, ps.Unavailable) and result.errno in (errno.E2BIG, errno.EINVAL, errno.EACCES,
                                                                    errno.EPERM), result
 
 
 def _record(kind: int, misc: int, body: bytes) -> bytes:
-    return ps.HEADER.pack(kind, misc, ps.HEADER.size + len(body)) + body
+    return pe.HEADER.pack(kind, misc, pe.HEADER.size + len(body)) + body
 
 
 def test_parse_records_synthetic() -> None:
-    user = _record(ps.RECORD_SAMPLE, 2, ps.SAMPLE.pack(0x1000, 7, 8, 100, 41, 1000))
-    kernel = _record(ps.RECORD_SAMPLE, ps.MISC_KERNEL, ps.SAMPLE.pack(0xFFFF0000, 7, 9, 200, 42, 2000))
-    lost = _record(ps.RECORD_LOST, 0, ps.LOST.pack(1, 5))
+    user = _record(pe.RECORD_SAMPLE, 2, pe.SAMPLE.pack(0x1000, 7, 8, 100, 41, 1000))
+    kernel = _record(pe.RECORD_SAMPLE, pe.MISC_KERNEL, pe.SAMPLE.pack(0xFFFF0000, 7, 9, 200, 42, 2000))
+    lost = _record(pe.RECORD_LOST, 0, pe.LOST.pack(1, 5))
     throttle = _record(5, 0, b"\0" * 24)
     data = user + kernel + lost + throttle + user
-    log = ps.SampleLog()
-    assert ps.parse_records(data + user[:10], log) == len(data)  # a cut record waits for the next read
+    log = pe.SampleLog()
+    assert pe.parse_records(data + user[:10], log) == len(data)  # a cut record waits for the next read
     assert log.records == [(100, 7, 8, 0x1000, False, 41, 1000), (200, 7, 9, 0xFFFF0000, True, 42, 2000),
                            (100, 7, 8, 0x1000, False, 41, 1000)]
     assert log.lost == 5
-    broken = ps.SampleLog()
-    assert ps.parse_records(ps.HEADER.pack(ps.RECORD_SAMPLE, 0, 0) + user, broken) > 0  # size 0: no endless loop
+    broken = pe.SampleLog()
+    assert pe.parse_records(pe.HEADER.pack(pe.RECORD_SAMPLE, 0, 0) + user, broken) > 0  # size 0: no endless loop
     assert broken.records == []
-    assert ps.stat_where(b"42 (a) b (c)) R 1 2 3 " + b"0 " * 32 + b"5 9 0") == ("R", 5)  # the name holds ") "
-    assert ps.stat_where(b"garbage") is None
+    assert pe.stat_where(b"42 (a) b (c)) R 1 2 3 " + b"0 " * 32 + b"5 9 0") == ("R", 5)  # the name holds ") "
+    assert pe.stat_where(b"garbage") is None
 
 
 def test_ring_buffer_wraps_and_moves_the_tail() -> None:
@@ -307,20 +308,20 @@ def test_ring_buffer_wraps_and_moves_the_tail() -> None:
     fd = os.memfd_create("perf-ring")
     try:
         os.ftruncate(fd, (1 + pages) * page)
-        ring = ps.RingBuffer(fd, pages)
+        ring = pe.RingBuffer(fd, pages)
         size = pages * page
-        record = _record(ps.RECORD_SAMPLE, 2, ps.SAMPLE.pack(0xABC, 1, 2, 3, 4, 5))
+        record = _record(pe.RECORD_SAMPLE, 2, pe.SAMPLE.pack(0xABC, 1, 2, 3, 4, 5))
         tail = size - 10  # the record starts 10 bytes before the end
         data = bytearray(size)
         stream = record * 3
         for i, byte in enumerate(stream):
             data[(tail + i) % size] = byte
         ring.map[page:page + size] = bytes(data)
-        struct.pack_into("=QQ", ring.map, ps.META_HEAD, tail + len(stream), tail)
-        log = ps.SampleLog()
+        struct.pack_into("=QQ", ring.map, pe.META_HEAD, tail + len(stream), tail)
+        log = pe.SampleLog()
         ring.drain(log)
         assert log.records == [(3, 1, 2, 0xABC, False, 4, 5)] * 3
-        assert struct.unpack_from("=QQ", ring.map, ps.META_HEAD) == (tail + len(stream),) * 2
+        assert struct.unpack_from("=QQ", ring.map, pe.META_HEAD) == (tail + len(stream),) * 2
         ring.close()
     finally:
         os.close(fd)
@@ -428,7 +429,7 @@ def test_a_child_process_is_the_toolchain_only_when_the_worker_may_start_none(
             child.stdin.flush()
             assert int(child.stdout.readline()) != child.pid
             os.killpg(child.pid, signal.SIGSTOP)
-            assert ps.seccomp_filtered(child.pid) is contained
+            assert pe.seccomp_filtered(child.pid) is contained
             profile = sampler.collect()
             os.killpg(child.pid, signal.SIGCONT)
         if children_are_toolchain and contained:
@@ -547,7 +548,7 @@ def test_the_period_ioctl_does_not_reach_inherited_copies(c_loop: Path) -> None:
             late = int(_step(child))
             main = next(iter(sampler.covered.values()))
             for fd in main.fds:  # the main thread's own events, while the new thread runs under its copies
-                fcntl.ioctl(fd, ps.IOC_PERIOD, ps.COUNT.pack(250_000))
+                fcntl.ioctl(fd, pe.IOC_PERIOD, pe.COUNT.pack(250_000))
             assert _step(child) == "done"
             sampler.collect()
             of_main, of_late = _intervals(sampler, child.pid, True), _intervals(sampler, late, False)
@@ -720,7 +721,7 @@ def test_threads_past_the_event_budget_ride_on_inherited_copies(c_loop: Path, mo
     sampled by their inherited copies (at the period of their birth) and the case's notes say so."""
     from pytest_cannbench.workers.evidence import OutsideEvidence
 
-    monkeypatch.setattr(ps, "MAX_EVENTS", 2 * (len(ps.online_cpus()) + 1))  # two threads followed at most
+    monkeypatch.setattr(ps, "MAX_EVENTS", 2 * (len(pe.online_cpus()) + 1))  # two threads followed at most
     code = SPIN_THREAD.format(path=str(c_loop), n=60_000_000) + textwrap.dedent("""
         import time
         def crowd():
