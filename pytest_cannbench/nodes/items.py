@@ -357,7 +357,7 @@ class OperatorFile(pytest.File):
         from pytest_cannbench.taskformat.casescsv import compare_csv
         from pytest_cannbench.taskformat.dirs import find_bench_root
         from pytest_cannbench.taskformat.errors import TaskFormatError
-        from pytest_cannbench.taskformat.spec import load_operator
+        from pytest_cannbench.taskformat.spec import load_operator, operator_warning
 
         op_dir = self.path.parent
         bench_root = find_bench_root(op_dir)
@@ -369,14 +369,16 @@ class OperatorFile(pytest.File):
             yield InvalidTaskItem.from_parent(self, name=f"{op_dir.name}[task]", error=str(exc), rel_path=rel_path)
             return
         warn = _warns(self.config)
-        for message in task.warnings if warn else ():
-            self.warn(CannTaskWarning(message))
-        csv_path = op_dir / "cases.csv"
-        if warn and csv_path.is_file():
-            problems = compare_csv(csv_path, [c.raw for c in task.cases])
+        if warn:  # one warning per operator, whatever its number of cases (operator_warning)
+            extra = []
+            csv_path = op_dir / "cases.csv"
+            problems = compare_csv(csv_path, [c.raw for c in task.cases]) if csv_path.is_file() else []
             if problems:
                 more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-                self.warn(CannTaskWarning(f"cases.csv disagrees with cases.yaml: {problems[0]}{more}"))
+                extra.append(f"cases.csv disagrees with cases.yaml: {problems[0]}{more}")
+            message = operator_warning(task, extra)
+            if message is not None:
+                self.warn(CannTaskWarning(message))
         ids = [c.case_id for c in task.cases if c.case_id is not None]
         width = max(2, len(str(max(ids)))) if ids else 2
         used: set[str] = set()
@@ -388,10 +390,10 @@ class OperatorFile(pytest.File):
             if base in used:
                 base = f"{op_dir.name}[{label}#{case.index}]"
             used.add(base)
-            yield from self._items(task, case, base, candidates, warn)
+            yield from self._items(task, case, base, candidates)
 
-    def _items(self, task: OperatorTask, case: CaseSpec, base: str, candidates: list[str | None],
-               warn: bool) -> Iterator[pytest.Item]:
+    def _items(self, task: OperatorTask, case: CaseSpec, base: str,
+               candidates: list[str | None]) -> Iterator[pytest.Item]:
         level = task.level
         for candidate in candidates:
             name = base if candidate is None else f"{base}[cand={candidate}]"
@@ -405,8 +407,6 @@ class OperatorFile(pytest.File):
             item.extra_keyword_matches.update(case.dtype_names)
             if task.spec.category:
                 item.extra_keyword_matches.add(task.spec.category)
-            for message in case.warnings if warn else ():
-                item.warn(CannTaskWarning(message))
             yield item
 
 
@@ -482,11 +482,3 @@ def collect_file(file_path: Any, parent: pytest.Collector,
         if not in_shard(op_dir.relative_to(find_bench_root(op_dir)).as_posix(), *shard):
             return None
     return cls.from_parent(parent, path=file_path)
-
-
-def ignore_golden(collection_path: Any) -> bool | None:
-    """Never collect a task's golden.py as a test module (a ``python_files = *.py`` project would)."""
-    if collection_path.name == "golden.py" and (collection_path.parent / "cases.yaml").is_file():
-        return True
-    return None
-

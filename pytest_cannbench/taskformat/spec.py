@@ -95,7 +95,14 @@ class CaseSpec:
     case_id: int | None
     raw: dict[str, Any]
     error: str | None = None
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # each labelled with the file and the case
+    # the same warnings without the label, (case_id or None for the file's own, message): what the operator's
+    # one collection warning folds together (:func:`operator_warning`)
+    notes: list[tuple[int | None, str]] = field(default_factory=list)
+
+    def warn(self, label: str, message: str, case_id: int | None = None) -> None:
+        self.warnings.append(f"{label}: {message}")
+        self.notes.append((case_id, message))
 
     @property
     def attrs(self) -> dict[str, Any]:
@@ -129,6 +136,8 @@ class OperatorTask:
     cases: list[CaseSpec]
     warnings: list[str] = field(default_factory=list)
     golden_sha256: str = ""  # golden.py's bytes as collected: the only content a golden worker will run
+    # the golden main function's attr parameters, read with ast (None: not readable without running it)
+    golden_params: frozenset[str] | None = None
 
     @property
     def level(self) -> int | None:
@@ -329,6 +338,13 @@ def parse_proto(path: Path, warnings: list[str]) -> OperatorSpec:
 def check_golden_source(path: Path, spec: OperatorSpec) -> str:
     """Syntax and the main function's presence, found with ``ast`` so no golden code runs at collection;
     returns the sha256 the golden is pinned to for the session."""
+    return read_golden_source(path, spec)[0]
+
+
+def read_golden_source(path: Path, spec: OperatorSpec) -> tuple[str, frozenset[str] | None]:
+    """:func:`check_golden_source`, and the main function's attr parameters (what a case's attrs can reach:
+    the golden and the candidate are called with its parameters only; those annotated ``Tensor`` take inputs),
+    None where ``ast`` cannot tell (the main function is not a plain ``def`` at module level)."""
     try:
         source = path.read_bytes()
         tree = ast.parse(source, filename=str(path))
@@ -338,11 +354,19 @@ def check_golden_source(path: Path, spec: OperatorSpec) -> str:
         raise TaskFormatError(path, f"line {exc.lineno}", f"Python syntax error: {exc.msg}",
                               "fix the golden's syntax") from None
     defined = set()
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             defined.add(node.name)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                functions[node.name] = node
+            else:
+                functions.pop(node.name, None)
         elif isinstance(node, ast.Assign):
             defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    functions.pop(t.id, None)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             defined.update((a.asname or a.name).split(".")[0] for a in node.names)
     wanted = [spec.function_name, spec.name.lower()]
@@ -350,15 +374,23 @@ def check_golden_source(path: Path, spec: OperatorSpec) -> str:
         raise TaskFormatError(path, "", f"defines no golden function {spec.function_name!r}"
                               + (f" or {spec.name.lower()!r}" if spec.name.lower() != spec.function_name else ""),
                               "name the golden after the identifier before '(' in proto.yaml's schema")
-    return hashlib.sha256(source).hexdigest()
+    main = next((functions[name] for name in wanted if name in functions), None)
+    params = None
+    if main is not None and (spec.function_name in functions or spec.function_name not in defined):
+        args = main.args  # tensor parameters (annotated ``Tensor``) take inputs, never attrs (golden_binding)
+        params = frozenset(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)
+                           if a.annotation is None or "Tensor" not in ast.unparse(a.annotation))
+    return hashlib.sha256(source).hexdigest(), params
 
 
 # --------------------------------------------------------------------------------------------
 # cases.yaml
 
 
-def parse_cases(path: Path, spec: OperatorSpec, data: Any = None) -> list[CaseSpec]:
-    """The cases of ``path`` (or of ``data``, already loaded, named by ``path``: generated hidden cases)."""
+def parse_cases(path: Path, spec: OperatorSpec, data: Any = None,
+                golden_params: frozenset[str] | None = None) -> list[CaseSpec]:
+    """The cases of ``path`` (or of ``data``, already loaded, named by ``path``: generated hidden cases);
+    ``golden_params``: the golden main function's parameters, which decide what an undeclared attr means."""
     data = load_yaml(path) if data is None else data
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise TaskFormatError(path, "", "top level must be a mapping with a list under 'cases'")
@@ -406,32 +438,31 @@ def parse_cases(path: Path, spec: OperatorSpec, data: Any = None) -> list[CaseSp
         except CaseFormatError as exc:
             case.error = f"{label}: {exc}"
             continue
-        _case_warnings(case, label, spec, attr_names)
+        _case_warnings(case, label, spec, attr_names, golden_params)
     ids = sorted(seen)
     if ids and ids != list(range(ids[0], ids[0] + len(ids))):
-        cases[0].warnings.append(f"{path}: case ids are not contiguous ({ids[0]}..{ids[-1]}, {len(ids)} cases)")
+        cases[0].warn(str(path), f"case ids are not contiguous ({ids[0]}..{ids[-1]}, {len(ids)} cases)")
     return cases
 
 
-def _case_warnings(case: CaseSpec, label: str, spec: OperatorSpec, attr_names: set[str]) -> None:
+def _case_warnings(case: CaseSpec, label: str, spec: OperatorSpec, attr_names: set[str],
+                   golden_params: frozenset[str] | None) -> None:
     """Suspicious but valid: the case runs, the author is told."""
-    raw = case.raw
+    raw, cid = case.raw, case.case_id
     for key in FORBIDDEN_CASE_KEYS:
         if key in raw:
-            case.warnings.append(f"{label}: field {key!r} is ignored (anchors live in metadata/<hw>.json)")
+            case.warn(label, f"field {key!r} is ignored (anchors live in metadata/<hw>.json)", cid)
     unknown = sorted(k for k in raw if k not in CASE_KEYS and k not in FORBIDDEN_CASE_KEYS)
     if unknown:
-        case.warnings.append(f"{label}: unknown field(s) {', '.join(map(repr, unknown))} ignored")
-    extra = sorted(k for k in case.attrs if k not in attr_names)
-    if extra:
-        case.warnings.append(f"{label}: attrs {', '.join(map(repr, extra))} are not declared in proto.yaml")
+        case.warn(label, f"unknown field(s) {', '.join(map(repr, unknown))} ignored", cid)
+    _attr_warnings(case, label, attr_names, golden_params)
     shapes = raw.get("input_shape")
     if isinstance(shapes, list) and shapes and isinstance(shapes[0], int):
-        case.warnings.append(f"{label}: input_shape is a bare shape, read as [[...]] (one input)")
+        case.warn(label, "input_shape is a bare shape, read as [[...]] (one input)", cid)
     dtypes = raw.get("dtype")
     if isinstance(shapes, list) and isinstance(dtypes, list) and shapes and isinstance(shapes[0], list):
         if len(dtypes) not in (1, len(shapes)):
-            case.warnings.append(f"{label}: dtype has {len(dtypes)} entries for {len(shapes)} input shapes")
+            case.warn(label, f"dtype has {len(dtypes)} entries for {len(shapes)} input shapes", cid)
     allowed = {d.name: set(d.dtypes) for d in spec.inputs}
     if isinstance(dtypes, list) and len(dtypes) == 1 and len(spec.inputs) > 1 and isinstance(dtypes[0], str):
         dtypes = dtypes * len(spec.inputs)  # the shorthand stands for every input
@@ -441,8 +472,74 @@ def _case_warnings(case: CaseSpec, label: str, spec: OperatorSpec, attr_names: s
             for name in names:
                 canon = canonical_dtype(name) if isinstance(name, str) else None
                 if canon and canon not in allowed[decl.name]:
-                    case.warnings.append(f"{label}: input {decl.name!r} has dtype {name!r}, "
-                                         f"not among proto's {sorted(allowed[decl.name])}")
+                    case.warn(label, f"input {decl.name!r} has dtype {name!r}, not among proto's "
+                                     f"{sorted(allowed[decl.name])}", cid)
+
+
+def _attr_warnings(case: CaseSpec, label: str, attr_names: set[str], golden_params: frozenset[str] | None) -> None:
+    """An attr proto.yaml does not declare. The official harness (and this one) hands the golden, and the
+    candidate, only the attrs that are parameters of the golden's main function: any other attr is the case's
+    own description (bench_lab's ``batch_size``, ``seq_len``, ``case_name`` ...), allowed by the format and said
+    nothing of, unless its name is close to a parameter's (a typo, which would leave that parameter at its
+    default). An attr the golden takes but proto.yaml does not declare reaches the candidate undocumented."""
+    extra = sorted(k for k in case.attrs if k not in attr_names)
+    if not extra:
+        return
+    if golden_params is None:  # the golden's parameters are not known without running it
+        case.warn(label, f"attrs {', '.join(map(repr, extra))} are not declared in proto.yaml", case.case_id)
+        return
+    taken = [k for k in extra if k in golden_params]
+    if taken:
+        case.warn(label, f"attrs {', '.join(map(repr, taken))} are not declared in proto.yaml, yet the golden "
+                         "takes them and the candidate is called with them: declare them under operator.attrs",
+                  case.case_id)
+    import difflib
+
+    for name in extra:
+        if name in golden_params:
+            continue
+        close = [p for p in difflib.get_close_matches(name, sorted(golden_params), n=1, cutoff=0.8)
+                 if p not in case.attrs]
+        if close:
+            case.warn(label, f"attr {name!r} is neither declared in proto.yaml nor a golden parameter, so it "
+                             f"reaches neither the golden nor the candidate: did you mean {close[0]!r}?", case.case_id)
+
+
+def operator_warning(task: OperatorTask, extra: list[str] | None = None) -> str | None:
+    """Every warning of an operator directory as one message (collection warns once per operator): proto.yaml's,
+    then each distinct case warning with the cases it concerns (``case_id 1-11``), then ``extra`` lines."""
+    lines = [*task.warnings]
+    grouped: dict[str, list[int]] = {}
+    for case in task.cases:
+        for case_id, message in case.notes:
+            grouped.setdefault(message, [])
+            if case_id is not None:
+                grouped[message].append(case_id)
+    cases_yaml = task.op_dir / "cases.yaml"
+    for message, ids in grouped.items():
+        where = f"case_id {_id_ranges(ids)}" + (f" ({len(ids)} cases)" if len(ids) > 1 else "") if ids else ""
+        lines.append(f"{cases_yaml}: {where + ': ' if where else ''}{message}")
+    lines += extra or []
+    if not lines:
+        return None
+    if len(lines) == 1:
+        return lines[0]
+    return f"{task.op_dir}: {len(lines)} task warnings:\n" + "\n".join(f"  - {line}" for line in lines)
+
+
+def _id_ranges(ids: list[int]) -> str:
+    """``[1, 2, 3, 5]`` -> ``1-3, 5``."""
+    ids = sorted(set(ids))
+    parts: list[str] = []
+    start = prev = ids[0]
+    for i in [*ids[1:], None]:
+        if i is not None and i == prev + 1:
+            prev = i
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if i is not None:
+            start = prev = i
+    return ", ".join(parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -457,8 +554,8 @@ def load_operator(op_dir: Path, bench_root: Path) -> OperatorTask:
                               "an operator directory needs proto.yaml, cases.yaml and golden.py")
     warnings: list[str] = []
     spec = parse_proto(op_dir / "proto.yaml", warnings)
-    golden_sha256 = check_golden_source(op_dir / "golden.py", spec)
-    cases = parse_cases(op_dir / "cases.yaml", spec)
+    golden_sha256, golden_params = read_golden_source(op_dir / "golden.py", spec)
+    cases = parse_cases(op_dir / "cases.yaml", spec, golden_params=golden_params)
     rel_path = op_dir.relative_to(bench_root).as_posix() if op_dir != bench_root else op_dir.name
     return OperatorTask(op_dir=op_dir, bench_root=bench_root, rel_path=rel_path, spec=spec, cases=cases,
-                        warnings=warnings, golden_sha256=golden_sha256)
+                        warnings=warnings, golden_sha256=golden_sha256, golden_params=golden_params)

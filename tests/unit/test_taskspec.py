@@ -758,14 +758,33 @@ def test_compare_csv_bad_header(tmp_path):
     header = ["operator", "case_id", "shape", "dtype", "attrs", "value_range", "note"]
     path = write_csv(tmp_path / "cases.csv", [csv_row(c) for c in YAML_CASES], header=header)
     (problem,) = compare_csv(path, YAML_CASES)
-    assert problem == f"{path}: header is {header}, expected {COLUMNS}"
+    assert problem == f"{path}: header is {header}, expected the columns {COLUMNS}"
+
+
+def test_compare_csv_any_column_order(tmp_path):
+    """bench_lab's exports put case_id first: the same columns in another order agree."""
+    order = [1, 0, 2, 3, 4, 5, 6]
+    rows = [[csv_row(c)[i] for i in order] for c in YAML_CASES]
+    assert compare_csv(write_csv(tmp_path / "cases.csv", rows, header=[COLUMNS[i] for i in order]), YAML_CASES) == []
 
 
 def test_compare_csv_column_not_json(tmp_path):
     row = csv_row(YAML_CASES[0])
-    row[4] = "{'lo': -1.0}"  # a Python dict string, as the outdated contributing guide says
+    row[4] = "{'lo': -1.0"  # neither JSON nor a Python literal
     (problem,) = compare_csv(write_csv(tmp_path / "cases.csv", [row, csv_row(YAML_CASES[1])]), YAML_CASES)
-    assert problem.endswith("case_id 1: column 'attrs' is not JSON")
+    assert problem.endswith("case_id 1: column 'attrs' is neither JSON nor a Python literal")
+
+
+def test_compare_csv_python_literal_columns(tmp_path):
+    """A Python-literal column (bench_lab's roi_pooling: ``['float16', 'float16']``) is read as the literal: a
+    dict that differs is a disagreement, one that agrees is none."""
+    row = csv_row(YAML_CASES[0])
+    row[4] = "{'lo': -1.0}"
+    (problem,) = compare_csv(write_csv(tmp_path / "cases.csv", [row, csv_row(YAML_CASES[1])]), YAML_CASES)
+    assert "case_id 1: column 'attrs' is \"{'lo': -1.0}\" but cases.yaml has" in problem
+    row = csv_row(YAML_CASES[1])
+    row[3] = repr(YAML_CASES[1]["dtype"])
+    assert compare_csv(write_csv(tmp_path / "cases.csv", [csv_row(YAML_CASES[0]), row]), YAML_CASES) == []
 
 
 def test_compare_csv_unreadable(tmp_path):
