@@ -13,7 +13,7 @@ import pytest
 from pytest_cannbench import options, state
 from pytest_cannbench.judge import goldens
 from pytest_cannbench.kernelbench.collect import ProblemItem
-from pytest_cannbench.nodes import hidden, items, keys, tree
+from pytest_cannbench.nodes import hidden, items, keys, multi_rank, tree
 from pytest_cannbench.report import collector as results
 from pytest_cannbench.report import journal as reporting
 from pytest_cannbench.report import progress
@@ -154,7 +154,7 @@ def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> pytest.Coll
         return collect_problem(file_path, parent)
     if state.of(parent.config).settings.bench == "stanford":
         return None
-    return items.collect_file(file_path, parent, hidden.OperatorWithHidden)
+    return items.collect_file(file_path, parent, multi_rank.OperatorWithRanks)
 
 
 def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool | None:

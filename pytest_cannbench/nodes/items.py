@@ -147,8 +147,9 @@ class SourceItem(_CannItem):
         except pytest.fail.Exception as exc:  # pytest-timeout during the golden: the case still counts
             self._record(source.outcome(oc.TIMEOUT, oc.PYTEST_TIMEOUT, f"in setup (golden): {exc}"))
             raise
-        except SkipCase as exc:
-            self._record(source.outcome(oc.SKIPPED, exc.failure_type, str(exc)))
+        except SkipCase as exc:  # a not-graded kind (needs_npu) is its own status, as too_large
+            status = exc.failure_type if exc.failure_type in oc.NOT_GRADED else oc.SKIPPED
+            self._record(source.outcome(status, exc.failure_type, str(exc)))
             pytest.skip(str(exc))
         except GoldenFailure as exc:
             self._record(source.outcome(oc.ERROR, oc.GOLDEN_ERROR, str(exc)))
@@ -357,7 +358,8 @@ class OperatorFile(pytest.File):
         from pytest_cannbench.taskformat.casescsv import compare_csv
         from pytest_cannbench.taskformat.dirs import find_bench_root
         from pytest_cannbench.taskformat.errors import TaskFormatError
-        from pytest_cannbench.taskformat.spec import load_operator, operator_warning
+        from pytest_cannbench.taskformat.spec import load_operator
+        from pytest_cannbench.taskformat.task_warnings import operator_warning
 
         op_dir = self.path.parent
         bench_root = find_bench_root(op_dir)
@@ -392,12 +394,16 @@ class OperatorFile(pytest.File):
             used.add(base)
             yield from self._items(task, case, base, candidates)
 
+    def item_class(self, case: CaseSpec) -> type[CaseItem]:
+        """The item of one case (a multi-rank case's is nodes.multi_rank's)."""
+        return CaseItem
+
     def _items(self, task: OperatorTask, case: CaseSpec, base: str,
                candidates: list[str | None]) -> Iterator[pytest.Item]:
         level = task.level
         for candidate in candidates:
             name = base if candidate is None else f"{base}[cand={candidate}]"
-            item = CaseItem.from_parent(self, name=name, task=task, case=case, candidate=candidate)
+            item = self.item_class(case).from_parent(self, name=name, task=task, case=case, candidate=candidate)
             if level is not None:
                 marker = f"level{level}"
                 if marker not in _registered_markers(self.config):

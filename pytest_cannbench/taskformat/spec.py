@@ -21,6 +21,10 @@ from pytest_cannbench.taskformat.inputs import plan_inputs
 from pytest_cannbench.taskformat.perf_model import PerfModel, parse_perf_model
 
 REQUIRED_FILES = ("proto.yaml", "cases.yaml", "golden.py")
+# a multi-rank (MC2) operator's golden hooks: the distributed truth (required), each rank's inputs, the candidate's call
+MC2_GOLDEN, MC2_INPUTS, MC2_CALL = "mc2_distributed_golden", "mc2_make_rank_inputs", "mc2_call_candidate"
+MC2_HOOKS = (MC2_GOLDEN, MC2_INPUTS, MC2_CALL)
+MAX_WORLD_SIZE = 64
 CASE_KEYS = ("operator", "case_id", "input_shape", "dtype", "attrs", "value_range", "note")
 FORBIDDEN_CASE_KEYS = ("baseline_perf_us", "t_hw_us")
 
@@ -100,6 +104,16 @@ class CaseSpec:
     # one collection warning folds together (:func:`operator_warning`)
     notes: list[tuple[int | None, str]] = field(default_factory=list)
 
+    @property
+    def world_size(self) -> int | None:
+        """A multi-rank (MC2) case's rank count: ``attrs.mc2_distributed`` true, ``world_size`` (or
+        ``ep_world_size``) ranks, as the official runner reads them; None for a single-process case."""
+        attrs = self.attrs
+        if not attrs.get("mc2_distributed"):
+            return None
+        value = attrs.get("world_size", attrs.get("ep_world_size", 1))
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
     def warn(self, label: str, message: str, case_id: int | None = None) -> None:
         self.warnings.append(f"{label}: {message}")
         self.notes.append((case_id, message))
@@ -138,6 +152,7 @@ class OperatorTask:
     golden_sha256: str = ""  # golden.py's bytes as collected: the only content a golden worker will run
     # the golden main function's attr parameters, read with ast (None: not readable without running it)
     golden_params: frozenset[str] | None = None
+    mc2_hooks: frozenset[str] = frozenset()  # the MC2_HOOKS golden.py defines as functions
 
     @property
     def level(self) -> int | None:
@@ -341,10 +356,11 @@ def check_golden_source(path: Path, spec: OperatorSpec) -> str:
     return read_golden_source(path, spec)[0]
 
 
-def read_golden_source(path: Path, spec: OperatorSpec) -> tuple[str, frozenset[str] | None]:
+def read_golden_source(path: Path, spec: OperatorSpec) -> tuple[str, frozenset[str] | None, frozenset[str]]:
     """:func:`check_golden_source`, and the main function's attr parameters (what a case's attrs can reach:
     the golden and the candidate are called with its parameters only; those annotated ``Tensor`` take inputs),
-    None where ``ast`` cannot tell (the main function is not a plain ``def`` at module level)."""
+    None where ``ast`` cannot tell (the main function is not a plain ``def`` at module level); and which of the
+    multi-rank hooks (:data:`MC2_HOOKS`) it defines."""
     try:
         source = path.read_bytes()
         tree = ast.parse(source, filename=str(path))
@@ -380,7 +396,7 @@ def read_golden_source(path: Path, spec: OperatorSpec) -> tuple[str, frozenset[s
         args = main.args  # tensor parameters (annotated ``Tensor``) take inputs, never attrs (golden_binding)
         params = frozenset(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)
                            if a.annotation is None or "Tensor" not in ast.unparse(a.annotation))
-    return hashlib.sha256(source).hexdigest(), params
+    return hashlib.sha256(source).hexdigest(), params, frozenset(h for h in MC2_HOOKS if h in functions)
 
 
 # --------------------------------------------------------------------------------------------
@@ -437,6 +453,11 @@ def parse_cases(path: Path, spec: OperatorSpec, data: Any = None,
             plan_inputs(spec.input_names, raw["input_shape"], raw["dtype"], raw.get("value_range"))
         except CaseFormatError as exc:
             case.error = f"{label}: {exc}"
+            continue
+        if case.attrs.get("mc2_distributed") and not 1 <= (case.world_size or 0) <= MAX_WORLD_SIZE:
+            given = case.attrs.get("world_size", case.attrs.get("ep_world_size"))
+            case.error = (f"{label}: field 'attrs': a multi-rank case (mc2_distributed) needs an int world_size "
+                          f"from 1 to {MAX_WORLD_SIZE}, got {given!r}")
             continue
         _case_warnings(case, label, spec, attr_names, golden_params)
     ids = sorted(seen)
@@ -505,43 +526,6 @@ def _attr_warnings(case: CaseSpec, label: str, attr_names: set[str], golden_para
                              f"reaches neither the golden nor the candidate: did you mean {close[0]!r}?", case.case_id)
 
 
-def operator_warning(task: OperatorTask, extra: list[str] | None = None) -> str | None:
-    """Every warning of an operator directory as one message (collection warns once per operator): proto.yaml's,
-    then each distinct case warning with the cases it concerns (``case_id 1-11``), then ``extra`` lines."""
-    lines = [*task.warnings]
-    grouped: dict[str, list[int]] = {}
-    for case in task.cases:
-        for case_id, message in case.notes:
-            grouped.setdefault(message, [])
-            if case_id is not None:
-                grouped[message].append(case_id)
-    cases_yaml = task.op_dir / "cases.yaml"
-    for message, ids in grouped.items():
-        where = f"case_id {_id_ranges(ids)}" + (f" ({len(ids)} cases)" if len(ids) > 1 else "") if ids else ""
-        lines.append(f"{cases_yaml}: {where + ': ' if where else ''}{message}")
-    lines += extra or []
-    if not lines:
-        return None
-    if len(lines) == 1:
-        return lines[0]
-    return f"{task.op_dir}: {len(lines)} task warnings:\n" + "\n".join(f"  - {line}" for line in lines)
-
-
-def _id_ranges(ids: list[int]) -> str:
-    """``[1, 2, 3, 5]`` -> ``1-3, 5``."""
-    ids = sorted(set(ids))
-    parts: list[str] = []
-    start = prev = ids[0]
-    for i in [*ids[1:], None]:
-        if i is not None and i == prev + 1:
-            prev = i
-            continue
-        parts.append(str(start) if start == prev else f"{start}-{prev}")
-        if i is not None:
-            start = prev = i
-    return ", ".join(parts)
-
-
 # --------------------------------------------------------------------------------------------
 # the directory
 
@@ -554,8 +538,13 @@ def load_operator(op_dir: Path, bench_root: Path) -> OperatorTask:
                               "an operator directory needs proto.yaml, cases.yaml and golden.py")
     warnings: list[str] = []
     spec = parse_proto(op_dir / "proto.yaml", warnings)
-    golden_sha256, golden_params = read_golden_source(op_dir / "golden.py", spec)
+    golden_sha256, golden_params, mc2_hooks = read_golden_source(op_dir / "golden.py", spec)
     cases = parse_cases(op_dir / "cases.yaml", spec, golden_params=golden_params)
+    for case in cases:
+        if case.error is None and case.attrs.get("mc2_distributed") and MC2_GOLDEN not in mc2_hooks:
+            case.error = (f"{op_dir / 'cases.yaml'}: case_id {case.case_id}: a multi-rank case (mc2_distributed) but "
+                          f"{op_dir / 'golden.py'} defines no {MC2_GOLDEN}(ctx, inputs, attrs), the truth of each rank")
     rel_path = op_dir.relative_to(bench_root).as_posix() if op_dir != bench_root else op_dir.name
     return OperatorTask(op_dir=op_dir, bench_root=bench_root, rel_path=rel_path, spec=spec, cases=cases,
-                        warnings=warnings, golden_sha256=golden_sha256, golden_params=golden_params)
+                        warnings=warnings, golden_sha256=golden_sha256, golden_params=golden_params,
+                        mc2_hooks=mc2_hooks)
