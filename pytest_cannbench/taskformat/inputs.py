@@ -272,6 +272,8 @@ def _range_entries(raw: Any, m: int) -> list:
     """
     if raw is None or raw == []:
         return [None] * m
+    if isinstance(raw, list):  # a mapping entry ({name: nd, mean: ..., std: ...}) is no range: the official
+        raw = [None if isinstance(e, dict) else e for e in raw]  # generator draws that input from its default
     if not isinstance(raw, list):
         raise CaseFormatError(
             "value_range",

@@ -480,6 +480,11 @@ def _case_warnings(case: CaseSpec, label: str, spec: OperatorSpec, attr_names: s
     shapes = raw.get("input_shape")
     if isinstance(shapes, list) and shapes and isinstance(shapes[0], int):
         case.warn(label, "input_shape is a bare shape, read as [[...]] (one input)", cid)
+    ranges = raw.get("value_range")
+    if isinstance(ranges, list) and any(isinstance(r, dict) for r in ranges):
+        case.warn(label, "value_range entries that are mappings (such as {name: nd, mean: ..., std: ...}) are no "
+                         "range: the official generator draws those inputs from its default range ([0, 1) for "
+                         "floats, [0, 100] for integers), and so does this one; write [lo, hi] to mean one", cid)
     dtypes = raw.get("dtype")
     if isinstance(shapes, list) and isinstance(dtypes, list) and shapes and isinstance(shapes[0], list):
         if len(dtypes) not in (1, len(shapes)):

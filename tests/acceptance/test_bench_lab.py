@@ -29,7 +29,7 @@ from pytest_cannbench.nodes.keys import key_from_nodeid
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "bench_lab"
 BASE = ("-p", "no:cacheprovider", "--cann-golden-cache=off", "--cann-no-perf")
-LAB_KEYS = [f"level1/affine_lab_{i}" for i in (1, 2, 3)] + [f"level5/affine_deep_{i}" for i in (1, 2, 3)]
+LAB_KEYS = [f"level1/affine_lab_{i}" for i in (1, 2, 3, 4)] + [f"level5/affine_deep_{i}" for i in (1, 2, 3)]
 CONFTEST = "raise RuntimeError('a conftest.py inside the task tree was loaded')\n"
 
 
@@ -53,8 +53,8 @@ def test_a_task_tree_yields_task_items_only(pytester, bench) -> None:
     directory --cann-tasks names (without the fix: 'import file mismatch' and the modules' own errors)."""
     for where in ("lab", "lab/level1", "lab/level1/affine_lab"):
         (bench / where / "conftest.py").write_text(CONFTEST)
-    for target, expected in (("lab", LAB_KEYS), ("lab/level5", LAB_KEYS[3:]),
-                             ("lab/level1/affine_lab", LAB_KEYS[:3])):
+    for target, expected in (("lab", LAB_KEYS), ("lab/level5", LAB_KEYS[4:]),
+                             ("lab/level1/affine_lab", LAB_KEYS[:4])):
         items, reprec = pytester.inline_genitems(f"--cann-tasks=bench/{target}", "-p", "no:cacheprovider")
         failed = [str(r.longrepr) for r in reprec.getreports("pytest_collectreport") if r.failed]
         assert not failed, (target, failed)
@@ -75,9 +75,14 @@ def test_warnings_are_one_per_operator_and_actionable(pytester, bench) -> None:
     """Descriptive attrs (neither declared nor taken by the golden: the official harness passes them to no one)
     are no warning; an attr the golden takes but proto.yaml does not declare, a misspelt one and dtypes off
     proto.yaml's list are, folded into one warning for the operator with the cases they concern. A cases.csv
-    with another column order and Python-literal columns agrees with its cases.yaml."""
+    with another column order and Python-literal columns agrees with its cases.yaml. A value_range entry that is
+    a mapping (kernel_bench's {name: nd, mean, std}) is read as no range, as the official generator reads it."""
     _, reprec = pytester.inline_genitems("--cann-tasks=bench", "-p", "no:cacheprovider")
-    (message,) = _task_warnings(reprec)
+    mapping, message = sorted(_task_warnings(reprec), key=lambda w: "attn_like" in w)
+    assert mapping == (f"{bench / 'lab' / 'level1' / 'affine_lab' / 'cases.yaml'}: case_id 4: value_range entries "
+                       "that are mappings (such as {name: nd, mean: ..., std: ...}) are no range: the official "
+                       "generator draws those inputs from its default range ([0, 1) for floats, [0, 100] for "
+                       "integers), and so does this one; write [lo, hi] to mean one")
     assert message.startswith(f"{bench / 'flat' / 'attn_like'}: 3 task warnings:"), message
     lines = message.splitlines()[1:]
     cases = bench / "flat" / "attn_like" / "cases.yaml"
@@ -148,4 +153,4 @@ def test_an_interrupted_session_on_a_level_directory_files_unrun_cases_under_the
     board = json.loads((run / "reports" / "leaderboard.json").read_text())
     assert [op["rel_path"] for op in board["operators"]] == ["level5/affine_deep"], out[-3000:]
     cases = {c["key"]: c["status"] for op in board["operators"] for c in op["cases"]}
-    assert cases == {k: "interrupted" for k in LAB_KEYS[3:]}, (cases, out[-3000:])
+    assert cases == {k: "interrupted" for k in LAB_KEYS[4:]}, (cases, out[-3000:])
