@@ -481,6 +481,9 @@ def _case_warnings(case: CaseSpec, label: str, spec: OperatorSpec, attr_names: s
     if isinstance(shapes, list) and shapes and isinstance(shapes[0], int):
         case.warn(label, "input_shape is a bare shape, read as [[...]] (one input)", cid)
     ranges = raw.get("value_range")
+    if isinstance(ranges, dict):
+        case.warn(label, "value_range is a mapping by input name: read as one entry per input (the official "
+                         "generator fails on it, KeyError 0); a list in proto.yaml's input order works in both", cid)
     if isinstance(ranges, list) and any(isinstance(r, dict) for r in ranges):
         case.warn(label, "value_range entries that are mappings (such as {name: nd, mean: ..., std: ...}) are no "
                          "range: the official generator draws those inputs from its default range ([0, 1) for "

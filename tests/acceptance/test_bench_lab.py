@@ -83,7 +83,7 @@ def test_warnings_are_one_per_operator_and_actionable(pytester, bench) -> None:
                        "that are mappings (such as {name: nd, mean: ..., std: ...}) are no range: the official "
                        "generator draws those inputs from its default range ([0, 1) for floats, [0, 100] for "
                        "integers), and so does this one; write [lo, hi] to mean one")
-    assert message.startswith(f"{bench / 'flat' / 'attn_like'}: 3 task warnings:"), message
+    assert message.startswith(f"{bench / 'flat' / 'attn_like'}: 4 task warnings:"), message
     lines = message.splitlines()[1:]
     cases = bench / "flat" / "attn_like" / "cases.yaml"
     assert lines == [
@@ -92,6 +92,8 @@ def test_warnings_are_one_per_operator_and_actionable(pytester, bench) -> None:
         f"  - {cases}: case_id 2-3 (2 cases): input 'k' has dtype 'float16', not among proto's ['float32']",
         f"  - {cases}: case_id 3: attr 'scael' is neither declared in proto.yaml nor a golden parameter, so it "
         "reaches neither the golden nor the candidate: did you mean 'scale'?",
+        f"  - {cases}: case_id 4: value_range is a mapping by input name: read as one entry per input (the official "
+        "generator fails on it, KeyError 0); a list in proto.yaml's input order works in both",
     ], message
     assert "batch_size" not in message and "cases.csv" not in message
 
@@ -102,7 +104,7 @@ def test_the_golden_and_the_candidate_get_the_golden_parameters_only(pytester, b
     reprec = pytester.inline_run("--cann-tasks=bench", "--cann-self-check", *BASE)
     outcomes = {r.cann["key"]: r.cann["status"] for r in reprec.getreports("pytest_runtest_logreport")
                 if getattr(r, "cann", None) is not None}
-    assert outcomes == {**{k: "passed" for k in LAB_KEYS}, **{f"attn_like_{i}": "passed" for i in (1, 2, 3)}}
+    assert outcomes == {**{k: "passed" for k in LAB_KEYS}, **{f"attn_like_{i}": "passed" for i in (1, 2, 3, 4)}}
 
 
 def test_every_way_of_naming_the_tree_gives_the_same_keys(pytester, bench) -> None:
