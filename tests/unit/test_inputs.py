@@ -550,7 +550,7 @@ def test_value_range_mapping_forms():
     by_name = plan_inputs(["a", "b", "c"], [[2], [2], [2]], ["float32", "int32", "float32"],
                           {"b": [3, 4], "a": [-1, 1]})
     assert [p.tensors[0].value_range for p in by_name] == [(-1, 1), (3, 4), None]
-    with pytest.raises(CaseFormatError, match="names 'z', which proto.yaml's inputs"):
+    with pytest.raises(CaseFormatError, match=r"names 'z', which proto\.yaml's inputs"):
         plan_inputs(["a"], [[2]], ["float32"], {"z": [0, 1]})
     mapped = plan_inputs(["a", "b"], [[2], [2]], ["float32", "float32"],
                          [{"name": "nd", "mean": [-100, 100], "std": [1, 25]}, [5, 6]])
