@@ -26,6 +26,7 @@ Outputs are not in the task files; each proto output is taken to be the size of 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -68,9 +69,10 @@ def estimate(spec: OperatorSpec, case: CaseSpec, world_size: int = 1) -> MemoryN
     """The case's floor; None when its inputs cannot be planned (the case fails with that error anyway).
 
     A multi-rank case (``world_size`` ranks) counts every rank: each holds its own inputs (the case's shapes are a
-    rank's) and outputs as large as ``world_size`` times the largest input (an all-gather's), in a golden rank and
-    a candidate rank, each process charged ``idle_bytes`` more than a single-process case's, and the judge holds
-    every rank's reference."""
+    rank's) and its outputs, each the size of the largest input, or ``world_size`` times that where proto.yaml's
+    shape of the output multiplies by the world size (an all-gather's, ``[M_local * world_size, N]``), in a golden
+    rank and a candidate rank, each process charged an idle torch process more than a single-process case's, and
+    the judge holds every rank's reference."""
     if world_size > 1 or case.world_size is not None:
         return _ranks(spec, case, max(world_size, case.world_size or 1))
     raw = case.raw
@@ -93,6 +95,7 @@ def estimate(spec: OperatorSpec, case: CaseSpec, world_size: int = 1) -> MemoryN
 
 
 RANK_PROCESS_BYTES = 256 << 20  # a rank worker's idle memory (torch imported): the memory plan's IDLE_BYTES
+GATHERED = re.compile(r"\*\s*\(?\s*\w*world_size|world_size\w*\s*\)?\s*\*")  # "[M * world_size, N]"
 
 
 def _ranks(spec: OperatorSpec, case: CaseSpec, world_size: int) -> MemoryNeed | None:
@@ -107,7 +110,8 @@ def _ranks(spec: OperatorSpec, case: CaseSpec, world_size: int) -> MemoryNeed | 
     native_in = sum(t.nbytes for t in tensors)
     numel_in = sum(t.numel for t in tensors)
     largest = max(tensors, key=lambda t: t.numel)
-    outputs = max(1, len(spec.outputs)) * world_size  # a gathered output is world_size inputs long
+    # an output whose declared shape multiplies by the world size is gathered: world_size times the largest input
+    outputs = sum(world_size if GATHERED.search(out.shape) else 1 for out in spec.outputs) or 1
     native_out = outputs * largest.nbytes
     golden_out = outputs * largest.numel * GOLDEN_ITEMSIZE
     golden_rank = native_in + numel_in * GOLDEN_ITEMSIZE + golden_out + native_out + RANK_PROCESS_BYTES

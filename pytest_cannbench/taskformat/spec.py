@@ -56,6 +56,7 @@ class TensorDecl:
     is_list: bool = False
     compare: bool = True
     index_gather: dict | None = None
+    shape: str = ""  # the declared shape, as text (informative; a multi-rank output's says whether it is gathered)
 
 
 @dataclass(frozen=True)
@@ -266,6 +267,7 @@ def _tensor_decls(path: Path, key: str, items: Any, *, outputs: bool) -> tuple[T
             is_list=bool(item.get("is_list", False)),
             compare=item.get("compare", True) is not False,
             index_gather=dict(index_gather) if isinstance(index_gather, dict) else None,
+            shape=str(item.get("shape") or ""),
         ))
     return tuple(decls)
 

@@ -39,6 +39,12 @@ def test_the_memory_need_counts_every_rank() -> None:
     # each rank worker is charged a torch process beside its tensors, golden side and candidate side
     assert two.golden >= 2 * (256 << 20) and four.golden >= 4 * (256 << 20)
     assert four.candidate > 2 * two.candidate * 0.9
+    # y's declared shape [M * world_size, N] makes it a gathered output: world_size times the largest input
+    from dataclasses import replace
+
+    scattered = replace(t.spec, outputs=tuple(replace(o, shape="[M / world_size, N]") for o in t.spec.outputs))
+    alone = estimate(scattered, t.cases[1])
+    assert alone is not None and alone.kept < four.kept
 
 
 @dataclass
