@@ -56,7 +56,9 @@ class TensorDecl:
     is_list: bool = False
     compare: bool = True
     index_gather: dict | None = None
-    shape: str = ""  # the declared shape, as text (informative; a multi-rank output's says whether it is gathered)
+    shape: str = ""
+    # why an index_gather declaration cannot be used (``index_gather: true``): every case fails with it
+    index_gather_error: str = ""  # the declared shape, as text (informative; a multi-rank output's says whether it is gathered)
 
 
 @dataclass(frozen=True)
@@ -255,9 +257,16 @@ def _tensor_decls(path: Path, key: str, items: Any, *, outputs: bool) -> tuple[T
         if "dtype" not in item:
             raise TaskFormatError(path, f"{where} ({name})", "missing field 'dtype'")
         index_gather = item.get("index_gather")
+        unusable = ""
         if index_gather is not None and not isinstance(index_gather, dict):
-            raise TaskFormatError(path, f"{where} ({name})", f"'index_gather' must be a mapping, got {index_gather!r}",
-                                  "use {input, dim_attr, value_output} or {input, dim_attr, value_reduce}")
+            # bench_lab's top_k_top_p_sample_v2 and moe_init_routing_v3 write `index_gather: true`: the official
+            # loader keeps it and its index check then fails on every case; here the operator collects and each
+            # case fails as a task error saying what to declare
+            unusable = (f"{path}: {where} ({name}): 'index_gather' is {index_gather!r}, not a mapping: nothing says "
+                        "which input and dim the index output gathers from, so it cannot be checked (the official "
+                        "harness fails on it too); declare {input, dim_attr, value_output} or {input, dim_attr, "
+                        "value_reduce}")
+            index_gather = None
         if isinstance(index_gather, dict):
             _check_index_gather(path, f"{where} ({name}).index_gather", index_gather)
         decls.append(TensorDecl(
@@ -268,6 +277,7 @@ def _tensor_decls(path: Path, key: str, items: Any, *, outputs: bool) -> tuple[T
             compare=item.get("compare", True) is not False,
             index_gather=dict(index_gather) if isinstance(index_gather, dict) else None,
             shape=str(item.get("shape") or ""),
+            index_gather_error=unusable,
         ))
     return tuple(decls)
 
@@ -550,7 +560,10 @@ def load_operator(op_dir: Path, bench_root: Path) -> OperatorTask:
     spec = parse_proto(op_dir / "proto.yaml", warnings)
     golden_sha256, golden_params, mc2_hooks = read_golden_source(op_dir / "golden.py", spec)
     cases = parse_cases(op_dir / "cases.yaml", spec, golden_params=golden_params)
+    unusable = next((d.index_gather_error for d in spec.outputs if d.index_gather_error), "")
     for case in cases:
+        if case.error is None and unusable:
+            case.error = f"{unusable} (case_id {case.case_id})"
         if case.error is None and case.attrs.get("mc2_distributed") and MC2_GOLDEN not in mc2_hooks:
             case.error = (f"{op_dir / 'cases.yaml'}: case_id {case.case_id}: a multi-rank case (mc2_distributed) but "
                           f"{op_dir / 'golden.py'} defines no {MC2_GOLDEN}(ctx, inputs, attrs), the truth of each rank")

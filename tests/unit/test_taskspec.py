@@ -184,9 +184,6 @@ def test_function_name_falls_back_to_lower_case_name(tmp_path):
     ("operator:\n  name: X\n  inputs: [{name: x, dtype: float32}]\n  outputs: [{name: y, dtype: [int33]}]\n",
      "operator.outputs[0] (y)", "unknown dtype 'int33'"),
     ("operator:\n  name: X\n  inputs: [{name: x, dtype: float32}]\n"
-     "  outputs: [{name: y, dtype: int64, index_gather: true}]\n",
-     "operator.outputs[0] (y)", "'index_gather' must be a mapping, got True"),
-    ("operator:\n  name: X\n  inputs: [{name: x, dtype: float32}]\n"
      "  outputs: [{name: y, dtype: int64, index_gather: {input: x, value_output: v}}]\n",
      "operator.outputs[0] (y).index_gather", "missing field 'dim_attr'"),
     ("operator:\n  name: X\n  inputs: [{name: x, dtype: float32}]\n  outputs: [{name: y, dtype: int64, "
@@ -847,3 +844,18 @@ def test_operator_dir_predicates_and_iteration(tmp_path):
     assert looks_like_operator_dir(a) and not looks_like_operator_dir(root / "level2" / "stray")
     assert iter_operator_dirs(root) == [b.resolve(), a.resolve()]  # sorted by path: level1 first
     assert iter_operator_dirs(a) == [a.resolve()]
+
+
+def test_index_gather_true_parses_and_fails_every_case(tmp_path):
+    """bench_lab writes `index_gather: true`: the operator collects, each case fails naming what to declare."""
+    op = tmp_path / "op"
+    op.mkdir()
+    (op / "proto.yaml").write_text("operator:\n  name: Idx\n  inputs: [{name: x, dtype: float32}]\n"
+                                   "  outputs: [{name: y, dtype: int64, compare: false, index_gather: true}]\n")
+    (op / "cases.yaml").write_text("cases:\n- {operator: Idx, case_id: 1, input_shape: [[4]], dtype: [float32], "
+                                   "attrs: {}, value_range: [0, 1]}\n")
+    (op / "golden.py").write_text("def idx(x):\n    return x.argmax()\n")
+    task = load_operator(op, tmp_path)
+    assert task.spec.outputs[0].index_gather is None
+    assert "'index_gather' is True, not a mapping" in task.spec.outputs[0].index_gather_error
+    assert "declare {input, dim_attr, value_output}" in (task.cases[0].error or "")
