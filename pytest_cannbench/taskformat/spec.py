@@ -56,9 +56,9 @@ class TensorDecl:
     is_list: bool = False
     compare: bool = True
     index_gather: dict | None = None
-    shape: str = ""
+    shape: str = ""  # the declared shape, as text (informative; a multi-rank output's says whether it is gathered)
     # why an index_gather declaration cannot be used (``index_gather: true``): every case fails with it
-    index_gather_error: str = ""  # the declared shape, as text (informative; a multi-rank output's says whether it is gathered)
+    index_gather_error: str = ""
 
 
 @dataclass(frozen=True)
