@@ -182,6 +182,9 @@ class RankGroup:
         for rank in range(world_size):
             base = template(rank)
             values = {f.name: getattr(base, f.name) for f in dataclasses.fields(CandidateWorker) if f.init}
+            kind = str(values["device"]).split(":", 1)[0]
+            if kind in ("cuda", "npu"):  # NCCL and HCCL want a card per rank: the host needs world_size of them
+                values["device"] = f"{kind}:{rank}"
             workers.append(RankWorker(**values, rank_spec={**spec, "rank": rank}, network=network,
                                       shared=[str(store_dir)]))
         return cls(workers, network, store_dir, note)

@@ -76,10 +76,11 @@ def join_group(spec: dict[str, Any], device: str = "cpu") -> str:
         import torch_npu  # noqa: F401 - registers the hccl backend
 
     rank, world_size = int(spec["rank"]), int(spec["world_size"])
-    if device.startswith("cuda"):
+    if device.startswith(("cuda", "npu")):  # a card per rank (the rank worker's device is <kind>:<rank>)
         import torch
 
-        torch.cuda.set_device(rank % max(1, torch.cuda.device_count()))
+        accelerator = getattr(torch, device.split(":", 1)[0])
+        accelerator.set_device(rank % max(1, accelerator.device_count()))
     store = dist.FileStore(str(spec["store"]), world_size)
     dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=float(spec["timeout_s"])))
