@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 OUTCOME_KEY = pytest.StashKey[CaseOutcome]()
+REL_PATHS = pytest.StashKey[dict[str, Path]]()  # rel_path -> the operator directory collection gave it first
 NO_CANDIDATE = "no candidate to grade: pass --cann-source or --cann-self-check"
 
 # an item's name: "<op>[<label>]" with "[cand=<name>]" after it in a multi-candidate run, or a hidden case's
@@ -364,6 +365,14 @@ class OperatorFile(pytest.File):
         op_dir = self.path.parent
         bench_root = find_bench_root(op_dir)
         rel_path = op_dir.resolve().relative_to(bench_root).as_posix()
+        other = self.config.stash.setdefault(REL_PATHS, {}).setdefault(rel_path, op_dir.resolve())
+        if other != op_dir.resolve():  # two trees of one session, one rel_path: their case keys would collide
+            yield InvalidTaskItem.from_parent(
+                self, name=f"{op_dir.name}[task]", rel_path=f"{bench_root.name}/{rel_path}",
+                error=(f"{op_dir}: its case keys ({rel_path}_<id>) are those of {other}, another tree collected in "
+                       "this session (each tree's rel_path is under its own bench root), so their results would "
+                       "replace each other's: grade each tree in a session of its own (--cann-tasks=<tree>)"))
+            return
         try:
             task = load_operator(op_dir.resolve(), bench_root)
             check_pin(task, state.of(self.config).golden_pins())

@@ -98,6 +98,19 @@ def test_warnings_are_one_per_operator_and_actionable(pytester, bench) -> None:
     assert "batch_size" not in message and "cases.csv" not in message
 
 
+def test_two_trees_with_one_rel_path_do_not_share_keys(pytester, bench) -> None:
+    """bench_lab holds cv_agent_fa_bench/flash_attention and tilelang_ascend_bench/flash_attention, each
+    `flash_attention` under its own bench root: named together (bench_lab itself), their case keys collided and the
+    board kept one of each pair. The second tree's operator is now a task error saying so."""
+    shutil.copytree(bench / "flat", bench / "flat2")
+    items, _ = pytester.inline_genitems("--cann-tasks=bench", "-p", "no:cacheprovider")
+    names = [item.name for item in items if "attn_like" in item.name]
+    assert names == [f"attn_like[0{i}]" for i in (1, 2, 3, 4)] + ["attn_like[task]"]
+    (broken,) = [item for item in items if item.name == "attn_like[task]"]
+    assert "are those of" in broken.error and "grade each tree in a session of its own" in broken.error
+    assert case_key(broken) == "flat2/attn_like_task"
+
+
 def test_the_golden_and_the_candidate_get_the_golden_parameters_only(pytester, bench) -> None:
     """Self-check of both trees: the goldens take no **kwargs, so a descriptive attr passed on would fail them;
     every case passes, filed under its level."""
