@@ -17,6 +17,9 @@ INTERRUPTED = "interrupted"  # the session ended before the case had a verdict (
 # Issue 22: the case's estimated memory need does not fit this session's memory plan, so it was never run. Also its
 # failure type. Not the candidate's fault and not graded: scoring leaves it out of its operator's cases.
 TOO_LARGE = "too_large"
+# The golden needs torch_npu (an Ascend NPU operator) and this host has none: the case cannot be graded here. Also
+# its failure type; like TOO_LARGE not the candidate's and left out of its operator's cases.
+NEEDS_NPU = "needs_npu"
 # The submission's build status (submission.build): BUILD_OK, or one of BUILD_FAILURES. A build failure is also
 # the status and the failure type of every case it leaves ungraded, and scores the whole operator 0.
 BUILD_OK = "ok"
@@ -60,8 +63,9 @@ GUARD_FAILURES = (FORBIDDEN_ACCESS, API_TAMPERED, GUARD_BLINDED, BUILTIN_COMPUTE
 # trusted on its operator's other cases: the operator scores 0 (report.scoring).
 TAINTING_FAILURES = (*GUARD_FAILURES, TIMING_IMPLAUSIBLE)
 
-HARNESS_FAILURES = frozenset({TASK_ERROR, GOLDEN_ERROR, WORKER_CRASH, SESSION_INTERRUPTED, HARNESS_ERROR, TOO_LARGE})
-NOT_GRADED = frozenset({TOO_LARGE})  # statuses scoring leaves out of an operator's case count (report.scoring)
+HARNESS_FAILURES = frozenset({TASK_ERROR, GOLDEN_ERROR, WORKER_CRASH, SESSION_INTERRUPTED, HARNESS_ERROR, TOO_LARGE,
+                              NEEDS_NPU})
+NOT_GRADED = frozenset({TOO_LARGE, NEEDS_NPU})  # statuses scoring leaves out of an operator's cases (report.scoring)
 
 # The hidden split (docs/hidden-cases.md): which split a case belongs to; a generated hidden case that cannot be
 # graded (no new shape, invalid, the golden rejects it, the quality gate finds it weak) is dropped: never scored.

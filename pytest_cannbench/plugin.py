@@ -6,7 +6,6 @@ entry point), so it imports nothing heavy: no torch, numpy or yaml.
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any
 
 import pytest
@@ -14,7 +13,7 @@ import pytest
 from pytest_cannbench import options, state
 from pytest_cannbench.judge import goldens
 from pytest_cannbench.kernelbench.collect import ProblemItem
-from pytest_cannbench.nodes import hidden, items, keys
+from pytest_cannbench.nodes import hidden, items, keys, multi_rank, tree
 from pytest_cannbench.report import collector as results
 from pytest_cannbench.report import journal as reporting
 from pytest_cannbench.report import progress
@@ -39,8 +38,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if settings.tasks and config.args_source != pytest.Config.ArgsSource.ARGS:
         config.args = [settings.tasks]
     if not hasattr(config, "workerinput"):
-        collector = results.ResultCollector(key_of=partial(keys.key_from_nodeid, rootdir=config.rootpath,
-                                                           kb_trials=settings.kb_trials))
+        collector = results.ResultCollector(key_of=lambda nodeid: keys.key_from_nodeid(
+            nodeid, config.rootpath, settings.kb_trials, keys.initial_paths(config)))
         config.stash[COLLECTOR_KEY] = collector
         config.pluginmanager.register(collector, "cannbench-results")
         if config.pluginmanager.hasplugin("xdist"):
@@ -156,11 +155,21 @@ def pytest_collect_file(file_path: Any, parent: pytest.Collector) -> pytest.Coll
         return collect_problem(file_path, parent)
     if state.of(parent.config).settings.bench == "stanford":
         return None
-    return items.collect_file(file_path, parent, hidden.OperatorWithHidden)
+    return items.collect_file(file_path, parent, multi_rank.OperatorWithRanks)
 
 
 def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool | None:
-    return items.ignore_golden(collection_path)
+    return tree.ignore(collection_path, state.of(config).settings.active)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collect_directory(path: Any, parent: pytest.Collector) -> pytest.Collector | None:
+    return tree.directory(path, parent, state.of(parent.config).settings.active)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_make_collect_report(collector: pytest.Collector) -> pytest.CollectReport | None:
+    return tree.collect_report(collector)
 
 
 @pytest.hookimpl(wrapper=True)

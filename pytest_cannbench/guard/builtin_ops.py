@@ -38,6 +38,18 @@ COPIES = frozenset({
 ALLOWED = ALLOCATION | VIEWS | COPIES
 
 
+# A multi-rank (MC2) case's communication: the collectives of the process group a rank worker joined before the
+# submission was imported (workers/ranks_main.py), as the profiler names them: the c10d ops (``c10d::allgather_``,
+# ``c10d::allreduce_``) and the backend's own spans (``gloo:all_gather``). Allowed in rank workers only.
+COLLECTIVE_PREFIXES = ("c10d::", "_c10d_functional::", "gloo:", "nccl:", "hccl:")
+COMMUNICATION: set[str] = set()
+
+
+def allow_communication() -> None:
+    """In a rank worker, before the guard is made: the group's collectives are the operator's communication."""
+    COMMUNICATION.update(COLLECTIVE_PREFIXES)
+
+
 def base_name(op: str) -> str:
     """``aten::add_.Tensor`` -> ``add_``; ``exp`` -> ``exp``."""
     name = op.split("::", 1)[1] if "::" in op else op
@@ -88,6 +100,8 @@ def is_allowed(op: str, own: frozenset[str] = frozenset({SUBMISSION_NAMESPACE}))
     op, or a device runtime call (:func:`device_api`)."""
     namespace = op.split("::", 1)[0] if "::" in op else ""
     if namespace in own or namespace == SUBMISSION_NAMESPACE or own_op(op) or device_api(op):
+        return True
+    if COMMUNICATION and op.startswith(tuple(COMMUNICATION)):
         return True
     return namespace == "aten" and base_name(op) in ALLOWED
 

@@ -96,6 +96,8 @@ def forbidden(op: str) -> bool:
     namespace = op.split("::", 1)[0]
     if namespace in SPARED_NAMESPACES:
         return False
+    if builtin_ops.COMMUNICATION and op.startswith(tuple(builtin_ops.COMMUNICATION)):
+        return False  # a rank worker's collectives are the operator's communication (allow_communication)
     return not (namespace == "aten" and builtin_ops.base_name(op) in builtin_ops.ALLOWED)
 
 

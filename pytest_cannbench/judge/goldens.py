@@ -52,9 +52,10 @@ class GoldenFailure(RuntimeError):
     """The golden side could not produce a reference for the case (a harness error, not the candidate's).
     ``oom``: it ran out of its memory budget (a case with more memory alone may pass: nodes.memory)."""
 
-    def __init__(self, message: str, oom: bool = False) -> None:
+    def __init__(self, message: str, oom: bool = False, needs: str = "") -> None:
         super().__init__(message)
         self.oom = oom
+        self.needs = needs  # a module the golden needs that this host lacks (torch_npu): not gradable here
 
 
 @dataclass
@@ -113,7 +114,8 @@ class GoldenService:
             raise GoldenFailure(str(exc)) from None
         if not response.get("ok"):
             hint = " (raise --cann-golden-memory or make the golden use less memory)" if response.get("oom") else ""
-            raise GoldenFailure(f"{response.get('error')}{hint}", oom=bool(response.get("oom")))
+            raise GoldenFailure(f"{response.get('error')}{hint}", oom=bool(response.get("oom")),
+                                needs=str(response.get("needs") or ""))
         return response
 
     def _key(self, task: OperatorTask, case: CaseSpec, seed: int, lean: bool = False) -> str:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 OUTCOME_KEY = pytest.StashKey[CaseOutcome]()
+REL_PATHS = pytest.StashKey[dict[str, Path]]()  # rel_path -> the operator directory collection gave it first
 NO_CANDIDATE = "no candidate to grade: pass --cann-source or --cann-self-check"
 
 # an item's name: "<op>[<label>]" with "[cand=<name>]" after it in a multi-candidate run, or a hidden case's
@@ -147,8 +148,9 @@ class SourceItem(_CannItem):
         except pytest.fail.Exception as exc:  # pytest-timeout during the golden: the case still counts
             self._record(source.outcome(oc.TIMEOUT, oc.PYTEST_TIMEOUT, f"in setup (golden): {exc}"))
             raise
-        except SkipCase as exc:
-            self._record(source.outcome(oc.SKIPPED, exc.failure_type, str(exc)))
+        except SkipCase as exc:  # a not-graded kind (needs_npu) is its own status, as too_large
+            status = exc.failure_type if exc.failure_type in oc.NOT_GRADED else oc.SKIPPED
+            self._record(source.outcome(status, exc.failure_type, str(exc)))
             pytest.skip(str(exc))
         except GoldenFailure as exc:
             self._record(source.outcome(oc.ERROR, oc.GOLDEN_ERROR, str(exc)))
@@ -358,10 +360,19 @@ class OperatorFile(pytest.File):
         from pytest_cannbench.taskformat.dirs import find_bench_root
         from pytest_cannbench.taskformat.errors import TaskFormatError
         from pytest_cannbench.taskformat.spec import load_operator
+        from pytest_cannbench.taskformat.task_warnings import operator_warning
 
         op_dir = self.path.parent
         bench_root = find_bench_root(op_dir)
         rel_path = op_dir.resolve().relative_to(bench_root).as_posix()
+        other = self.config.stash.setdefault(REL_PATHS, {}).setdefault(rel_path, op_dir.resolve())
+        if other != op_dir.resolve():  # two trees of one session, one rel_path: their case keys would collide
+            yield InvalidTaskItem.from_parent(
+                self, name=f"{op_dir.name}[task]", rel_path=f"{bench_root.name}/{rel_path}",
+                error=(f"{op_dir}: its case keys ({rel_path}_<id>) are those of {other}, another tree collected in "
+                       "this session (each tree's rel_path is under its own bench root), so their results would "
+                       "replace each other's: grade each tree in a session of its own (--cann-tasks=<tree>)"))
+            return
         try:
             task = load_operator(op_dir.resolve(), bench_root)
             check_pin(task, state.of(self.config).golden_pins())
@@ -369,14 +380,16 @@ class OperatorFile(pytest.File):
             yield InvalidTaskItem.from_parent(self, name=f"{op_dir.name}[task]", error=str(exc), rel_path=rel_path)
             return
         warn = _warns(self.config)
-        for message in task.warnings if warn else ():
-            self.warn(CannTaskWarning(message))
-        csv_path = op_dir / "cases.csv"
-        if warn and csv_path.is_file():
-            problems = compare_csv(csv_path, [c.raw for c in task.cases])
+        if warn:  # one warning per operator, whatever its number of cases (operator_warning)
+            extra = []
+            csv_path = op_dir / "cases.csv"
+            problems = compare_csv(csv_path, [c.raw for c in task.cases]) if csv_path.is_file() else []
             if problems:
                 more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-                self.warn(CannTaskWarning(f"cases.csv disagrees with cases.yaml: {problems[0]}{more}"))
+                extra.append(f"cases.csv disagrees with cases.yaml: {problems[0]}{more}")
+            message = operator_warning(task, extra)
+            if message is not None:
+                self.warn(CannTaskWarning(message))
         ids = [c.case_id for c in task.cases if c.case_id is not None]
         width = max(2, len(str(max(ids)))) if ids else 2
         used: set[str] = set()
@@ -388,14 +401,18 @@ class OperatorFile(pytest.File):
             if base in used:
                 base = f"{op_dir.name}[{label}#{case.index}]"
             used.add(base)
-            yield from self._items(task, case, base, candidates, warn)
+            yield from self._items(task, case, base, candidates)
 
-    def _items(self, task: OperatorTask, case: CaseSpec, base: str, candidates: list[str | None],
-               warn: bool) -> Iterator[pytest.Item]:
+    def item_class(self, case: CaseSpec) -> type[CaseItem]:
+        """The item of one case (a multi-rank case's is nodes.multi_rank's)."""
+        return CaseItem
+
+    def _items(self, task: OperatorTask, case: CaseSpec, base: str,
+               candidates: list[str | None]) -> Iterator[pytest.Item]:
         level = task.level
         for candidate in candidates:
             name = base if candidate is None else f"{base}[cand={candidate}]"
-            item = CaseItem.from_parent(self, name=name, task=task, case=case, candidate=candidate)
+            item = self.item_class(case).from_parent(self, name=name, task=task, case=case, candidate=candidate)
             if level is not None:
                 marker = f"level{level}"
                 if marker not in _registered_markers(self.config):
@@ -405,8 +422,6 @@ class OperatorFile(pytest.File):
             item.extra_keyword_matches.update(case.dtype_names)
             if task.spec.category:
                 item.extra_keyword_matches.add(task.spec.category)
-            for message in case.warnings if warn else ():
-                item.warn(CannTaskWarning(message))
             yield item
 
 
@@ -482,11 +497,3 @@ def collect_file(file_path: Any, parent: pytest.Collector,
         if not in_shard(op_dir.relative_to(find_bench_root(op_dir)).as_posix(), *shard):
             return None
     return cls.from_parent(parent, path=file_path)
-
-
-def ignore_golden(collection_path: Any) -> bool | None:
-    """Never collect a task's golden.py as a test module (a ``python_files = *.py`` project would)."""
-    if collection_path.name == "golden.py" and (collection_path.parent / "cases.yaml").is_file():
-        return True
-    return None
-

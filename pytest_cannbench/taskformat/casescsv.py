@@ -48,6 +48,23 @@ def _normal(value: Any) -> Any:
     return value
 
 
+def _decode(text: str) -> Any:
+    """A list/dict column: JSON, or a Python literal (bench_lab's exports write ``['float16']`` and
+    ``{'pooled_h': 7}``); empty is None. Raises ValueError when it is neither."""
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    import ast
+
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError) as exc:
+        raise ValueError(str(exc)) from None
+
+
 def compare_csv(csv_path: Path, yaml_cases: list[dict]) -> list[str]:
     """Disagreements between ``csv_path`` and the parsed YAML cases, one message each."""
     problems: list[str] = []
@@ -58,8 +75,8 @@ def compare_csv(csv_path: Path, yaml_cases: list[dict]) -> list[str]:
             rows = list(reader)
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         return [f"{csv_path}: cannot read ({exc})"]
-    if header != COLUMNS:
-        return [f"{csv_path}: header is {header}, expected {COLUMNS}"]
+    if sorted(header) != sorted(COLUMNS):  # any order: bench_lab's exports put case_id first
+        return [f"{csv_path}: header is {header}, expected the columns {COLUMNS}"]
     by_id: dict[str, dict] = {}
     for row in rows:
         by_id[str(row["case_id"]).strip()] = row
@@ -78,9 +95,10 @@ def compare_csv(csv_path: Path, yaml_cases: list[dict]) -> list[str]:
             text = row[column]
             if column in _JSON_COLUMNS:
                 try:
-                    csv_value = json.loads(text) if text.strip() else None
-                except json.JSONDecodeError:
-                    problems.append(f"{csv_path}: case_id {case.get('case_id')}: column {column!r} is not JSON")
+                    csv_value = _decode(text)
+                except ValueError:
+                    problems.append(f"{csv_path}: case_id {case.get('case_id')}: column {column!r} is neither "
+                                    "JSON nor a Python literal")
                     continue
             else:
                 csv_value = text

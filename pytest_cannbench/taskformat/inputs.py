@@ -132,7 +132,7 @@ def plan_inputs(
     shapes = _shape_entries(input_shape, names)
     m = len(shapes)
     dtypes = _dtype_entries(dtype, m)
-    ranges = _range_entries(value_range, m)
+    ranges = _range_entries(_ranges_by_name(value_range, names), m)
 
     plans: list[InputPlan] = []
     for i, name in enumerate(names):
@@ -264,6 +264,18 @@ def _is_flat_pair(v: Any) -> bool:
     return isinstance(v, list) and bool(v) and v[0] is not None and not isinstance(v[0], list)
 
 
+def _ranges_by_name(raw: Any, names: list[str]) -> Any:
+    """A value_range that is a mapping from proto input names to entries (cv_agent_matmul_bench) as the list in
+    proto order, absent names as no range. (The official generator fails on it: KeyError 0.)"""
+    if not isinstance(raw, dict):
+        return raw
+    unknown = [k for k in raw if k not in names]
+    if unknown:
+        raise CaseFormatError("value_range", f"a mapping by input name names {', '.join(map(repr, unknown))}, "
+                              f"which proto.yaml's inputs ({', '.join(names)}) do not")
+    return [raw.get(name) for name in names]
+
+
 def _range_entries(raw: Any, m: int) -> list:
     """Per-shape raw value_range entries.
 
@@ -272,6 +284,8 @@ def _range_entries(raw: Any, m: int) -> list:
     """
     if raw is None or raw == []:
         return [None] * m
+    if isinstance(raw, list):  # a mapping entry ({name: nd, mean: ..., std: ...}) is no range: the official
+        raw = [None if isinstance(e, dict) else e for e in raw]  # generator draws that input from its default
     if not isinstance(raw, list):
         raise CaseFormatError(
             "value_range",

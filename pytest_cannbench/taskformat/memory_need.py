@@ -26,6 +26,7 @@ Outputs are not in the task files; each proto output is taken to be the size of 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -64,8 +65,16 @@ class MemoryNeed:
         return f"golden phase {self.golden / gib:.1f} GiB, candidate phase {self.candidate / gib:.1f} GiB{kept}"
 
 
-def estimate(spec: OperatorSpec, case: CaseSpec) -> MemoryNeed | None:
-    """The case's floor; None when its inputs cannot be planned (the case fails with that error anyway)."""
+def estimate(spec: OperatorSpec, case: CaseSpec, world_size: int = 1) -> MemoryNeed | None:
+    """The case's floor; None when its inputs cannot be planned (the case fails with that error anyway).
+
+    A multi-rank case (``world_size`` ranks) counts every rank: each holds its own inputs (the case's shapes are a
+    rank's) and its outputs, each the size of the largest input, or ``world_size`` times that where proto.yaml's
+    shape of the output multiplies by the world size (an all-gather's, ``[M_local * world_size, N]``), in a golden
+    rank and a candidate rank, each process charged an idle torch process more than a single-process case's, and
+    the judge holds every rank's reference."""
+    if world_size > 1 or case.world_size is not None:
+        return _ranks(spec, case, max(world_size, case.world_size or 1))
     raw = case.raw
     try:
         plans = plan_inputs(spec.input_names, raw.get("input_shape"), raw.get("dtype"), raw.get("value_range"))
@@ -83,6 +92,33 @@ def estimate(spec: OperatorSpec, case: CaseSpec) -> MemoryNeed | None:
     golden = native_in + numel_in * GOLDEN_ITEMSIZE + golden_out + native_out
     judge = native_in + golden_out + native_out + comparison_bytes(spec, largest.numel)
     return MemoryNeed(golden=golden, candidate=native_in + native_out + judge, kept=golden_out + native_out)
+
+
+RANK_PROCESS_BYTES = 256 << 20  # a rank worker's idle memory (torch imported): the memory plan's IDLE_BYTES
+GATHERED = re.compile(r"\*\s*\(?\s*\w*world_size|world_size\w*\s*\)?\s*\*")  # "[M * world_size, N]"
+
+
+def _ranks(spec: OperatorSpec, case: CaseSpec, world_size: int) -> MemoryNeed | None:
+    raw = case.raw
+    try:
+        plans = plan_inputs(spec.input_names, raw.get("input_shape"), raw.get("dtype"), raw.get("value_range"))
+    except (CaseFormatError, KeyError, TypeError, ValueError):
+        return None
+    tensors = [t for plan in plans for t in plan.tensors if t.dtype in DTYPE_INFO]
+    if not tensors:
+        return MemoryNeed(world_size * RANK_PROCESS_BYTES, world_size * RANK_PROCESS_BYTES)
+    native_in = sum(t.nbytes for t in tensors)
+    numel_in = sum(t.numel for t in tensors)
+    largest = max(tensors, key=lambda t: t.numel)
+    # an output whose declared shape multiplies by the world size is gathered: world_size times the largest input
+    outputs = sum(world_size if GATHERED.search(out.shape) else 1 for out in spec.outputs) or 1
+    native_out = outputs * largest.nbytes
+    golden_out = outputs * largest.numel * GOLDEN_ITEMSIZE
+    golden_rank = native_in + numel_in * GOLDEN_ITEMSIZE + golden_out + native_out + RANK_PROCESS_BYTES
+    candidate_rank = native_in + native_out + RANK_PROCESS_BYTES
+    judge = world_size * (native_in + golden_out + native_out) + comparison_bytes(spec, outputs * largest.numel)
+    return MemoryNeed(golden=world_size * golden_rank, candidate=world_size * candidate_rank + judge,
+                      kept=world_size * (golden_out + native_out))
 
 
 def comparison_bytes(spec: OperatorSpec, numel: int) -> int:

@@ -21,6 +21,10 @@ from pytest_cannbench.taskformat.inputs import plan_inputs
 from pytest_cannbench.taskformat.perf_model import PerfModel, parse_perf_model
 
 REQUIRED_FILES = ("proto.yaml", "cases.yaml", "golden.py")
+# a multi-rank (MC2) operator's golden hooks: the distributed truth (required), each rank's inputs, the candidate's call
+MC2_GOLDEN, MC2_INPUTS, MC2_CALL = "mc2_distributed_golden", "mc2_make_rank_inputs", "mc2_call_candidate"
+MC2_HOOKS = (MC2_GOLDEN, MC2_INPUTS, MC2_CALL)
+MAX_WORLD_SIZE = 64
 CASE_KEYS = ("operator", "case_id", "input_shape", "dtype", "attrs", "value_range", "note")
 FORBIDDEN_CASE_KEYS = ("baseline_perf_us", "t_hw_us")
 
@@ -52,6 +56,9 @@ class TensorDecl:
     is_list: bool = False
     compare: bool = True
     index_gather: dict | None = None
+    shape: str = ""  # the declared shape, as text (informative; a multi-rank output's says whether it is gathered)
+    # why an index_gather declaration cannot be used (``index_gather: true``): every case fails with it
+    index_gather_error: str = ""
 
 
 @dataclass(frozen=True)
@@ -95,7 +102,24 @@ class CaseSpec:
     case_id: int | None
     raw: dict[str, Any]
     error: str | None = None
-    warnings: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # each labelled with the file and the case
+    # the same warnings without the label, (case_id or None for the file's own, message): what the operator's
+    # one collection warning folds together (:func:`operator_warning`)
+    notes: list[tuple[int | None, str]] = field(default_factory=list)
+
+    @property
+    def world_size(self) -> int | None:
+        """A multi-rank (MC2) case's rank count: ``attrs.mc2_distributed`` true, ``world_size`` (or
+        ``ep_world_size``) ranks, as the official runner reads them; None for a single-process case."""
+        attrs = self.attrs
+        if not attrs.get("mc2_distributed"):
+            return None
+        value = attrs.get("world_size", attrs.get("ep_world_size", 1))
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def warn(self, label: str, message: str, case_id: int | None = None) -> None:
+        self.warnings.append(f"{label}: {message}")
+        self.notes.append((case_id, message))
 
     @property
     def attrs(self) -> dict[str, Any]:
@@ -129,6 +153,9 @@ class OperatorTask:
     cases: list[CaseSpec]
     warnings: list[str] = field(default_factory=list)
     golden_sha256: str = ""  # golden.py's bytes as collected: the only content a golden worker will run
+    # the golden main function's attr parameters, read with ast (None: not readable without running it)
+    golden_params: frozenset[str] | None = None
+    mc2_hooks: frozenset[str] = frozenset()  # the MC2_HOOKS golden.py defines as functions
 
     @property
     def level(self) -> int | None:
@@ -230,9 +257,16 @@ def _tensor_decls(path: Path, key: str, items: Any, *, outputs: bool) -> tuple[T
         if "dtype" not in item:
             raise TaskFormatError(path, f"{where} ({name})", "missing field 'dtype'")
         index_gather = item.get("index_gather")
+        unusable = ""
         if index_gather is not None and not isinstance(index_gather, dict):
-            raise TaskFormatError(path, f"{where} ({name})", f"'index_gather' must be a mapping, got {index_gather!r}",
-                                  "use {input, dim_attr, value_output} or {input, dim_attr, value_reduce}")
+            # bench_lab's top_k_top_p_sample_v2 and moe_init_routing_v3 write `index_gather: true`: the official
+            # loader keeps it and its index check then fails on every case; here the operator collects and each
+            # case fails as a task error saying what to declare
+            unusable = (f"{path}: {where} ({name}): 'index_gather' is {index_gather!r}, not a mapping: nothing says "
+                        "which input and dim the index output gathers from, so it cannot be checked (the official "
+                        "harness fails on it too); declare {input, dim_attr, value_output} or {input, dim_attr, "
+                        "value_reduce}")
+            index_gather = None
         if isinstance(index_gather, dict):
             _check_index_gather(path, f"{where} ({name}).index_gather", index_gather)
         decls.append(TensorDecl(
@@ -242,6 +276,8 @@ def _tensor_decls(path: Path, key: str, items: Any, *, outputs: bool) -> tuple[T
             is_list=bool(item.get("is_list", False)),
             compare=item.get("compare", True) is not False,
             index_gather=dict(index_gather) if isinstance(index_gather, dict) else None,
+            shape=str(item.get("shape") or ""),
+            index_gather_error=unusable,
         ))
     return tuple(decls)
 
@@ -329,6 +365,14 @@ def parse_proto(path: Path, warnings: list[str]) -> OperatorSpec:
 def check_golden_source(path: Path, spec: OperatorSpec) -> str:
     """Syntax and the main function's presence, found with ``ast`` so no golden code runs at collection;
     returns the sha256 the golden is pinned to for the session."""
+    return read_golden_source(path, spec)[0]
+
+
+def read_golden_source(path: Path, spec: OperatorSpec) -> tuple[str, frozenset[str] | None, frozenset[str]]:
+    """:func:`check_golden_source`, and the main function's attr parameters (what a case's attrs can reach:
+    the golden and the candidate are called with its parameters only; those annotated ``Tensor`` take inputs),
+    None where ``ast`` cannot tell (the main function is not a plain ``def`` at module level); and which of the
+    multi-rank hooks (:data:`MC2_HOOKS`) it defines."""
     try:
         source = path.read_bytes()
         tree = ast.parse(source, filename=str(path))
@@ -338,11 +382,19 @@ def check_golden_source(path: Path, spec: OperatorSpec) -> str:
         raise TaskFormatError(path, f"line {exc.lineno}", f"Python syntax error: {exc.msg}",
                               "fix the golden's syntax") from None
     defined = set()
+    functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             defined.add(node.name)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                functions[node.name] = node
+            else:
+                functions.pop(node.name, None)
         elif isinstance(node, ast.Assign):
             defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
+            for t in node.targets:
+                if isinstance(t, ast.Name):
+                    functions.pop(t.id, None)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             defined.update((a.asname or a.name).split(".")[0] for a in node.names)
     wanted = [spec.function_name, spec.name.lower()]
@@ -350,15 +402,23 @@ def check_golden_source(path: Path, spec: OperatorSpec) -> str:
         raise TaskFormatError(path, "", f"defines no golden function {spec.function_name!r}"
                               + (f" or {spec.name.lower()!r}" if spec.name.lower() != spec.function_name else ""),
                               "name the golden after the identifier before '(' in proto.yaml's schema")
-    return hashlib.sha256(source).hexdigest()
+    main = next((functions[name] for name in wanted if name in functions), None)
+    params = None
+    if main is not None and (spec.function_name in functions or spec.function_name not in defined):
+        args = main.args  # tensor parameters (annotated ``Tensor``) take inputs, never attrs (golden_binding)
+        params = frozenset(a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)
+                           if a.annotation is None or "Tensor" not in ast.unparse(a.annotation))
+    return hashlib.sha256(source).hexdigest(), params, frozenset(h for h in MC2_HOOKS if h in functions)
 
 
 # --------------------------------------------------------------------------------------------
 # cases.yaml
 
 
-def parse_cases(path: Path, spec: OperatorSpec, data: Any = None) -> list[CaseSpec]:
-    """The cases of ``path`` (or of ``data``, already loaded, named by ``path``: generated hidden cases)."""
+def parse_cases(path: Path, spec: OperatorSpec, data: Any = None,
+                golden_params: frozenset[str] | None = None) -> list[CaseSpec]:
+    """The cases of ``path`` (or of ``data``, already loaded, named by ``path``: generated hidden cases);
+    ``golden_params``: the golden main function's parameters, which decide what an undeclared attr means."""
     data = load_yaml(path) if data is None else data
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise TaskFormatError(path, "", "top level must be a mapping with a list under 'cases'")
@@ -406,32 +466,44 @@ def parse_cases(path: Path, spec: OperatorSpec, data: Any = None) -> list[CaseSp
         except CaseFormatError as exc:
             case.error = f"{label}: {exc}"
             continue
-        _case_warnings(case, label, spec, attr_names)
+        if case.attrs.get("mc2_distributed") and not 1 <= (case.world_size or 0) <= MAX_WORLD_SIZE:
+            given = case.attrs.get("world_size", case.attrs.get("ep_world_size"))
+            case.error = (f"{label}: field 'attrs': a multi-rank case (mc2_distributed) needs an int world_size "
+                          f"from 1 to {MAX_WORLD_SIZE}, got {given!r}")
+            continue
+        _case_warnings(case, label, spec, attr_names, golden_params)
     ids = sorted(seen)
     if ids and ids != list(range(ids[0], ids[0] + len(ids))):
-        cases[0].warnings.append(f"{path}: case ids are not contiguous ({ids[0]}..{ids[-1]}, {len(ids)} cases)")
+        cases[0].warn(str(path), f"case ids are not contiguous ({ids[0]}..{ids[-1]}, {len(ids)} cases)")
     return cases
 
 
-def _case_warnings(case: CaseSpec, label: str, spec: OperatorSpec, attr_names: set[str]) -> None:
+def _case_warnings(case: CaseSpec, label: str, spec: OperatorSpec, attr_names: set[str],
+                   golden_params: frozenset[str] | None) -> None:
     """Suspicious but valid: the case runs, the author is told."""
-    raw = case.raw
+    raw, cid = case.raw, case.case_id
     for key in FORBIDDEN_CASE_KEYS:
         if key in raw:
-            case.warnings.append(f"{label}: field {key!r} is ignored (anchors live in metadata/<hw>.json)")
+            case.warn(label, f"field {key!r} is ignored (anchors live in metadata/<hw>.json)", cid)
     unknown = sorted(k for k in raw if k not in CASE_KEYS and k not in FORBIDDEN_CASE_KEYS)
     if unknown:
-        case.warnings.append(f"{label}: unknown field(s) {', '.join(map(repr, unknown))} ignored")
-    extra = sorted(k for k in case.attrs if k not in attr_names)
-    if extra:
-        case.warnings.append(f"{label}: attrs {', '.join(map(repr, extra))} are not declared in proto.yaml")
+        case.warn(label, f"unknown field(s) {', '.join(map(repr, unknown))} ignored", cid)
+    _attr_warnings(case, label, attr_names, golden_params)
     shapes = raw.get("input_shape")
     if isinstance(shapes, list) and shapes and isinstance(shapes[0], int):
-        case.warnings.append(f"{label}: input_shape is a bare shape, read as [[...]] (one input)")
+        case.warn(label, "input_shape is a bare shape, read as [[...]] (one input)", cid)
+    ranges = raw.get("value_range")
+    if isinstance(ranges, dict):
+        case.warn(label, "value_range is a mapping by input name: read as one entry per input (the official "
+                         "generator fails on it, KeyError 0); a list in proto.yaml's input order works in both", cid)
+    if isinstance(ranges, list) and any(isinstance(r, dict) for r in ranges):
+        case.warn(label, "value_range entries that are mappings (such as {name: nd, mean: ..., std: ...}) are no "
+                         "range: the official generator draws those inputs from its default range ([0, 1) for "
+                         "floats, [0, 100] for integers), and so does this one; write [lo, hi] to mean one", cid)
     dtypes = raw.get("dtype")
     if isinstance(shapes, list) and isinstance(dtypes, list) and shapes and isinstance(shapes[0], list):
         if len(dtypes) not in (1, len(shapes)):
-            case.warnings.append(f"{label}: dtype has {len(dtypes)} entries for {len(shapes)} input shapes")
+            case.warn(label, f"dtype has {len(dtypes)} entries for {len(shapes)} input shapes", cid)
     allowed = {d.name: set(d.dtypes) for d in spec.inputs}
     if isinstance(dtypes, list) and len(dtypes) == 1 and len(spec.inputs) > 1 and isinstance(dtypes[0], str):
         dtypes = dtypes * len(spec.inputs)  # the shorthand stands for every input
@@ -441,8 +513,37 @@ def _case_warnings(case: CaseSpec, label: str, spec: OperatorSpec, attr_names: s
             for name in names:
                 canon = canonical_dtype(name) if isinstance(name, str) else None
                 if canon and canon not in allowed[decl.name]:
-                    case.warnings.append(f"{label}: input {decl.name!r} has dtype {name!r}, "
-                                         f"not among proto's {sorted(allowed[decl.name])}")
+                    case.warn(label, f"input {decl.name!r} has dtype {name!r}, not among proto's "
+                                     f"{sorted(allowed[decl.name])}", cid)
+
+
+def _attr_warnings(case: CaseSpec, label: str, attr_names: set[str], golden_params: frozenset[str] | None) -> None:
+    """An attr proto.yaml does not declare. The official harness (and this one) hands the golden, and the
+    candidate, only the attrs that are parameters of the golden's main function: any other attr is the case's
+    own description (bench_lab's ``batch_size``, ``seq_len``, ``case_name`` ...), allowed by the format and said
+    nothing of, unless its name is close to a parameter's (a typo, which would leave that parameter at its
+    default). An attr the golden takes but proto.yaml does not declare reaches the candidate undocumented."""
+    extra = sorted(k for k in case.attrs if k not in attr_names)
+    if not extra:
+        return
+    if golden_params is None:  # the golden's parameters are not known without running it
+        case.warn(label, f"attrs {', '.join(map(repr, extra))} are not declared in proto.yaml", case.case_id)
+        return
+    taken = [k for k in extra if k in golden_params]
+    if taken:
+        case.warn(label, f"attrs {', '.join(map(repr, taken))} are not declared in proto.yaml, yet the golden "
+                         "takes them and the candidate is called with them: declare them under operator.attrs",
+                  case.case_id)
+    import difflib
+
+    for name in extra:
+        if name in golden_params:
+            continue
+        close = [p for p in difflib.get_close_matches(name, sorted(golden_params), n=1, cutoff=0.8)
+                 if p not in case.attrs]
+        if close:
+            case.warn(label, f"attr {name!r} is neither declared in proto.yaml nor a golden parameter, so it "
+                             f"reaches neither the golden nor the candidate: did you mean {close[0]!r}?", case.case_id)
 
 
 # --------------------------------------------------------------------------------------------
@@ -457,8 +558,16 @@ def load_operator(op_dir: Path, bench_root: Path) -> OperatorTask:
                               "an operator directory needs proto.yaml, cases.yaml and golden.py")
     warnings: list[str] = []
     spec = parse_proto(op_dir / "proto.yaml", warnings)
-    golden_sha256 = check_golden_source(op_dir / "golden.py", spec)
-    cases = parse_cases(op_dir / "cases.yaml", spec)
+    golden_sha256, golden_params, mc2_hooks = read_golden_source(op_dir / "golden.py", spec)
+    cases = parse_cases(op_dir / "cases.yaml", spec, golden_params=golden_params)
+    unusable = next((d.index_gather_error for d in spec.outputs if d.index_gather_error), "")
+    for case in cases:
+        if case.error is None and unusable:
+            case.error = f"{unusable} (case_id {case.case_id})"
+        if case.error is None and case.attrs.get("mc2_distributed") and MC2_GOLDEN not in mc2_hooks:
+            case.error = (f"{op_dir / 'cases.yaml'}: case_id {case.case_id}: a multi-rank case (mc2_distributed) but "
+                          f"{op_dir / 'golden.py'} defines no {MC2_GOLDEN}(ctx, inputs, attrs), the truth of each rank")
     rel_path = op_dir.relative_to(bench_root).as_posix() if op_dir != bench_root else op_dir.name
     return OperatorTask(op_dir=op_dir, bench_root=bench_root, rel_path=rel_path, spec=spec, cases=cases,
-                        warnings=warnings, golden_sha256=golden_sha256)
+                        warnings=warnings, golden_sha256=golden_sha256, golden_params=golden_params,
+                        mc2_hooks=mc2_hooks)

@@ -138,6 +138,11 @@ class Worker:
             return fn
         if target["kind"] == "kernelbench":
             fn = self.resolve_kernelbench(target)
+        elif target["kind"] == "mc2":  # one rank of a multi-rank case: the task's call, or its golden (self-check)
+            from pytest_cannbench.workers.ranks_main import mc2_callable
+
+            candidate = None if target.get("self_check") else self.resolve({**target["operator"], "kind": "submission"})
+            fn = mc2_callable(target, self.device, candidate)
         elif target["kind"] == "golden":
             from pytest_cannbench.workers.golden_binding import load_golden
 
@@ -355,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--contain", action="store_true", help="install the containment filter (seccomp)")
     parser.add_argument("--forbid-builtins", action="store_true",
                         help="block mode, CANN submissions: builtin kernels refuse to run (guard/forbid.py)")
+    parser.add_argument("--rank", default="", help="a multi-rank case's rank: its process group, as JSON")
     args = parser.parse_args(argv)
     procs.die_with_parent(args.judge_pid)
     procs.become_expendable()
@@ -379,6 +385,16 @@ def main(argv: list[str] | None = None) -> int:
         from pytest_cannbench.submission.jit_load import route_from_environment
 
         route_from_environment()
+    if args.rank:  # the group's connections are ours, made before the submission and the containment filter
+        import json
+
+        from pytest_cannbench.workers.ranks_main import join_group
+
+        print(f"cannbench: {join_group(json.loads(args.rank), args.device)}", file=sys.stderr, flush=True)
+        if args.guard:
+            from pytest_cannbench.guard.builtin_ops import allow_communication
+
+            allow_communication()
     triton_cache = _start_triton(args) if args.guard and args.device.startswith("cuda") and args.site else ""
     worker = Worker(args.region_fd, args.device)
     worker.out = out

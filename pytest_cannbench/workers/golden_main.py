@@ -50,8 +50,10 @@ def _error(stage: str, exc: BaseException) -> dict:
     tb = traceback.extract_tb(exc.__traceback__)
     golden_frames = [f for f in tb if f.filename.endswith(("golden.py",))]
     where = f" at {golden_frames[-1].filename}:{golden_frames[-1].lineno}" if golden_frames else ""
+    from pytest_cannbench.workers.ranks_main import NPU_MODULE, needs_npu
+
     return {"ok": False, "stage": stage, "oom": _is_oom(exc),
-            "error": f"{stage}: {type(exc).__name__}: {exc}{where}",
+            "error": f"{stage}: {type(exc).__name__}: {exc}{where}", "needs": NPU_MODULE if needs_npu(exc) else "",
             "traceback": "".join(traceback.format_exception(exc))[-4000:]}
 
 
@@ -269,8 +271,15 @@ def kernelbench_prepare(req: dict) -> dict:
     return prepare_problem(req)
 
 
+def mc2_prepare(req: dict) -> dict:
+    """One rank of a multi-rank case's distributed golden (workers/ranks_main.py)."""
+    from pytest_cannbench.workers.ranks_main import mc2_prepare as prepare_rank
+
+    return prepare_rank(req)
+
+
 HANDLERS = {"prepare": prepare, "postprocess": postprocess, "kb_prepare": kernelbench_prepare,
-            "ping": lambda req: {"ok": True, "pid": os.getpid()}}
+            "mc2_prepare": mc2_prepare, "ping": lambda req: {"ok": True, "pid": os.getpid()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -541,3 +541,17 @@ def test_chunked_uniform_draw_matches_one_whole_tensor_draw(numel: int, dtype: s
         assert g.dtype == w.dtype and g.shape == w.shape
         assert torch.equal(g.view(torch.int16), w.view(torch.int16)) if g.element_size() == 2 else \
             torch.equal(g.view(torch.int32), w.view(torch.int32))
+
+
+def test_value_range_mapping_forms():
+    """bench_lab's two mapping forms: a mapping by input name (cv_agent_matmul_bench; the official generator fails on
+    it) is one entry per input; an entry that is a mapping ({name: nd, mean, std}: kernel_bench) is no range, as the
+    official generator reads it."""
+    by_name = plan_inputs(["a", "b", "c"], [[2], [2], [2]], ["float32", "int32", "float32"],
+                          {"b": [3, 4], "a": [-1, 1]})
+    assert [p.tensors[0].value_range for p in by_name] == [(-1, 1), (3, 4), None]
+    with pytest.raises(CaseFormatError, match=r"names 'z', which proto\.yaml's inputs"):
+        plan_inputs(["a"], [[2]], ["float32"], {"z": [0, 1]})
+    mapped = plan_inputs(["a", "b"], [[2], [2]], ["float32", "float32"],
+                         [{"name": "nd", "mean": [-100, 100], "std": [1, 25]}, [5, 6]])
+    assert [p.tensors[0].value_range for p in mapped] == [None, (5, 6)]

@@ -184,9 +184,6 @@ def test_function_name_falls_back_to_lower_case_name(tmp_path):
     ("operator:\n  name: X\n  inputs: [{name: x, dtype: float32}]\n  outputs: [{name: y, dtype: [int33]}]\n",
      "operator.outputs[0] (y)", "unknown dtype 'int33'"),
     ("operator:\n  name: X\n  inputs: [{name: x, dtype: float32}]\n"
-     "  outputs: [{name: y, dtype: int64, index_gather: true}]\n",
-     "operator.outputs[0] (y)", "'index_gather' must be a mapping, got True"),
-    ("operator:\n  name: X\n  inputs: [{name: x, dtype: float32}]\n"
      "  outputs: [{name: y, dtype: int64, index_gather: {input: x, value_output: v}}]\n",
      "operator.outputs[0] (y).index_gather", "missing field 'dim_attr'"),
     ("operator:\n  name: X\n  inputs: [{name: x, dtype: float32}]\n  outputs: [{name: y, dtype: int64, "
@@ -758,14 +755,33 @@ def test_compare_csv_bad_header(tmp_path):
     header = ["operator", "case_id", "shape", "dtype", "attrs", "value_range", "note"]
     path = write_csv(tmp_path / "cases.csv", [csv_row(c) for c in YAML_CASES], header=header)
     (problem,) = compare_csv(path, YAML_CASES)
-    assert problem == f"{path}: header is {header}, expected {COLUMNS}"
+    assert problem == f"{path}: header is {header}, expected the columns {COLUMNS}"
+
+
+def test_compare_csv_any_column_order(tmp_path):
+    """bench_lab's exports put case_id first: the same columns in another order agree."""
+    order = [1, 0, 2, 3, 4, 5, 6]
+    rows = [[csv_row(c)[i] for i in order] for c in YAML_CASES]
+    assert compare_csv(write_csv(tmp_path / "cases.csv", rows, header=[COLUMNS[i] for i in order]), YAML_CASES) == []
 
 
 def test_compare_csv_column_not_json(tmp_path):
     row = csv_row(YAML_CASES[0])
-    row[4] = "{'lo': -1.0}"  # a Python dict string, as the outdated contributing guide says
+    row[4] = "{'lo': -1.0"  # neither JSON nor a Python literal
     (problem,) = compare_csv(write_csv(tmp_path / "cases.csv", [row, csv_row(YAML_CASES[1])]), YAML_CASES)
-    assert problem.endswith("case_id 1: column 'attrs' is not JSON")
+    assert problem.endswith("case_id 1: column 'attrs' is neither JSON nor a Python literal")
+
+
+def test_compare_csv_python_literal_columns(tmp_path):
+    """A Python-literal column (bench_lab's roi_pooling: ``['float16', 'float16']``) is read as the literal: a
+    dict that differs is a disagreement, one that agrees is none."""
+    row = csv_row(YAML_CASES[0])
+    row[4] = "{'lo': -1.0}"
+    (problem,) = compare_csv(write_csv(tmp_path / "cases.csv", [row, csv_row(YAML_CASES[1])]), YAML_CASES)
+    assert "case_id 1: column 'attrs' is \"{'lo': -1.0}\" but cases.yaml has" in problem
+    row = csv_row(YAML_CASES[1])
+    row[3] = repr(YAML_CASES[1]["dtype"])
+    assert compare_csv(write_csv(tmp_path / "cases.csv", [csv_row(YAML_CASES[0]), row]), YAML_CASES) == []
 
 
 def test_compare_csv_unreadable(tmp_path):
@@ -828,3 +844,18 @@ def test_operator_dir_predicates_and_iteration(tmp_path):
     assert looks_like_operator_dir(a) and not looks_like_operator_dir(root / "level2" / "stray")
     assert iter_operator_dirs(root) == [b.resolve(), a.resolve()]  # sorted by path: level1 first
     assert iter_operator_dirs(a) == [a.resolve()]
+
+
+def test_index_gather_true_parses_and_fails_every_case(tmp_path):
+    """bench_lab writes `index_gather: true`: the operator collects, each case fails naming what to declare."""
+    op = tmp_path / "op"
+    op.mkdir()
+    (op / "proto.yaml").write_text("operator:\n  name: Idx\n  inputs: [{name: x, dtype: float32}]\n"
+                                   "  outputs: [{name: y, dtype: int64, compare: false, index_gather: true}]\n")
+    (op / "cases.yaml").write_text("cases:\n- {operator: Idx, case_id: 1, input_shape: [[4]], dtype: [float32], "
+                                   "attrs: {}, value_range: [0, 1]}\n")
+    (op / "golden.py").write_text("def idx(x):\n    return x.argmax()\n")
+    task = load_operator(op, tmp_path)
+    assert task.spec.outputs[0].index_gather is None
+    assert "'index_gather' is True, not a mapping" in task.spec.outputs[0].index_gather_error
+    assert "declare {input, dim_attr, value_output}" in (task.cases[0].error or "")
