@@ -156,15 +156,22 @@ class SourceItem(_CannItem):
             self._record(source.outcome(oc.ERROR, oc.GOLDEN_ERROR, str(exc)))
             raise GoldenSideError(f"golden_error: {exc}") from None
 
-    def runtest(self) -> None:
+    def _runnable(self) -> state.CannBenchState:
+        """The session's state, once the case's task and its submission are known to be usable (else the case is
+        recorded as what stopped it, and fails)."""
         st, source = state.of(self.config), self.source
         if source.task_error:
             self._record(source.outcome(oc.ERROR, oc.TASK_ERROR, source.task_error))
             raise TaskInputError(f"task_error: {source.task_error}")
-        settings, submission = st.settings, st.submission_of(self.candidate)
+        submission = st.submission_of(self.candidate)
         if submission is not None and not submission.ok:
             self._record(source.outcome(submission.status, submission.status, submission.message))
             raise CaseFailed(f"{submission.status}: {submission.message}")
+        return st
+
+    def runtest(self) -> None:
+        st, source = self._runnable(), self.source
+        settings = st.settings
         if self.build_failed:
             self._record(source.outcome(oc.COMPILE_FAILED, oc.COMPILE_FAILED, self.build_failed))
             raise CaseFailed(f"{oc.COMPILE_FAILED}: {self.build_failed}")

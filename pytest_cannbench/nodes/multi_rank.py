@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_cannbench import outcome as oc
-from pytest_cannbench import state
 from pytest_cannbench.nodes.hidden import OperatorWithHidden
-from pytest_cannbench.nodes.items import CaseFailed, CaseItem, GoldenSideError, TaskInputError
+from pytest_cannbench.nodes.items import CaseFailed, CaseItem, GoldenSideError
 
 if TYPE_CHECKING:
     from pytest_cannbench.judge.source import Reference
@@ -87,14 +86,8 @@ class MultiRankItem(CaseItem):
         from pytest_cannbench.judge.source import fate
         from pytest_cannbench.timing.stats import not_measured
 
-        st, source = state.of(self.config), self.source
-        if source.task_error:
-            self._record(source.outcome(oc.ERROR, oc.TASK_ERROR, source.task_error))
-            raise TaskInputError(f"task_error: {source.task_error}")
-        settings, submission = st.settings, st.submission_of(self.candidate)
-        if submission is not None and not submission.ok:
-            self._record(source.outcome(submission.status, submission.status, submission.message))
-            raise CaseFailed(f"{submission.status}: {submission.message}")
+        st = self._runnable()
+        settings = st.settings
         ref = self.reference
         assert isinstance(ref, MultiRankReference)
         with self.clock.phase("candidate"):
