@@ -70,8 +70,13 @@ class MultiRankItem(CaseItem):
         memory = max(plan.candidate // self.world_size, MIN_RANK_MEMORY)
 
         def template(rank: int) -> Any:
-            worker = st.worker_apart(role, st.log_dir)
-            worker.log_path = st.log_dir / f"{role}-rank{rank}-worker-{st.worker_id}.log"
+            if role == "candidate" and self.candidate is not None:  # a multi-candidate run: this candidate's install
+                mode = "golden" if s.self_check else "submission"
+                worker = st._new_worker("candidate", mode, st.submission_of(self.candidate), guard_role="candidate")
+            else:
+                worker = st.worker_apart(role, st.log_dir)
+            name = role if self.candidate is None else f"{role}-{self.candidate}"
+            worker.log_path = st.log_dir / f"{name}-rank{rank}-worker-{st.worker_id}.log"
             worker.memory_bytes = memory
             return worker
 

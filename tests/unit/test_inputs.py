@@ -502,7 +502,7 @@ def test_planning_does_not_import_torch():
         (["x"], [[2]], ["uint8"], [[-1, -1]], "value_range", "exceeds the dtype bounds"),
         (["x"], [[2]], ["int32"], [[5, 1]], "value_range", "empty integer range"),
         (["x"], [[2]], ["float16"], [[70000, 70000]], "value_range", "does not fit"),
-        (["x"], [[2]], ["float32"], {"x": [-1, 1]}, "value_range", "got dict"),
+        (["x"], [[2]], ["float32"], {"y": [-1, 1]}, "value_range", "names 'y'"),
         (["x"], [[[2], [2]]], ["float32"], [[]], "value_range", "input 'x'"),
         (["x"], [[[2], [2]]], ["int8"], [[[0, 1], [0, 999]]], "value_range", "element 1 (int8)"),
         (["x"], [[[2], [2]]], ["float32"], [[[0, 1], 3]], "value_range", "element 1"),
