@@ -148,8 +148,8 @@ class SourceItem(_CannItem):
         except pytest.fail.Exception as exc:  # pytest-timeout during the golden: the case still counts
             self._record(source.outcome(oc.TIMEOUT, oc.PYTEST_TIMEOUT, f"in setup (golden): {exc}"))
             raise
-        except SkipCase as exc:  # a not-graded kind (needs_npu) is its own status, as too_large
-            status = exc.failure_type if exc.failure_type in oc.NOT_GRADED else oc.SKIPPED
+        except SkipCase as exc:  # needs_npu is a status of its own; too_large stays a skip, as before
+            status = oc.NEEDS_NPU if exc.failure_type == oc.NEEDS_NPU else oc.SKIPPED
             self._record(source.outcome(status, exc.failure_type, str(exc)))
             pytest.skip(str(exc))
         except GoldenFailure as exc:

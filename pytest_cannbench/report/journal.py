@@ -227,9 +227,10 @@ def reveal_secret(config: Any) -> None:
 
     from pytest_cannbench import state
 
-    if hasattr(config, "workerinput"):
+    st = config.stash.get(state.STATE_KEY, None)  # none when configure itself failed (a usage error)
+    if hasattr(config, "workerinput") or st is None:
         return
-    s = state.of(config).settings
+    s = st.settings
     if not (s.active and s.secret and s.reveal_secret):
         return
     try:

@@ -44,10 +44,12 @@ def board(pytester) -> dict:
 
 
 def test_outputs_computed_after_the_call_score_nothing(pytester, capsys, prebuilt_source):
+    """With the guard off, so that these layers are shown to hold on their own: under ``block`` the symbol
+    allowlist refuses the library first (``at::from_blob`` is not an import a kernel library may make)."""
     tasks = float32_tree(Path(pytester.path), tuple(CASES))
     run = run_inner(pytester, capsys, tasks, f"--cann-tasks={tasks}", "-p", "no:cacheprovider",
                     "--cann-golden-cache=off", "--cann-repeat=3", "--cann-warmup=1", "--cann-case-timeout=120",
-                    "--cann-guard=block", f"--cann-source={prebuilt_source(CPP / 'after_clock')}")
+                    f"--cann-source={prebuilt_source(CPP / 'after_clock')}")
     messages = {name: (c.cann or {}).get("message", "")[:300] for name, c in run.cases.items()}
     operators = {op["rel_path"]: op for op in board(pytester)["operators"]}
     for name in CASES:
