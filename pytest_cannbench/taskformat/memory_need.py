@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_cannbench.taskformat.dtypes import DTYPE_INFO, is_float_name
 from pytest_cannbench.taskformat.errors import CaseFormatError
@@ -65,6 +65,16 @@ class MemoryNeed:
         return f"golden phase {self.golden / gib:.1f} GiB, candidate phase {self.candidate / gib:.1f} GiB{kept}"
 
 
+def _planned_tensors(spec: OperatorSpec, case: CaseSpec) -> list[Any] | None:
+    """The case's input tensors of a known dtype, as planned (no data drawn); None when they cannot be planned."""
+    raw = case.raw
+    try:
+        plans = plan_inputs(spec.input_names, raw.get("input_shape"), raw.get("dtype"), raw.get("value_range"))
+    except (CaseFormatError, KeyError, TypeError, ValueError):
+        return None
+    return [t for plan in plans for t in plan.tensors if t.dtype in DTYPE_INFO]
+
+
 def estimate(spec: OperatorSpec, case: CaseSpec, world_size: int = 1) -> MemoryNeed | None:
     """The case's floor; None when its inputs cannot be planned (the case fails with that error anyway).
 
@@ -75,12 +85,9 @@ def estimate(spec: OperatorSpec, case: CaseSpec, world_size: int = 1) -> MemoryN
     the judge holds every rank's reference."""
     if world_size > 1 or case.world_size is not None:
         return _ranks(spec, case, max(world_size, case.world_size or 1))
-    raw = case.raw
-    try:
-        plans = plan_inputs(spec.input_names, raw.get("input_shape"), raw.get("dtype"), raw.get("value_range"))
-    except (CaseFormatError, KeyError, TypeError, ValueError):
+    tensors = _planned_tensors(spec, case)
+    if tensors is None:
         return None
-    tensors = [t for plan in plans for t in plan.tensors if t.dtype in DTYPE_INFO]
     if not tensors:
         return MemoryNeed(0, 0)
     native_in = sum(t.nbytes for t in tensors)
@@ -99,12 +106,9 @@ GATHERED = re.compile(r"\*\s*\(?\s*\w*world_size|world_size\w*\s*\)?\s*\*")  # "
 
 
 def _ranks(spec: OperatorSpec, case: CaseSpec, world_size: int) -> MemoryNeed | None:
-    raw = case.raw
-    try:
-        plans = plan_inputs(spec.input_names, raw.get("input_shape"), raw.get("dtype"), raw.get("value_range"))
-    except (CaseFormatError, KeyError, TypeError, ValueError):
+    tensors = _planned_tensors(spec, case)
+    if tensors is None:
         return None
-    tensors = [t for plan in plans for t in plan.tensors if t.dtype in DTYPE_INFO]
     if not tensors:
         return MemoryNeed(world_size * RANK_PROCESS_BYTES, world_size * RANK_PROCESS_BYTES)
     native_in = sum(t.nbytes for t in tensors)
