@@ -4,7 +4,7 @@ One argparse subcommand per job, each with its own ``--help``: ``show`` and ``re
 (the terminal tables, or any report file regenerated, like the official harness's ``gen_report.sh``),
 ``compare`` diffs two boards with a CI gate, ``list`` and ``info`` read task trees, ``roofline`` and ``check``
 run the calibration and the task-quality gate, ``merge`` joins shards, ``secret`` checks a revealed session secret
-against a board's commitment. This module only parses and dispatches;
+against a board's commitment, ``serve`` runs the grading service. This module only parses and dispatches;
 the work is done by the rooms (``report``, ``taskformat``, ``timing``, ``judge``).
 
 Exit status: 0 on success; 1 when ``compare --fail-on-regression`` finds a regression, ``check`` finds weak
@@ -15,6 +15,7 @@ the file).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -121,6 +122,11 @@ def _parser() -> argparse.ArgumentParser:
                       "secret's 16 bytes must equal config.secret_commitment (or a merged input's). Exit 1 if not.")
     secret.add_argument("board", metavar="BOARD", help="leaderboard JSON or results.jsonl")
     secret.add_argument("secret_file", metavar="SECRET_FILE", help="the file --cann-reveal-secret wrote")
+    from pytest_cannbench.serve.server import add_arguments
+
+    add_arguments(_command(commands, "serve", "a warm grading service: an HTTP JSON API over judges on Ray",
+                           "Serve grading over HTTP (docs/serve.md): warm judges on an embedded Ray cluster (or "
+                           "--address), one per card or share of the cores; grade, jobs, batch, health, metrics."))
     return parser
 
 
@@ -311,9 +317,18 @@ def _secret(args: argparse.Namespace) -> int:
     return 1
 
 
+def _serve(args: argparse.Namespace) -> int:
+    missing = [m for m in ("fastapi", "uvicorn", "ray", "prometheus_client") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise InputError(f"the service needs {', '.join(missing)}: pip install 'pytest-cannbench[serve]'")
+    from pytest_cannbench.serve.server import run
+
+    return run(args)
+
+
 HANDLERS: dict[str, Handler] = {"show": _show, "compare": _compare, "report": _report, "list": _list,
                                 "info": _info, "roofline": _roofline, "check": _check, "merge": _merge,
-                                "secret": _secret}
+                                "secret": _secret, "serve": _serve}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
