@@ -27,7 +27,7 @@ from pytest_cannbench.serve.catalog import Catalog
 from pytest_cannbench.serve.dispatch import Dispatcher, Draining, Job, QueueFull, wait_all
 from pytest_cannbench.serve.intake import BadRequest, Limits, payload_of
 from pytest_cannbench.serve.metrics import Metrics
-from pytest_cannbench.serve.profiles import PROFILES, seed_overrides, settings_hash
+from pytest_cannbench.serve.profiles import PROFILES, overrides_for, settings_hash
 from pytest_cannbench.serve.rotation import SecretKeeper
 
 Scope = MutableMapping[str, Any]
@@ -51,6 +51,7 @@ class Service:
     max_body: int
     format: str = "cann"
     devices: dict[str, float] = field(default_factory=dict)
+    caps: dict[str, float] = field(default_factory=dict)  # --case-timeout, --build-timeout: caps on the profiles
 
     # ------------------------------------------------------------------------------------------ requests to jobs
 
@@ -63,12 +64,12 @@ class Service:
         payloads = [payload_of(sub, self.limits, self.submissions_root, where) for _, sub, where in named]
         profile = PROFILES[request.profile]
         deadline = time.monotonic() + (request.deadline_s or profile.deadline_s)
-        stuck = profile.build_timeout_s + profile.case_timeout_s + 900.0
         epoch = self.keeper.take() if request.seed.policy == "secret" else None
         seed: dict[str, Any] = ({"policy": "secret", "epoch": epoch.number, "commitment": epoch.commitment}
                                 if epoch is not None else {"policy": "fixed", "value": request.seed.value})
-        overrides = {**profile.overrides(perf=request.perf),
-                     **seed_overrides(request.seed.policy, request.seed.value, epoch.secret if epoch else "")}
+        overrides = overrides_for(profile.name, perf=request.perf, policy=request.seed.policy,
+                                  value=request.seed.value, secret=epoch.secret if epoch else "", caps=self.caps)
+        stuck = overrides["build_timeout_s"] + overrides["case_timeout_s"] + 900.0  # a golden may take minutes
         flags = ["seed_public"] if epoch is None else []
         jobs = []
         for i, ((name, _, _), payload) in enumerate(zip(named, payloads)):
@@ -170,6 +171,9 @@ class BodyLimit:
             await _error(400, "bad_request", "body", f"not UTF-8 (byte {exc.start}): JSON bodies are UTF-8; "
                                                      "send binary files in submission.archive")(scope, receive, send)
             return
+        # the API takes JSON only: a body sent as a form (curl -d) is read as the JSON it is
+        scope["headers"] = [(k, v) for k, v in scope.get("headers") or [] if k != b"content-type"] + [
+            (b"content-type", b"application/json")]
         sent = False
 
         async def replay() -> MutableMapping[str, Any]:
@@ -212,8 +216,9 @@ def make_app(service: Service) -> FastAPI:
         first: dict[str, Any] = dict(errors[0]) if errors else {"loc": ("body",), "msg": "invalid", "type": ""}
         metrics.rejected.labels("bad_request").inc()
         if first.get("type") == "json_invalid":
-            return _error(400, "bad_request", "body", f"malformed JSON: {first.get('msg')} "
-                                                      f"(at {first.get('ctx', {}).get('error', '?')})")
+            at = first.get("loc", ("body", "?"))[-1]
+            return _error(400, "bad_request", "body", f"malformed JSON at character {at}: "
+                                                      f"{first.get('ctx', {}).get('error', first.get('msg'))}")
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         where = ".".join(loc).replace(".[", "[") or "body"
         more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""

@@ -60,6 +60,15 @@ def seed_overrides(policy: str, value: int, secret: str) -> dict[str, Any]:
     return {"seed": 0, "secret": secret}
 
 
+def overrides_for(profile: str, *, perf: bool, policy: str, value: int, secret: str,
+                  caps: dict[str, float] | None = None) -> dict[str, Any]:
+    """Every ``Settings`` override of a request: its profile, its seed policy and the server's caps. Judges key
+    their warm graders by this dict, so the server's warm-up and its requests build it the same way."""
+    overrides = {**PROFILES[profile].overrides(perf=perf), **seed_overrides(policy, value, secret)}
+    overrides.update({k: min(v, overrides[k]) for k, v in (caps or {}).items()})
+    return overrides
+
+
 # Settings fields that say where a judge keeps its files, not how it grades: left out of the settings hash, so
 # two judges grading alike report the same hash
 _LOCAL_FIELDS = frozenset({"report_dir", "leaderboard", "golden_cache", "source", "sources", "reveal_secret",

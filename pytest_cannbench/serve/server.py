@@ -62,11 +62,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="directory where each retired epoch's secret is written (0600) once unused")
     parser.add_argument("--work-dir", default=None, help="judges' private directories (default: a temp dir)")
     parser.add_argument("--golden-cache", default=None,
-                        help="golden cache shared by this host's judges (default .cannbench-cache/golden beside "
-                             "the tasks)")
+                        help="an on-disk golden cache shared by this host's judges (default: none; each judge keeps "
+                             "its goldens in memory per secret epoch)")
+    parser.add_argument("--case-timeout", type=float, default=None,
+                        help="cap every profile's case timeout at SEC (e.g. for short RL rewards)")
+    parser.add_argument("--build-timeout", type=float, default=None,
+                        help="cap every profile's build timeout at SEC")
     parser.add_argument("--drain-timeout", type=float, default=600.0,
                         help="seconds to finish queued and running work on shutdown (default 600)")
-    parser.add_argument("--no-warm", action="store_true", help="do not open every judge's grader before listening")
+    parser.add_argument("--warm", action="append", metavar="PROFILE[:accuracy]", default=None,
+                        help="open a grader of this profile on every judge before listening, so its first requests "
+                             "are warm (repeatable; default standard; ':accuracy' for perf false)")
+    parser.add_argument("--no-warm", action="store_true", help="open no grader before listening")
 
 
 def _token(args: argparse.Namespace) -> str | None:
@@ -136,6 +143,13 @@ def run(args: argparse.Namespace) -> int:
     if args.submissions_root and not Path(args.submissions_root).is_dir():
         _say(f"error: --submissions-root {args.submissions_root}: not a directory")
         return 2
+    from pytest_cannbench.serve.profiles import PROFILES
+
+    bad = [w for w in args.warm or [] if w.partition(":")[0] not in PROFILES or w.partition(":")[2] not in
+           ("", "accuracy")]
+    if bad:
+        _say(f"error: --warm {bad[0]}: expected a profile ({', '.join(PROFILES)}), optionally with ':accuracy'")
+        return 2
     if args.reveal_secrets and not Path(args.reveal_secrets).is_dir():
         _say(f"error: --reveal-secrets {args.reveal_secrets}: not a directory")
         return 2
@@ -167,14 +181,14 @@ async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> i
     from pytest_cannbench.serve.intake import Limits
     from pytest_cannbench.serve.judge import JudgeCore
     from pytest_cannbench.serve.metrics import Metrics
-    from pytest_cannbench.serve.profiles import PROFILES, seed_overrides
+    from pytest_cannbench.serve.profiles import overrides_for
     from pytest_cannbench.serve.rotation import SecretKeeper
 
     ray = _start_ray(args)
     resources = {k: float(v) for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU", "NPU")}
     device, count, options = _judge_plan(args, resources)
     work = args.work_dir or tempfile.mkdtemp(prefix="cannbench-serve-")
-    golden_cache = args.golden_cache or str(catalog.tasks.parent / ".cannbench-cache" / "golden")
+    golden_cache = os.path.abspath(args.golden_cache) if args.golden_cache else None
     actor_class = ray.remote(max_restarts=-1, max_task_retries=0, scheduling_strategy="SPREAD", **options)(JudgeCore)
     judges = []
     for i in range(count):
@@ -183,8 +197,12 @@ async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> i
                   "golden_cache": golden_cache}
         judges.append(JudgeHandle(config["name"], actor_class.remote(config)))
     keeper = SecretKeeper(args.secret_rotate, args.reveal_secrets)
-    if not args.no_warm:
-        warm = {**PROFILES["standard"].overrides(perf=True), **seed_overrides("secret", 0, keeper.current.secret)}
+    caps = {k: v for k, v in (("case_timeout_s", args.case_timeout), ("build_timeout_s", args.build_timeout))
+            if v is not None}
+    for spec in ([] if args.no_warm else args.warm or ["standard"]):
+        profile, _, mode = spec.partition(":")
+        warm = overrides_for(profile, perf=mode != "accuracy", policy="secret", value=0,
+                             secret=keeper.current.secret, caps=caps)
         infos = await asyncio.gather(*(j.actor.warm.remote(warm) for j in judges), return_exceptions=True)
         for judge, info in zip(judges, infos):
             if isinstance(info, BaseException):
@@ -198,7 +216,7 @@ async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> i
                     max_total_bytes=int(args.max_submission_mib * 2**20))
     service = Service(catalog=catalog, dispatcher=dispatcher, keeper=keeper, metrics=metrics, limits=limits,
                       token=token, submissions_root=args.submissions_root, guard=args.guard, sandbox=args.sandbox,
-                      commit=_commit(), max_body=int(args.max_body_mib * 2**20), devices=resources)
+                      commit=_commit(), max_body=int(args.max_body_mib * 2**20), devices=resources, caps=caps)
     app = make_app(service)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
