@@ -307,3 +307,14 @@ def make_app(service: Service) -> FastAPI:
 
 class _Unauthorized(Exception):
     pass
+
+
+def openapi_schema() -> dict[str, Any]:
+    """The API's OpenAPI schema as ``/openapi.json`` serves it (it depends on no server setting)."""
+    from pathlib import Path
+
+    metrics = Metrics()
+    service = Service(catalog=Catalog(Path("tasks"), [], {}), dispatcher=Dispatcher([], 1, metrics),
+                      keeper=SecretKeeper(0), metrics=metrics, limits=Limits(), token=None, submissions_root=None,
+                      guard="block", sandbox="auto", commit=None, max_body=1)
+    return make_app(service).openapi()

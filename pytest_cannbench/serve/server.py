@@ -236,10 +236,16 @@ async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> i
     finally:
         await dispatcher.stop()
         keeper.close()
-        await asyncio.gather(*(j.actor.shutdown.remote() for j in judges), return_exceptions=True)
+        # a judge lost with its node never answers: its shutdown is not waited for past a bound
+        await asyncio.gather(*(asyncio.wait_for(_awaited(j.actor.shutdown.remote()), 60) for j in judges),
+                             return_exceptions=True)
         ray.shutdown()
         _say("stopped")
     return 0
+
+
+async def _awaited(ref: Any) -> Any:
+    return await ref
 
 
 def _server(config: Any, dispatcher: Any, drain_timeout: float) -> Any:

@@ -80,7 +80,7 @@ def test_archives_read_member_by_member_and_refuse_bombs_links_and_traversal():
     link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
     with pytest.raises(BadRequest, match="not a regular file"):
         intake.from_archive(_tar([(link, b"")]), "tar.gz", LIMITS)
-    with pytest.raises(BadRequest, match="'..'"):
+    with pytest.raises(BadRequest, match=r"'\.\.'"):
         intake.from_archive(_tar([(_file("../up"), b"x")], gz=False), "tar", LIMITS)
     with pytest.raises(BadRequest, match="not base64"):
         intake.from_archive("%%%", "tar.gz", LIMITS)
