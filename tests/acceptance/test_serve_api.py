@@ -193,7 +193,7 @@ def test_metrics_parse_and_count_by_status_and_code(served):
 def test_the_documented_reward_example_runs(served, tmp_path):
     server, _, _, _ = served
     text = (ROOT / "docs" / "serve.md").read_text()
-    example = re.search(r"<!-- example:reward -->\n```python\n(.*?)```", text, re.S)
+    example = re.search(r"<!-- example:reward -->\n````python\n(.*?)````", text, re.S)
     assert example, "docs/serve.md lost its reward example"
     script = tmp_path / "reward_example.py"
     script.write_text(example.group(1))
