@@ -20,7 +20,8 @@ Reward (docs/serve.md, Reward), always within [-1, 1]:
 - otherwise the mean over the selected operators of the official operator score (compile 20 + function 30 +
   performance 50, ``report/scoring.py``) divided by 100, or by 50 with ``perf: false`` (then only compile and
   function can be earned): 0 (every case crashed) up to 1 (every case passed at the hardware limit);
-- harness_error: None (the adapter turns it into 0 and says so).
+- None when it tells nothing of the candidate: ``harness_error``, or no case of it ever reached a judge (its
+  deadline passed in the queue, or the service stopped first); the adapter turns it into 0 and says so.
 """
 
 from __future__ import annotations
@@ -111,7 +112,8 @@ def grade_answer(cases: list[dict[str, Any]], *, perf: bool, provenance: dict[st
         operators.append({"rel_path": rel_path, "score": score.score, "compile": score.compile_score,
                           "function": score.function_score, "performance": score.performance_score,
                           "cases": score.cases_total, "passed": score.cases_passed, "score_error": score.score_error,
-                          "status": status_of(group)})
+                          "status": status_of(group),
+                          "ungraded": all(code_of(c) == NOT_GRADED_YET for c in group)})
     status = status_of(cases)
     return {"status": status, "reward": reward(status, operators, perf=perf), "operators": operators,
             "provenance": provenance, "name": name, "id": job_id, "cases": answers, "message": message,
@@ -120,11 +122,11 @@ def grade_answer(cases: list[dict[str, Any]], *, perf: bool, provenance: dict[st
 
 def reward(status: str, operators: list[dict[str, Any]], *, perf: bool) -> float | None:
     """The bounded reward of one candidate (module docstring)."""
-    if status == "harness_error":
+    if status == "harness_error" or not operators or all(op.get("ungraded") for op in operators):
         return None
     if status == "cheating":
         return REWARD_CHEAT
-    if status in oc.BUILD_FAILURES or not operators or all(op["status"] == oc.MISSING for op in operators):
+    if status in oc.BUILD_FAILURES or all(op["status"] == oc.MISSING for op in operators):
         return REWARD_NO_BUILD
     best = 100.0 if perf else 100.0 * (W_COMPILE + W_FUNCTION)
     mean = sum(min(op["score"], best) for op in operators) / len(operators)
@@ -133,10 +135,10 @@ def reward(status: str, operators: list[dict[str, Any]], *, perf: bool) -> float
 
 def batch_answer(answers: list[dict[str, Any]], provenance: dict[str, Any], goldens_computed: int) -> dict[str, Any]:
     """A group's answer: every candidate's, pass@k per operator (a candidate is correct on an operator when every
-    selected case of it passed; candidates whose answer is a harness_error are not samples) and over operators."""
+    selected case of it passed; candidates whose reward is None are not samples) and over operators."""
     samples: dict[str, list[bool]] = defaultdict(list)
     for answer in answers:
-        if answer["status"] == "harness_error":
+        if answer["reward"] is None:  # nothing learnt of it: not a sample
             continue
         for op in answer["operators"]:
             samples[op["rel_path"]].append(op["cases"] > 0 and op["passed"] == op["cases"])
@@ -160,7 +162,7 @@ def batch_answer(answers: list[dict[str, Any]], provenance: dict[str, Any], gold
 def placeholder(case: dict[str, Any], code: str, message: str) -> dict[str, Any]:
     """The outcome of a selected case that never got a verdict (deadline, a lost judge): ``case`` holds its key,
     rel_path, operator and case_id."""
-    status = oc.ERROR if code == JUDGE_LOST else oc.TIMEOUT
+    status = oc.TIMEOUT if code in (DEADLINE, NOT_GRADED_YET) else oc.ERROR
     return {**case, "status": status, "failure_type": code, "message": message, "timing": {}, "flags": []}
 
 

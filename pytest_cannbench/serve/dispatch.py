@@ -90,6 +90,8 @@ class Job:
         self.answer = grade_answer(cases, perf=self.perf, provenance=self.provenance, job_id=self.id,
                                    name=self.name, message=message, seconds=seconds, attempts=max(self.attempts, 1))
         self.state = "done"
+        # an answered job keeps its answer only: not its files (up to the submission limit) nor the secret
+        self.payload, self.overrides = Payload(), {}
         self.done.set()
         for callback in self.on_finish:
             callback(self)
@@ -185,7 +187,8 @@ class Dispatcher:
         if job.state == "queued":
             with contextlib.suppress(ValueError):
                 self.pending.remove(job)
-            job.finish(DEADLINE, f"the deadline passed after {time.monotonic() - job.arrived:.1f} s in the queue")
+            job.finish(NOT_GRADED_YET, f"the deadline passed after {time.monotonic() - job.arrived:.1f} s in the "
+                                       "queue, before a judge was free")
 
     # ------------------------------------------------------------------------------------------ the judges' side
 
@@ -295,6 +298,10 @@ class Dispatcher:
             for case in job.cases:
                 if case.key in job.outcomes:
                     continue
+                if time.monotonic() >= job.deadline:  # never start a case whose verdict could not be used
+                    job.finish(DEADLINE, f"the deadline passed after {time.monotonic() - job.arrived:.1f} s; "
+                                         f"{len(job.outcomes)} of {len(job.cases)} cases were graded")
+                    return
                 try:
                     ok, result = await self._call(judge, job, judge.actor.grade.remote(job.id, case.rel_path,
                                                                                        case.case_id))

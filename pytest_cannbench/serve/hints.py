@@ -13,7 +13,7 @@ from pytest_cannbench import outcome as oc
 
 DEADLINE = "deadline_exceeded"  # the request's deadline passed before the case had a verdict
 JUDGE_LOST = "judge_lost"  # the judge grading it died twice (retried once on another): the service's fault
-NOT_GRADED_YET = "not_graded"  # a case the request selected that never reached a judge (cut short)
+NOT_GRADED_YET = "not_graded"  # the request never reached a judge (its deadline passed in the queue, a shutdown)
 SERVICE_CODES = (DEADLINE, JUDGE_LOST, NOT_GRADED_YET)
 
 HINTS: dict[str, str] = {
@@ -78,7 +78,8 @@ HINTS: dict[str, str] = {
     DEADLINE: "the request's deadline passed before this case had a verdict: raise deadline_s, select fewer "
               "cases, or make the kernel faster",
     JUDGE_LOST: "the judge grading this died twice (the service's problem, not yours): submit again",
-    NOT_GRADED_YET: "the request was cut short before this case reached a judge",
+    NOT_GRADED_YET: "the request never reached a judge (the queue was long, or the service stopped): submit "
+                    "again, with a longer deadline_s",
 }
 
 

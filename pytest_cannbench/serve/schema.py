@@ -106,6 +106,7 @@ class OperatorAnswer(BaseModel):
     passed: int
     score_error: str | None = None
     status: str
+    ungraded: bool = Field(False, description="no case of it reached a judge (deadline in the queue, shutdown)")
 
 
 class Provenance(BaseModel):
