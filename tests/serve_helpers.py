@@ -65,7 +65,8 @@ class Server:
             raise RuntimeError(f"cannbench serve did not start:\n{self.text()[-5000:]}")
 
     def text(self) -> str:
-        self.stderr.flush()
+        if not self.stderr.closed:
+            self.stderr.flush()
         return "".join(self.lines) + self.log.read_text(errors="replace")
 
     def stop(self, timeout: float = 180.0) -> int:

@@ -294,7 +294,9 @@ class Dispatcher:
                 return
             if not ok:
                 return
-            job.provenance.update(_judge_facts(opened))
+            facts = _judge_facts(opened)
+            facts["flags"] = sorted(set(job.provenance.get("flags") or []) | set(facts["flags"]))
+            job.provenance.update(facts)
             for case in job.cases:
                 if case.key in job.outcomes:
                     continue

@@ -65,6 +65,8 @@ class JudgeCore:
             import torch
 
             torch_version = torch.__version__
+            if not device:  # auto: what the grader's device plan will pick (an NPU host sets it explicitly)
+                device = "cuda" if torch.cuda.is_available() else "cpu"
         except ImportError:  # the judge could not even import torch: say so in health, grade nothing
             pass
         node = None
@@ -79,8 +81,9 @@ class JudgeCore:
                 "jobs": len(self.jobs)}
 
     def warm(self, overrides: dict[str, Any]) -> dict[str, Any]:
-        """Open the grader of the default identity now, so the first request does not pay for it."""
-        self._grader(overrides)
+        """Open a grader now, its judge's workers started, so the first request does not pay for it."""
+        _, grader = self._grader(overrides)
+        getattr(grader, "judge", None)  # the property starts the judge (golden worker, device plan)
         return self.info()
 
     # ------------------------------------------------------------------------------------------ graders

@@ -236,9 +236,9 @@ async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> i
     finally:
         await dispatcher.stop()
         keeper.close()
-        # a judge lost with its node never answers: its shutdown is not waited for past a bound
-        await asyncio.gather(*(asyncio.wait_for(_awaited(j.actor.shutdown.remote()), 60) for j in judges),
-                             return_exceptions=True)
+        # a judge lost with its node never answers: only live ones are asked to clean up, within a bound
+        await asyncio.gather(*(asyncio.wait_for(_awaited(j.actor.shutdown.remote()), 30) for j in judges
+                               if j.state in ("ready", "busy")), return_exceptions=True)
         ray.shutdown()
         _say("stopped")
     return 0

@@ -1,8 +1,10 @@
-"""``cannbench serve`` end to end: one real server process (two judges on an embedded Ray cluster, a bearer token)
-for the whole module, driven by a real HTTP client; the tests run in file order and share it.
+"""``cannbench serve`` end to end: a real server process (two judges on an embedded Ray cluster, a bearer token)
+shared by the module's tests, driven by a real HTTP client. Each test asserts only on what it did itself (under
+xdist a worker may start its own server). The drain and the secret are tested on the cluster test's server
+(``test_serve_cluster.py``), which it stops.
 
 Kept short on a loaded 2-core machine: accuracy only (``perf: false``), a few gelu cases by ``select``, a case
-timeout of 5 s (``--case-timeout``) for the hanging candidate.
+timeout of 3 s (``--case-timeout``) for the hanging candidate.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import os
 import re
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -23,40 +24,40 @@ pytest.importorskip("ray", reason="the serve extra is not installed")
 
 import httpx  # noqa: E402
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
-from serve_helpers import CRASH, EXAMPLES, HANG, NO_COMPILE, ROOT, WRONG, Server, wait_for, wheel_submission  # noqa: E402
+from serve_helpers import (  # noqa: E402
+    CRASH,
+    EXAMPLES,
+    HANG,
+    NO_COMPILE,
+    ROOT,
+    WRONG,
+    Server,
+    wait_for,
+    wheel_submission,
+)
 
-from pytest_cannbench.report.secret import commitment  # noqa: E402
 from pytest_cannbench.serve.client import Client, ServiceError, archive_of  # noqa: E402
 
 TOKEN = secrets.token_hex(16)
-GELU3 = "gelu and (01 or 02 or 03)"
 GELU2 = "gelu and (01 or 02)"
-SEEN: list[str] = []  # every answer and metrics text the module received: the secret must be in none
-ANSWERS: list[dict] = []  # every candidate's answer
+GELU1 = "gelu and 01"
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, prebuilt_source):
     root = tmp_path_factory.mktemp("submissions")
     shutil.copytree(prebuilt_source(EXAMPLES / "cpp_cpu"), root / "cpp_cpu")
-    reveal = tmp_path_factory.mktemp("revealed")
-    server = Server("--tasks", str(ROOT / "tasks"), "--judges", "2", "--judge-cpus", "1", "--case-timeout", "5",
-                    "--queue-size", "6", "--submissions-root", str(root), "--reveal-secrets", str(reveal),
+    server = Server("--tasks", str(ROOT / "tasks"), "--judges", "2", "--judge-cpus", "1", "--case-timeout", "3",
+                    "--queue-size", "6", "--submissions-root", str(root),
                     "--warm", "quick:accuracy", env={"CANNBENCH_SERVE_TOKEN": TOKEN})
     client = Client(server.url, token=TOKEN, timeout=300)
-    yield server, client, root, reveal
+    yield server, client, root
     client.close()
     server.stop()
 
 
-def _keep(answer: dict) -> dict:
-    SEEN.append(json.dumps(answer))
-    ANSWERS.extend(answer.get("candidates") or [answer])
-    return answer
-
-
 def test_health_schema_and_the_token(served):
-    server, client, _, _ = served
+    server, client, _ = served
     health = client.health()
     assert health["status"] == "ok" and health["format"] == "cann" and health["cases"] > 400
     assert [j["state"] for j in health["judges"]] == ["ready", "ready"] and health["queue_capacity"] == 6
@@ -72,13 +73,13 @@ def test_health_schema_and_the_token(served):
 
 
 def test_grade_the_bundled_example_gelu(served):
-    _, client, _, _ = served
-    answer = _keep(client.grade({"path": "cpp_cpu"}, select=GELU3, profile="quick", perf=False, deadline_s=240))
+    _, client, _ = served
+    answer = client.grade({"path": "cpp_cpu"}, select=GELU2, profile="quick", perf=False, deadline_s=240)
     assert {"status", "reward", "operators", "provenance"} <= set(answer)
     assert answer["status"] == "passed" and answer["reward"] == 1.0, answer
     (op,) = answer["operators"]
-    assert (op["rel_path"], op["cases"], op["passed"], op["compile"], op["function"]) == ("level1/gelu", 3, 3, 20, 30)
-    assert [c["case_id"] for c in answer["cases"]] == [1, 2, 3] and all(c["code"] is None for c in answer["cases"])
+    assert (op["rel_path"], op["cases"], op["passed"], op["compile"], op["function"]) == ("level1/gelu", 2, 2, 20, 30)
+    assert [c["case_id"] for c in answer["cases"]] == [1, 2] and all(c["code"] is None for c in answer["cases"])
     prov = answer["provenance"]
     assert prov["version"] and prov["torch"] and prov["judge"] in ("judge-0", "judge-1") and prov["guard"] == "block"
     assert prov["seed"]["policy"] == "secret" and len(prov["seed"]["commitment"]) == 64
@@ -86,28 +87,26 @@ def test_grade_the_bundled_example_gelu(served):
 
 
 def test_jobs_answer_asynchronously_with_a_queue_position(served, tmp_path):
-    _, client, _, _ = served
-    accepted = client.submit(wheel_submission(tmp_path, WRONG), select=GELU2, profile="quick", perf=False,
-                             deadline_s=240, seed={"policy": "fixed", "value": 7}, name="wrong")
+    _, client, _ = served
+    accepted = client.submit(wheel_submission(tmp_path, WRONG), select=GELU1, profile="quick", perf=False,
+                             deadline_s=240, name="wrong")
     assert re.fullmatch(r"[0-9a-f]{32}", accepted["id"]) and accepted["queue_position"] >= 0
-    answer = _keep(client.wait(accepted["id"], timeout_s=240))
+    answer = client.wait(accepted["id"], timeout_s=240)
     assert answer["status"] == "failed" and answer["name"] == "wrong" and 0 <= answer["reward"] < 1
     assert {c["code"] for c in answer["cases"]} == {"precision_mismatch"}
     assert all(c["hint"] and "\n" not in c["hint"] for c in answer["cases"])
-    assert answer["provenance"]["seed"] == {"policy": "fixed", "value": 7}
-    assert "seed_public" in answer["provenance"]["flags"]
     with pytest.raises(ServiceError) as caught:
         client.job("0" * 32)
     assert caught.value.status == 404 and caught.value.field == "id"
 
 
 def test_a_group_gets_every_candidate_answered_and_pass_at_k(served, tmp_path, prebuilt_source):
-    _, client, root, _ = served
+    _, client, root = served
     group = [archive_of(root / "cpp_cpu"), wheel_submission(tmp_path / "w", WRONG), {"files": NO_COMPILE},
              wheel_submission(tmp_path / "h", HANG)]
     t0 = time.monotonic()
-    batch = _keep(client.batch(group, names=["right", "wrong", "broken", "hangs"], select=GELU2, profile="quick",
-                               perf=False, deadline_s=200))
+    batch = client.batch(group, names=["right", "wrong", "broken", "hangs"], select=GELU1, profile="quick",
+                         perf=False, deadline_s=200)
     assert time.monotonic() - t0 < 200
     got = {a["name"]: a for a in batch["candidates"]}
     assert {n: a["status"] for n, a in got.items()} == {"right": "passed", "wrong": "failed",
@@ -141,7 +140,7 @@ BAD = [  # (body or raw bytes, status, field fragment)
 
 
 def test_bad_requests_get_a_4xx_naming_the_field_and_change_nothing(served):
-    server, client, _, _ = served
+    server, client, _ = served
     headers = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
     for body, status, where in BAD:
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -154,44 +153,56 @@ def test_bad_requests_get_a_4xx_naming_the_field_and_change_nothing(served):
     assert health["status"] == "ok" and health["queue_depth"] == 0 and health["in_flight"] == 0
 
 
-def test_flooding_answers_429_with_retry_after_and_loses_nothing(served):
-    server, client, _, _ = served
+def test_flooding_answers_429_with_retry_after_and_loses_nothing(served, tmp_path):
+    server, client, _ = served
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    body = {"submission": {"files": {"build.sh": "exit 1\n"}}, "select": "gelu and 01", "profile": "quick",
-            "perf": False, "deadline_s": 120}
+    options = {"select": "gelu and 01", "profile": "quick", "perf": False, "deadline_s": 120}
+    hang = {"submission": wheel_submission(tmp_path, HANG), **options}
+    fails = {"submission": {"files": {"build.sh": "exit 1\n"}}, **options}
     accepted, refused = [], []
     with httpx.Client(base_url=server.url, headers=headers, timeout=30) as http:
-        for _ in range(20):
-            got = http.post("/v1/jobs", json=body)
+        accepted += [http.post("/v1/jobs", json=hang) for _ in range(2)]  # both judges busy for a while
+        wait_for(lambda: client.health()["in_flight"] == 2, 60, poll=0.05)
+        for _ in range(10):  # the queue holds 6
+            got = http.post("/v1/jobs", json=fails)
             (accepted if got.status_code == 202 else refused).append(got)
     assert refused and all(r.status_code == 429 for r in refused), [r.text for r in refused]
     assert all(int(r.headers["retry-after"]) >= 1 and r.json()["error"] == "queue_full" for r in refused)
-    assert len(accepted) >= 6
-    for got in accepted:
-        answer = _keep(client.wait(got.json()["id"], timeout_s=240, poll_s=0.3))
-        assert answer["status"] == "compile_failed" and answer["reward"] == -0.5
+    assert len(accepted) == 2 + 6 and len(refused) == 4
+    answers = [client.wait(got.json()["id"], timeout_s=240, poll_s=0.3) for got in accepted]
+    assert [a["status"] for a in answers] == ["timeout"] * 2 + ["compile_failed"] * 6
 
 
 def test_metrics_parse_and_count_by_status_and_code(served):
-    _, client, _, _ = served
+    server, client, _ = served
+    assert httpx.get(f"{server.url}/v1/health").status_code == 401
+    assert httpx.post(f"{server.url}/v1/grade", content=b"{", headers={"Authorization": f"Bearer {TOKEN}"}
+                      ).status_code == 400
+    fails = {"files": {"build.sh": "exit 1\n"}}
+    jobs = [client.submit(fails, select=GELU1, profile="quick", perf=False) for _ in range(2)]  # one per judge
+    assert {client.wait(j["id"], poll_s=0.2)["status"] for j in jobs} == {"compile_failed"}
     text = client.metrics()
-    SEEN.append(text)
     families = {f.name: f for f in text_string_to_metric_families(text)}
     for name in ("cannbench_serve_queue_depth", "cannbench_serve_in_flight", "cannbench_serve_request_seconds",
                  "cannbench_serve_job_grade_seconds", "cannbench_serve_judge_busy_seconds",
                  "cannbench_serve_cases", "cannbench_serve_answers", "cannbench_serve_rejected"):
         assert name in families, sorted(families)
-    busy = {s.labels["judge"]: s.value for s in families["cannbench_serve_judge_busy_seconds"].samples
-            if s.name.endswith("_total")}
+
+    def totals(family: str, label: str) -> dict[str, float]:
+        return {s.labels[label]: s.value for s in families[family].samples if s.name.endswith("_total")}
+
+    busy = totals("cannbench_serve_judge_busy_seconds", "judge")
     assert set(busy) == {"judge-0", "judge-1"} and all(v > 0 for v in busy.values())
-    codes = {s.labels["code"] for s in families["cannbench_serve_cases"].samples if s.name.endswith("_total")}
-    assert {"none", "precision_mismatch", "compile_failed", "candidate_timeout"} <= codes
-    rejected = {s.labels["reason"] for s in families["cannbench_serve_rejected"].samples if s.name.endswith("_total")}
-    assert {"queue_full", "bad_request", "unauthorized", "too_large"} <= rejected
+    assert totals("cannbench_serve_cases", "code")["compile_failed"] >= 2
+    assert totals("cannbench_serve_answers", "status")["compile_failed"] >= 2
+    assert {"bad_request", "unauthorized"} <= set(totals("cannbench_serve_rejected", "reason"))
+    latency = [s for s in families["cannbench_serve_request_seconds"].samples
+               if s.name.endswith("_count") and s.labels["endpoint"] == "/v1/jobs"]
+    assert latency and latency[0].value >= 2
 
 
 def test_the_documented_reward_example_runs(served, tmp_path):
-    server, _, _, _ = served
+    server, _, _ = served
     text = (ROOT / "docs" / "serve.md").read_text()
     example = re.search(r"<!-- example:reward -->\n````python\n(.*?)````", text, re.S)
     assert example, "docs/serve.md lost its reward example"
@@ -200,33 +211,14 @@ def test_the_documented_reward_example_runs(served, tmp_path):
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=ROOT,
                           env={**os.environ, "CANNBENCH_SERVE_URL": server.url, "CANNBENCH_SERVE_TOKEN": TOKEN})
     assert done.returncode == 0, done.stdout + done.stderr
-    SEEN.append(done.stdout)
     assert "no_code -0.5" in done.stdout and "passed 1.0" in done.stdout, done.stdout
 
 
-def test_crash_is_one_candidates_outcome(served, tmp_path):
-    _, client, _, _ = served
-    answer = _keep(client.grade(wheel_submission(tmp_path, CRASH), select="gelu and 01", profile="quick",
-                                perf=False, deadline_s=120))
+def test_crash_is_one_candidates_outcome_under_a_public_seed(served, tmp_path):
+    _, client, _ = served
+    answer = client.grade(wheel_submission(tmp_path, CRASH), select=GELU1, profile="quick", perf=False,
+                          deadline_s=120, seed={"policy": "fixed", "value": 7})
     assert answer["status"] == "crashed" and answer["cases"][0]["code"] == "candidate_crashed"
+    assert answer["provenance"]["seed"] == {"policy": "fixed", "value": 7}
+    assert "seed_public" in answer["provenance"]["flags"]
     assert client.health()["status"] == "ok"
-
-
-def test_shutdown_drains_and_the_secret_appears_nowhere(served):
-    server, client, _, reveal = served
-    accepted = client.submit({"path": "cpp_cpu"}, select="gelu and 01", profile="quick", perf=False, deadline_s=200)
-    server.proc.send_signal(signal.SIGTERM)  # with a job queued or running: the drain answers it first
-    wait_for(lambda: "draining" in server.text(), 30)
-    with pytest.raises(ServiceError) as caught:
-        client.submit({"path": "cpp_cpu"}, select="gelu and 01")
-    assert caught.value.status == 503 and caught.value.retry_after
-    answer = _keep(client.wait(accepted["id"], timeout_s=200, poll_s=0.2))
-    assert answer["status"] == "passed"
-    assert server.stop() == 0 and "stopped" in server.text()
-    revealed = {p.read_text().strip() for p in reveal.glob("epoch-*.hex")}
-    assert revealed, "no secret was revealed at shutdown"
-    committed = {a["provenance"]["seed"].get("commitment") for a in ANSWERS} - {None}
-    assert committed and committed <= {commitment(s) for s in revealed}
-    for text in SEEN + [server.text()]:
-        for secret in revealed:
-            assert secret not in text
