@@ -230,7 +230,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _problems(tree: Path, keyword: str) -> list[str]:
     """The KernelBench problem files of a tree, one line each, as ``--cann-bench auto`` collects them."""
-    from pytest_cannbench.kernelbench.collect import is_problem, problem_of
+    from pytest_cannbench.kernelbench.spec import is_problem, problem_of
     from pytest_cannbench.options import DEFAULT_KB_TRIALS
 
     files = [tree] if tree.is_file() else sorted(tree.rglob("*.py"))

@@ -598,3 +598,37 @@ def _cache_max(config: pytest.Config) -> float | None:
     if not gib >= 0:
         raise pytest.UsageError("--cann-golden-cache-max must be >= 0 GiB, or 'off' for no bound")
     return gib
+
+
+def settings_for(**overrides: Any) -> Settings:
+    """Settings without pytest (the grading core's front-ends): a bare cannbench run's defaults, then
+    ``overrides`` by field name. Paths are made absolute from the current directory; no golden cache unless one
+    is named; a source graded without a ``seed`` mixes in a fresh secret, as a pytest run does."""
+    unknown = sorted(set(overrides) - set(Settings.__dataclass_fields__))
+    if unknown:
+        raise TypeError(f"settings_for: unknown setting(s) {', '.join(unknown)} (see options.Settings)")
+    report_dir = os.path.abspath(str(overrides.get("report_dir") or "reports"))
+    source = overrides.get("source")
+    sources = tuple(overrides.get("sources") or ((source,) if source else ()))
+    seeded = overrides.get("seed") is not None
+    values: dict[str, Any] = dict(
+        tasks=None, self_check=False, source=None, no_install=False, build_timeout_s=600.0, case_timeout_s=300.0,
+        worker_memory_gib=None, report_dir=report_dir, device="auto", device_ids=(), warmup=3, repeat=10,
+        perf=True, freq_boost=True, profiler_level="Level1", hardware=None,
+        leaderboard=os.path.join(report_dir, "leaderboard.json"), resume=False, hap_cap=False, markdown=None,
+        eval_report=None, shard=None, seed=0, input_dist="uniform", input_compat="fixed",
+        golden_precision="fp64_cpu", golden_cache=None, golden_timeout_s=DEFAULT_GOLDEN_TIMEOUT_S,
+        golden_memory_gib=None, checker="relative_error")
+    values.update({k: v for k, v in overrides.items() if v is not None or k not in ("seed",)})
+    values["report_dir"], values["sources"] = report_dir, sources
+    if values.get("tasks"):
+        values["tasks"] = os.path.abspath(str(values["tasks"]))
+    if values.get("source"):
+        values["source"] = os.path.abspath(str(values["source"]))
+        values["sources"] = tuple(os.path.abspath(str(s)) for s in sources)
+    if "secret" not in overrides and not seeded and (values.get("source") or values.get("no_install")):
+        values["secret"] = os.urandom(16).hex()
+    return Settings(**values)
+
+
+SETTINGS_KEY = pytest.StashKey[Settings]()  # the run's settings on config.stash, from pytest_configure on

@@ -50,7 +50,7 @@ def describe_native(like: GoldenData | None) -> list | None:
 
 class GoldenFailure(RuntimeError):
     """The golden side could not produce a reference for the case (a harness error, not the candidate's).
-    ``oom``: it ran out of its memory budget (a case with more memory alone may pass: nodes.memory)."""
+    ``oom``: it ran out of its memory budget (a case with more memory alone may pass: core.memory)."""
 
     def __init__(self, message: str, oom: bool = False, needs: str = "") -> None:
         super().__init__(message)

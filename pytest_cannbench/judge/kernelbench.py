@@ -31,7 +31,7 @@ from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.taskformat.inputs import case_seed
 
 if TYPE_CHECKING:
-    from pytest_cannbench.kernelbench.collect import Problem
+    from pytest_cannbench.kernelbench.spec import Problem
     from pytest_cannbench.submission.build import SubmissionState
 
 # KernelBench's per-dtype tolerance (its eval.py, after torchbench): atol = rtol = T.

@@ -11,31 +11,24 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import shutil
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_cannbench import outcome as oc
-from pytest_cannbench import state
+from pytest_cannbench.core import CaseRun, Judge, Route
 from pytest_cannbench.nodes.items import OUTCOME_KEY, CaseFailed, CaseItem, OperatorFile
+from pytest_cannbench.nodes.session import settings_of
 from pytest_cannbench.outcome import CaseOutcome
-from pytest_cannbench.scratch import make_dir
 
 if TYPE_CHECKING:
-    from pytest_cannbench.judge.goldens import GoldenService
     from pytest_cannbench.judge.source import CaseSource
     from pytest_cannbench.options import Settings
-    from pytest_cannbench.state import CannBenchState
     from pytest_cannbench.taskformat.hidden import HiddenCase
-    from pytest_cannbench.timing.perf import PerfContext
-    from pytest_cannbench.workers.candidate_client import CandidateWorker
 
-SERVICES_KEY = pytest.StashKey["HiddenServices"]()
 TIMES = ("t_cand_us", "t_baseline_us", "t_hw_us")  # what scoring needs of a hidden case's timing
 DROP_GOLDEN = "dropped: the golden rejects it"
 DROP_WEAK = "dropped: the quality gate finds it weak (a null candidate passes)"
@@ -69,53 +62,6 @@ def quiet() -> Iterator[None]:
         yield
 
 
-@dataclass
-class HiddenServices:
-    """One pytest process's golden service and candidate workers for hidden cases, logging privately."""
-
-    st: CannBenchState
-    root: Path = field(default_factory=lambda: make_dir("hidden"))
-    _service: GoldenService | None = None
-    _workers: dict[str, CandidateWorker] = field(default_factory=dict)
-    _perf: PerfContext | None = None
-
-    def golden_service(self) -> GoldenService:
-        if self._service is None:
-            from pytest_cannbench.judge.goldens import make_service
-
-            self._service = make_service(replace(self.st.settings, golden_cache=None), self.root,
-                                         state.cpu_threads())
-            self._service.worker.log_path = self.root / "golden-worker.log"
-        return self._service
-
-    def worker(self, role: str) -> CandidateWorker:
-        if role not in self._workers:
-            self._workers[role] = self.st.worker_apart(role, self.root)
-        return self._workers[role]
-
-    def perf(self) -> PerfContext:
-        if self._perf is None:
-            self._perf = replace(self.st.perf_context(), baseline_worker=self.worker("baseline"), log_dir=self.root)
-        return self._perf
-
-    def close(self) -> None:
-        if self._service is not None:
-            self._service.close()
-        for worker in self._workers.values():
-            worker.close()
-            shutil.rmtree(worker.workdir.parent, ignore_errors=True)
-        self._workers.clear()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-def services(config: pytest.Config) -> HiddenServices:
-    found = config.stash.get(SERVICES_KEY, None)
-    if found is None:
-        found = config.stash[SERVICES_KEY] = HiddenServices(state.of(config))
-        config.add_cleanup(found.close)
-    return found
-
-
 class HiddenCaseItem(CaseItem):
     """One hidden case: graded like a public one, seen from outside only as ``hidden-<n>``."""
 
@@ -125,20 +71,15 @@ class HiddenCaseItem(CaseItem):
         self.key = f"{task.rel_path}#{hidden.label}"
         self.user_properties += [("cann_case", self.key), ("cann_split", oc.SPLIT_HIDDEN)]
 
-    def make_source(self, st: CannBenchState) -> CaseSource:
+    def case_run(self, judge: Judge) -> CaseRun:
+        """The case on the judge's apart judge (private logs, no golden cache), its outcomes sealed."""
+        return CaseRun(judge.apart(), self.route(judge.apart()), seal=lambda result: seal(result, self.key))
+
+    def route(self, judge: Judge) -> Route:
         make = hidden_source()
-        source: CaseSource = make(task=self.task, case=self.case, settings=st.settings,
-                                  service=services(self.config).golden_service, hidden_key=self.key)
-        return source
-
-    def worker_for(self, st: CannBenchState) -> CandidateWorker:
-        return services(self.config).worker(self.source.worker_role)
-
-    def perf_for(self, st: CannBenchState) -> PerfContext:
-        return services(self.config).perf()
-
-    def log_dir_for(self, st: CannBenchState) -> Path:
-        return services(self.config).root
+        source: CaseSource = make(task=self.task, case=self.case, settings=judge.settings,
+                                  service=judge.golden_service, hidden_key=self.key)
+        return Route(source=source, need=self.memory_need())
 
     def _record(self, result: CaseOutcome, message: str = "") -> CaseOutcome:
         return super()._record(seal(result, self.key, message))
@@ -175,7 +116,7 @@ class HiddenCaseItem(CaseItem):
                 raise CaseFailed(self._sealed_line()) from None
             except Exception:  # noqa: BLE001 - anything else would print a traceback with the case in it
                 raise CaseFailed(self._sealed_line()) from None
-            if generated and self.reference is not None:
+            if generated and self.run is not None and self.run.reference is not None:
                 self._gate()
 
     def _gate(self) -> None:
@@ -184,7 +125,7 @@ class HiddenCaseItem(CaseItem):
 
         from pytest_cannbench.judge.task_quality import grade_case
 
-        s = state.of(self.config).settings
+        s = settings_of(self.config)
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
             quality = grade_case(self.task, self.case, checker=s.checker, seed=s.seed, dist=s.input_dist,
                                  compat=s.input_compat)
@@ -232,7 +173,7 @@ class OperatorWithHidden(OperatorFile):
             if task is None and isinstance(item, CaseItem):
                 task = item.task
             yield item
-        settings = state.of(self.config).settings
+        settings = settings_of(self.config)
         if task is None or not settings.hidden:
             return
         from pytest_cannbench.taskformat.hidden import HiddenCaseError, generation_key, load_hidden

@@ -10,7 +10,6 @@ a broken case one failing item; neither stops the session.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import re
 from collections.abc import Iterator
@@ -20,21 +19,18 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_cannbench import outcome as oc
-from pytest_cannbench import state
+from pytest_cannbench.core import CaseRun, CaseStopped, Judge, Route
+from pytest_cannbench.core.tasks import case_need, check_pin
+from pytest_cannbench.nodes.session import judge_of, settings_of
 from pytest_cannbench.outcome import CaseOutcome
-from pytest_cannbench.phases import PhaseClock
 
 if TYPE_CHECKING:
-    from pytest_cannbench.judge.source import CaseSource, Reference
-    from pytest_cannbench.state import CannBenchState
+    from pytest_cannbench.judge.source import CaseSource
     from pytest_cannbench.taskformat.memory_need import MemoryNeed
     from pytest_cannbench.taskformat.spec import CaseSpec, OperatorTask
-    from pytest_cannbench.timing.perf import PerfContext
-    from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 OUTCOME_KEY = pytest.StashKey[CaseOutcome]()
 REL_PATHS = pytest.StashKey[dict[str, Path]]()  # rel_path -> the operator directory collection gave it first
-NO_CANDIDATE = "no candidate to grade: pass --cann-source or --cann-self-check"
 
 # an item's name: "<op>[<label>]" with "[cand=<name>]" after it in a multi-candidate run, or a hidden case's
 # "hidden-<n>" (key_of_name reads it back)
@@ -84,227 +80,81 @@ class InvalidTaskItem(_CannItem):
 
 
 class SourceItem(_CannItem):
-    """The life cycle of one case of any task source: skips, golden errors, correctness, timing.
+    """A case of any task source as a pytest item: its :class:`~pytest_cannbench.core.CaseRun` on this process's
+    judge, in pytest's three phases. Subclasses say which source they grade (:meth:`route`)."""
 
-    Subclasses say which :class:`~pytest_cannbench.judge.source.CaseSource` they grade (:meth:`make_source`)
-    and whether they are timed.
-    """
-
-    source: CaseSource
-    reference: Reference | None = None
-    build_failed: str | None = None  # this case's own module did not compile at build time (KernelBench JIT)
     candidate: str | None = None  # the candidate of a multi-candidate run (None: the session's one submission)
-    spans: list[list[float]] | None = None  # monotonic spans of the case's fenced accuracy work (timing/isolation)
-    _memory_hold: contextlib.ExitStack  # the case's place in the memory plan, setup to teardown (nodes.memory)
-    clock: PhaseClock  # where the case's time goes (phases), made in setup
-    golden_alone: str | None = None  # why its golden ran again alone (:meth:`_golden`), a warning on its outcome
+    run: CaseRun | None = None
+
+    def route(self, judge: Judge) -> Route:
+        raise NotImplementedError
+
+    def case_run(self, judge: Judge) -> CaseRun:
+        """The case's run (a multi-rank case's is its own)."""
+        return CaseRun(judge, self.route(judge))
 
     @property
-    def timed(self) -> bool:
-        return True
-
-    def make_source(self, st: CannBenchState) -> CaseSource:
-        raise NotImplementedError
+    def source(self) -> CaseSource:
+        assert self.run is not None, "made in setup"
+        return self.run.source
 
     def _record(self, result: CaseOutcome) -> CaseOutcome:
         self.stash[OUTCOME_KEY] = result
         return result
 
+    def _stopped(self, stopped: CaseStopped) -> BaseException:
+        """The pytest form of a case that ended before or instead of a passing verdict."""
+        if self.run is not None and self.run.outcome is not None:
+            self._record(self.run.outcome)
+            self.recorded(self.run.outcome)
+        message = str(stopped)
+        if stopped.kind == "skip":
+            return pytest.skip.Exception(message)
+        if stopped.kind == "task":
+            return TaskInputError(message)
+        if stopped.kind == "error":
+            return GoldenSideError(message)
+        return CaseFailed(message)
+
+    def _interrupted(self, where: str, exc: BaseException) -> None:
+        """pytest-timeout ended the case from outside: it still counts, as a timeout."""
+        assert self.run is not None
+        self.run.interrupted(where, str(exc))
+        assert self.run.outcome is not None
+        self._record(self.run.outcome)
+
     def setup(self) -> None:
-        from pytest_cannbench.judge.goldens import GoldenFailure
-        from pytest_cannbench.judge.source import SkipCase
-
-        st = state.of(self.config)
-        source = self.source = self.make_source(st)
-        self.spans, self._memory_hold = [], contextlib.ExitStack()
-        self.clock = PhaseClock()
-        submission = st.submission_of(self.candidate)
-        if source.key in st.resume_keys():
-            pytest.skip("already recorded in results.jsonl by an identical run (--cann-resume)")
-        if source.task_error:
-            return
-        if not st.settings.self_check and submission is None:
-            self._record(source.outcome(oc.SKIPPED, oc.NO_CANDIDATE, NO_CANDIDATE))
-            pytest.skip(NO_CANDIDATE)
-        if submission is not None:
-            if not submission.ok:
-                return  # runtest fails the case with the submission's status; no golden is needed
-            message = source.missing(submission)
-            if message is not None:
-                self._record(source.outcome(oc.MISSING, oc.NOT_PROVIDED, message))
-                pytest.skip(message)
-            own_build = getattr(source, "build_failure", None)  # sources with per-module builds
-            self.build_failed = own_build(submission) if own_build is not None else None
-            if self.build_failed:
-                return  # runtest fails the case as compile_failed; no golden is needed
-        too_large = self.admit(st)
-        if too_large is not None:  # issue 22: never started, so never an OOM; not the candidate's fault
-            self._record(source.outcome(oc.TOO_LARGE, oc.TOO_LARGE, too_large))
-            pytest.skip(f"{oc.TOO_LARGE}: {too_large}")
+        self.run = run = self.case_run(judge_of(self.config))
         try:
-            self.reference = self._golden(st)
-            self.clock.merge(self.reference.seconds)
-            self.memory_phase(st, "candidate")
+            run.setup()
+        except CaseStopped as stopped:
+            raise self._stopped(stopped) from None
         except pytest.fail.Exception as exc:  # pytest-timeout during the golden: the case still counts
-            self._record(source.outcome(oc.TIMEOUT, oc.PYTEST_TIMEOUT, f"in setup (golden): {exc}"))
+            self._interrupted("in setup (golden)", exc)
             raise
-        except SkipCase as exc:  # needs_npu is a status of its own; too_large stays a skip, as before
-            status = oc.NEEDS_NPU if exc.failure_type == oc.NEEDS_NPU else oc.SKIPPED
-            self._record(source.outcome(status, exc.failure_type, str(exc)))
-            pytest.skip(str(exc))
-        except GoldenFailure as exc:
-            self._record(source.outcome(oc.ERROR, oc.GOLDEN_ERROR, str(exc)))
-            raise GoldenSideError(f"golden_error: {exc}") from None
-
-    def _runnable(self) -> state.CannBenchState:
-        """The session's state, once the case's task and its submission are known to be usable (else the case is
-        recorded as what stopped it, and fails)."""
-        st, source = state.of(self.config), self.source
-        if source.task_error:
-            self._record(source.outcome(oc.ERROR, oc.TASK_ERROR, source.task_error))
-            raise TaskInputError(f"task_error: {source.task_error}")
-        submission = st.submission_of(self.candidate)
-        if submission is not None and not submission.ok:
-            self._record(source.outcome(submission.status, submission.status, submission.message))
-            raise CaseFailed(f"{submission.status}: {submission.message}")
-        return st
 
     def runtest(self) -> None:
-        st, source = self._runnable(), self.source
-        settings = st.settings
-        if self.build_failed:
-            self._record(source.outcome(oc.COMPILE_FAILED, oc.COMPILE_FAILED, self.build_failed))
-            raise CaseFailed(f"{oc.COMPILE_FAILED}: {self.build_failed}")
-        ref = self.reference
-        assert ref is not None
-        worker = self.worker_for(st)
+        assert self.run is not None
         try:
-            with st.fence().shared(self.spans):  # the candidate's calls and their verdicts
-                result, candidate_s = self._correctness(st, ref, worker)
+            result = self.run.run()
+        except CaseStopped as stopped:
+            raise self._stopped(stopped) from None
         except pytest.fail.Exception as exc:  # pytest-timeout: the worker was killed, the case is lost
-            self._record(source.outcome(oc.TIMEOUT, oc.PYTEST_TIMEOUT, str(exc)))
+            self._interrupted("", exc)
             raise
-        if result.status == oc.PASSED and settings.perf and self.timed:
-            from pytest_cannbench.judge.precision import decided_without_native
-            from pytest_cannbench.timing.perf import measure
-
-            self.memory_phase(st, "peak")  # the timed sets' references are goldens too
-            with self.clock.phase("timing"):
-                timing, failure = measure(source, ref, worker, self.perf_for(st), self.clock,
-                                          lean=decided_without_native(result.accuracy))
-            if failure is not None:
-                failure.accuracy = result.accuracy
-                result = failure
-            result.timing = timing
-        else:
-            from pytest_cannbench.timing.stats import not_measured
-
-            result.timing = not_measured("--cann-no-perf" if not settings.perf else "not the timed item"
-                                         if not self.timed else f"the case {result.status}")
-        if st.fence().active and result.timing:  # for the reports' account of isolation (never scored)
-            result.timing["accuracy_spans"] = [*(self.spans or []), *result.timing.get("accuracy_spans", [])]
-        result.golden_cached = ref.cached
-        if self.golden_alone:
-            result.warnings.append(self.golden_alone)
-        result.seconds = dict(self.clock.seconds, candidate=candidate_s)
         self._record(result)
         self.recorded(result)
-        if result.status == oc.ERROR:
-            raise GoldenSideError(f"{result.failure_type}: {result.message}")
-        if result.status != oc.PASSED:
-            raise CaseFailed(f"{result.failure_type}: {result.message}")
-
-    def memory_need(self) -> MemoryNeed | None:
-        """The case's estimated memory need (taskformat.memory_need); None where a source has no estimate."""
-        return None
-
-    def admit(self, st: CannBenchState, alone: bool = False) -> str | None:
-        """Through the session's memory plan (nodes.memory): why the case is too large, or None once it holds
-        its place (released at teardown); ``alone``: run it alone whatever its estimate."""
-        from pytest_cannbench.nodes.memory import admit
-
-        workers = [self.worker_for(st)] + ([st.worker("baseline")] if st.settings.perf and self.timed else [])
-        return admit(st, self.memory_need(), workers, self._memory_hold, self.clock, alone=alone)
-
-    def memory_phase(self, st: CannBenchState, phase: str) -> None:
-        """Hold what the case's next phase needs of its memory pool reservation (nodes.memory.hold_phase)."""
-        from pytest_cannbench.nodes.memory import hold_phase
-
-        hold_phase(st, self.memory_need(), phase, self.clock)
-
-    def _golden(self, st: CannBenchState) -> Reference:
-        """The case's reference. A golden that runs out of its slot's memory (its working memory is more than
-        the estimate from the case's tensors) is run once more alone, with the whole session's memory, when
-        that is more; the case's warnings say so (``golden_alone``)."""
-        from pytest_cannbench.judge.goldens import GoldenFailure
-        from pytest_cannbench.nodes.memory import more_alone, runs_alone
-
-        try:
-            with st.fence().shared(self.spans):  # the golden: accuracy work, held off while another worker times
-                return self.source.prepare()
-        except GoldenFailure as exc:
-            if not exc.oom or runs_alone(st, self.memory_need()) or not more_alone(st):
-                raise
-            first = str(exc).splitlines()[0]
-        self._memory_hold.close()  # its share of the memory pool, for the whole pool
-        self._memory_hold = contextlib.ExitStack()
-        too_large = self.admit(st, alone=True)
-        if too_large is not None:
-            raise GoldenFailure(f"{first}; not run again alone: {too_large}", oom=True)
-        whole = st.memory_plan().golden_whole / (1 << 30)
-        try:
-            with st.fence().shared(self.spans):
-                ref = self.source.prepare()
-        except GoldenFailure as exc:
-            raise GoldenFailure(f"{exc} (also alone, with {whole:.1f} GiB of address space)", oom=exc.oom) from None
-        self.golden_alone = (f"the golden ran out of its slot's memory ({first}); it ran again alone, with "
-                             f"{whole:.1f} GiB of address space")
-        return ref
 
     def recorded(self, result: CaseOutcome) -> None:
         """Called with the case's final outcome, before a failure is raised (extra report properties)."""
 
-    # where the case runs and logs: the session's own workers and log directory, except for hidden cases
-    def worker_for(self, st: CannBenchState) -> CandidateWorker:
-        return st.worker(self.source.worker_role, self.candidate)
-
-    def perf_for(self, st: CannBenchState) -> PerfContext:
-        return st.perf_context()
-
-    def log_dir_for(self, st: CannBenchState) -> Path:
-        return st.log_dir
-
-    def _correctness(self, st: CannBenchState, ref: Reference, worker: CandidateWorker) -> tuple[CaseOutcome, float]:
-        """The candidate on the case's inputs, judged; once it passes, once more on new inputs (where the
-        source has a second pass). Returns the verdict and the first call's seconds."""
-        from pytest_cannbench.judge.precision import decided_without_native
-        from pytest_cannbench.judge.source import run_candidate, second_pass
-
-        source, timeout_s, log_dir = self.source, st.settings.case_timeout_s, self.log_dir_for(st)
-        answer = run_candidate(source, ref, worker, timeout_s, log_dir, self.clock)
-        if answer.failure is not None:
-            result = answer.failure
-        else:
-            with self.clock.phase("compare"):
-                result = source.judge(answer.outputs or [], ref)
-        result.warnings += [f"guard (warn mode): {flag}" for flag in answer.flags]
-        if result.status == oc.PASSED:
-            st.fence().let_windows_pass()  # another worker's window, waiting, goes before the second pass
-            like = ref if decided_without_native(result.accuracy) else None  # its native runs where needed
-            self.memory_phase(st, "golden_kept")  # the first reference stays with the judge
-            again = second_pass(source, worker, timeout_s, log_dir, self.clock, like=like,
-                                after_golden=lambda: self.memory_phase(st, "candidate_kept"))
-            if again is not None:
-                again.accuracy = again.accuracy or result.accuracy
-                result = again
-        return result, answer.seconds or 0.0
+    def memory_need(self) -> MemoryNeed | None:
+        """The case's estimated memory need; None where a source has no estimate."""
+        return None
 
     def teardown(self) -> None:
-        self.reference = None  # outputs can be large; do not keep them for the whole session
-        state.of(self.config).release_regions()  # nor the regions' pages, grown to the largest case so far
-        hold = getattr(self, "_memory_hold", None)  # its share of the memory pool, any raised budgets (nodes.memory)
-        if hold is not None:
-            hold.close()
+        if self.run is not None:
+            self.run.teardown()
 
 
 class CaseItem(SourceItem):
@@ -318,11 +168,12 @@ class CaseItem(SourceItem):
         key = task.result_key(case)
         self.user_properties.append(("cann_case", f"cand={candidate}/{key}" if candidate else key))
 
-    def make_source(self, st: CannBenchState) -> CaseSource:
+    def route(self, judge: Judge) -> Route:
         from pytest_cannbench.judge.case import OperatorCase
 
-        return OperatorCase(task=self.task, case=self.case, settings=st.settings, service=st.golden_service,
-                            candidate=self.candidate or "", memo=st.shared_reference if self.candidate else None)
+        source = OperatorCase(task=self.task, case=self.case, settings=judge.settings, service=judge.golden_service,
+                              candidate=self.candidate or "", memo=judge.shared_reference if self.candidate else None)
+        return Route(source=source, candidate=self.candidate, need=self.memory_need())
 
     def memory_need(self) -> MemoryNeed | None:
         return self._need
@@ -330,33 +181,13 @@ class CaseItem(SourceItem):
     @functools.cached_property
     def _need(self) -> MemoryNeed | None:
         """Estimated once: collection sizes the memory pool with it, and each phase of the case holds a part."""
-        from pytest_cannbench.taskformat.memory_need import estimate
-
-        need, s = estimate(self.task.spec, self.case), state.of(self.config).settings
-        # the first reference is kept through the second pass (none in a self-check: OperatorCase.check_seed)
-        # and the timing
-        if need is not None and s.self_check and not (s.perf and self.timed):
-            need = need.without_kept()
-        return need
+        return case_need(self.task, self.case, settings_of(self.config))
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
         # A line number is required: Node.warn() asserts one, and a CannTaskWarning on a case
         # would otherwise abort the whole collection. 0 is the top of cases.yaml.
         label = self.case.case_id if self.case.case_id is not None else f"#{self.case.index}"
         return self.path, 0, f"{self.task.rel_path} case {label}"
-
-
-def check_pin(task: OperatorTask, pins: dict[str, str]) -> None:
-    """A golden.py that changed between the session's start (before any submission code ran) and collection
-    was rewritten by something during the build: a harness error naming the file, never a new truth."""
-    from pytest_cannbench.taskformat.errors import TaskFormatError
-
-    path = str(task.op_dir / "golden.py")
-    pinned = pins.get(path)
-    if pinned is not None and pinned != task.golden_sha256:
-        raise TaskFormatError(task.op_dir / "golden.py", "", f"changed after the session started (sha256 "
-                              f"{pinned[:12]} before the submission was built, {task.golden_sha256[:12]} now)",
-                              "restore the task tree (something rewrote it during the build) and rerun")
 
 
 class OperatorFile(pytest.File):
@@ -382,7 +213,7 @@ class OperatorFile(pytest.File):
             return
         try:
             task = load_operator(op_dir.resolve(), bench_root)
-            check_pin(task, state.of(self.config).golden_pins())
+            check_pin(task, judge_of(self.config).setup.pins)
         except TaskFormatError as exc:
             yield InvalidTaskItem.from_parent(self, name=f"{op_dir.name}[task]", error=str(exc), rel_path=rel_path)
             return
@@ -401,7 +232,7 @@ class OperatorFile(pytest.File):
         width = max(2, len(str(max(ids)))) if ids else 2
         used: set[str] = set()
         # a multi-candidate run: each case once per candidate, candidates innermost (one golden serves them all)
-        candidates: list[str | None] = [*state.of(self.config).candidate_names()] or [None]
+        candidates: list[str | None] = [*judge_of(self.config).setup.candidates] or [None]
         for case in task.cases:
             label = f"{case.case_id:0{width}d}" if case.case_id is not None else f"#{case.index}"
             base = f"{op_dir.name}[{label}]"
@@ -495,7 +326,7 @@ def collect_file(file_path: Any, parent: pytest.Collector,
                  cls: type[OperatorFile] = OperatorFile) -> OperatorFile | None:
     if file_path.name != "cases.yaml" or not (file_path.parent / "proto.yaml").is_file():
         return None
-    shard = state.of(parent.config).settings.shard
+    shard = settings_of(parent.config).shard
     if shard is not None:
         from pytest_cannbench.nodes.sharding import in_shard
         from pytest_cannbench.taskformat.dirs import find_bench_root

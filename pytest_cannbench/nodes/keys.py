@@ -1,6 +1,6 @@
 """A case's key from its node id alone: what the controller of an interrupted xdist session, which collects nothing
 and heard no key from its killed workers, files an unrun case under (``report.collector``). Each room reads back
-the names it makes: :func:`nodes.items.key_of_name` an operator's cases, :func:`kernelbench.collect.key_of_name` a
+the names it makes: :func:`nodes.items.key_of_name` an operator's cases, :func:`kernelbench.spec.key_of_name` a
 KernelBench problem's items.
 
 A node id's path is relative to the rootdir, except for a file outside it: pytest then names it relative to the
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pytest_cannbench.kernelbench import collect as problems
+from pytest_cannbench.kernelbench import spec as problems
 from pytest_cannbench.nodes import items
 
 

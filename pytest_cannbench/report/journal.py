@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -138,53 +139,53 @@ def recorded(path: Path, identity: str) -> dict[str, dict[str, Any]]:
     return found
 
 
-def start(config: Any, collector: Any) -> None:
-    """Controller, after the submission is ready: open results.jsonl and load what --cann-resume may skip."""
-    from pytest_cannbench import state
+@dataclass(frozen=True)
+class RunFacts:
+    """What the board records of how the run was set up (the front-end's controller knows them)."""
+
+    device_label: str
+    hardware: str | None  # the metadata key an NPU run anchors with (None: live anchors)
+    memory_plan: dict[str, Any]
+    cpu_budget: dict[str, Any]
+
+
+def start(config: Any, collector: Any, settings: Settings, submission: Any) -> frozenset[str]:
+    """Controller, after the submission is ready: open results.jsonl and load what --cann-resume may skip; the
+    resumed case keys."""
     from pytest_cannbench.outcome import CaseOutcome
 
-    st = state.of(config)
-    s = st.settings
+    s = settings
     if config.option.collectonly:
-        return
-    submission = submission_summary(st.submission, s)
-    identity = run_identity(submission, s)
+        return frozenset()
+    identity = run_identity(submission_summary(submission, s), s)
     path = Path(s.leaderboard).with_name("results.jsonl")
     if s.resume:
         for key, data in recorded(path, identity).items():
             collector.outcomes[key] = CaseOutcome.from_dict(data)
             collector.resumed.add(key)
     collector.journal = Journal(path, identity, commitment(s.secret))
-    if st.submission is not None and not sandbox_of(st.submission).on:
+    if submission is not None and not sandbox_of(submission).on:
         collector.run_flags.append(SANDBOX_OFF_FLAG)
-    st.resumed = frozenset(collector.resumed)
+    return frozenset(collector.resumed)
 
 
-def finish(config: Any, collector: Any) -> None:
+def finish(config: Any, collector: Any, settings: Settings, submission: Any, facts: RunFacts) -> None:
     """Controller, at session end: score everything and write the leaderboard (and the optional reports)."""
-    from pytest_cannbench import state
     from pytest_cannbench.report import leaderboard
-    from pytest_cannbench.workers.cpu_watch import board_config
 
-    st = state.of(config)
-    s = st.settings
+    s = settings
     if collector.journal is None:
         return
     collector.journal.close()
-    submission = submission_summary(st.submission, s)
-    plan = st.device(collector.device_kind)
-    from pytest_cannbench.timing.anchors import hardware_key
-
-    board = leaderboard.build((o.to_dict() for o in collector.outcomes.values()), submission=submission,
-                              environment=environment(plan.label, s.hardware or (
-                                  hardware_key(s, plan) if plan.kind == "npu" else None)),
+    board = leaderboard.build((o.to_dict() for o in collector.outcomes.values()),
+                              submission=submission_summary(submission, s),
+                              environment=environment(facts.device_label, s.hardware or facts.hardware),
                               config={**s.as_dict(), "secret_commitment": commitment(s.secret),
                                       "run_identity": collector.journal.identity,
-                                      "sandbox": (sandbox_of(st.submission).to_dict() if st.submission is not None
+                                      "sandbox": (sandbox_of(submission).to_dict() if submission is not None
                                                   else {"mode": "none", "reason": "no submission code runs"}),
-                                      "memory_plan": st.memory_plan().to_dict(),  # issue 22
-                                      "cpu_budget": board_config(st.timed_threads(), st.run_processes(),
-                                                                 plan.worker_device),
+                                      "memory_plan": facts.memory_plan,
+                                      "cpu_budget": facts.cpu_budget,
                                       "memory_pool": collector.memory_pool,  # None: one judge, no pool
                                       "dispatch_order": collector.dispatch,  # None: not --dist load's
                                       "resumed_cases": len(collector.resumed),
@@ -194,7 +195,7 @@ def finish(config: Any, collector: Any) -> None:
     collector.board = board
     leaderboard.write(Path(s.leaderboard), board)
     collector.written = [s.leaderboard, str(collector.journal.path)]
-    from pytest_cannbench.report.page import write_beside  # issue 19: the standalone HTML report, every run
+    from pytest_cannbench.report.page import write_beside  # the standalone HTML report, every run
 
     collector.written.append(write_beside(Path(s.leaderboard), board, getattr(config.option, "htmlpath", None)))
     _junit_suite_properties(config, board)
@@ -221,16 +222,10 @@ def secret_lines(settings: Settings) -> list[str]:
     return [f"session secret: commitment sha256 {commitment(settings.secret)}{where}"]
 
 
-def reveal_secret(config: Any) -> None:
+def reveal_secret(settings: Settings) -> None:
     """Controller, at the very end (every worker closed): ``--cann-reveal-secret``'s file."""
-    import sys
 
-    from pytest_cannbench import state
-
-    st = config.stash.get(state.STATE_KEY, None)  # none when configure itself failed (a usage error)
-    if hasattr(config, "workerinput") or st is None:
-        return
-    s = st.settings
+    s = settings
     if not (s.active and s.secret and s.reveal_secret):
         return
     try:

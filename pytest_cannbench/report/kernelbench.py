@@ -9,7 +9,7 @@ A problem's ``kernel_coverage`` is the lowest of its items' (``guard.coverage``:
 the submission's own kernels), with the source that measured it.
 Problems skipped before grading (``too_large``, no candidate, resumed) are not in the denominator.
 
-KernelBench outcomes are those whose ``rel_path`` is a ``.py`` file (see :mod:`kernelbench_collect`).
+KernelBench outcomes are those whose ``rel_path`` is a ``.py`` file (see :mod:`pytest_cannbench.kernelbench.spec`).
 """
 
 from __future__ import annotations

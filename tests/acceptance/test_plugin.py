@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from pytest_cannbench import state as session
+from pytest_cannbench.workers import limits as session
 
 
 def test_importing_the_plugin_loads_no_heavy_module() -> None:

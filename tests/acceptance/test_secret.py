@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from inner import InnerRun, make_wheel, run_inner
 
-from pytest_cannbench import cli, state
+from pytest_cannbench import cli, options
 from pytest_cannbench.report.secret import commitment
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -117,7 +117,7 @@ def grade(pytester: pytest.Pytester, capsys, task_tree, *args: str) -> tuple[Inn
     make_wheel(source / "dist", {"cann_bench/__init__.py": PRYING})
     run = run_inner(pytester, capsys, tasks, *BASE, f"--cann-source={source}", "--junitxml=junit.xml",
                     "--cann-markdown=summary.md", "--cann-eval-report=eval.json", *args)
-    secret = state.of(run.config).settings.secret
+    secret = run.config.stash[options.SETTINGS_KEY].secret
     assert re.fullmatch(r"[0-9a-f]{32}", secret), "a graded run without --cann-seed draws a secret"
     return run, secret
 

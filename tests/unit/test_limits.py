@@ -80,7 +80,7 @@ def test_cache_dir_without_a_home(monkeypatch) -> None:
     """No $HOME and no passwd entry (Path.home raises): the per-machine cache goes to the temp directory."""
     import tempfile
 
-    from pytest_cannbench import state
+    from pytest_cannbench import scratch
 
     for name in ("CANNBENCH_CACHE_DIR", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
@@ -89,7 +89,7 @@ def test_cache_dir_without_a_home(monkeypatch) -> None:
         raise RuntimeError("Could not determine home directory.")
 
     monkeypatch.setattr(Path, "home", staticmethod(no_home))
-    assert state.cache_dir() == Path(tempfile.gettempdir()) / f"pytest-cannbench-{__import__('os').getuid()}"
+    assert scratch.cache_dir() == Path(tempfile.gettempdir()) / f"pytest-cannbench-{__import__('os').getuid()}"
 
 
 def test_jit_build_children_one_per_two_cores() -> None:

@@ -135,16 +135,13 @@ class _Golden:
 
 
 class _State:
-    """What nodes.memory.admit reads of the session state."""
+    """What core.memory.admit reads of a judge."""
 
     def __init__(self, plan: mp.MemoryPlan) -> None:
         from pytest_cannbench.workers.memory_pool import MemoryPool
 
-        self.plan, self.golden = plan, _Golden(plan.golden)
+        self.memory_plan, self.golden = plan, _Golden(plan.golden)
         self.pool = MemoryPool(Path(plan.pool_file) if plan.pool_file else None, plan.workers * plan.slot)
-
-    def memory_plan(self) -> mp.MemoryPlan:
-        return self.plan
 
     def memory_pool(self):
         return self.pool
@@ -166,7 +163,7 @@ def test_a_case_over_its_slot_runs_alone_with_the_whole_sessions_budgets(tmp_pat
     import os
     from dataclasses import replace
 
-    from pytest_cannbench.nodes.memory import admit
+    from pytest_cannbench.core.memory import admit
 
     lock = tmp_path / "memory.pool"
     lock.touch()
@@ -198,7 +195,7 @@ def test_a_case_running_alone_is_too_large_when_the_machine_has_since_filled(tmp
     import contextlib
     from dataclasses import replace
 
-    from pytest_cannbench.nodes import memory
+    from pytest_cannbench.core import memory
 
     lock = tmp_path / "memory.pool"
     lock.touch()

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from pytest_cannbench.judge import task_quality as tq
-from pytest_cannbench.state import cpu_threads
+from pytest_cannbench.workers.limits import cpu_threads
 
 BUNDLED = Path(__file__).resolve().parents[2] / "tasks"
 OPERATORS = tq.operator_dirs(BUNDLED)

@@ -1,4 +1,4 @@
-"""One case through the session memory plan (issue 22): refused, run beside the others, or run alone.
+"""One case through the run's memory plan: refused, run beside the others, or run alone.
 
 - its estimated need is over what one case may ever have (``MemoryPlan.largest``): ``too_large``, never started;
 - it fits a slot: it reserves its estimated need from the session's memory pool (:mod:`..workers.memory_pool`)
@@ -25,13 +25,12 @@ import contextlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    import pytest
-
+    from pytest_cannbench.core.judge import Judge
     from pytest_cannbench.phases import PhaseClock
-    from pytest_cannbench.state import CannBenchState
     from pytest_cannbench.taskformat.memory_need import MemoryNeed
     from pytest_cannbench.workers.candidate_client import CandidateWorker
     from pytest_cannbench.workers.memory_plan import MemoryPlan
+    from pytest_cannbench.workers.memory_pool import PoolSize
 
 
 GIB = 1 << 30
@@ -53,43 +52,36 @@ def room_now(plan: MemoryPlan, available_now: int | None) -> int:
     return min(plan.whole, int(available_now * (1 - HEADROOM)))
 
 
-def runs_alone(st: CannBenchState, need: MemoryNeed | None) -> bool:
+def runs_alone(judge: Judge, need: MemoryNeed | None) -> bool:
     """Whether :func:`admit` gives the case the whole session (its estimated need is over a slot)."""
-    return st.memory_plan().alone(need.peak if need is not None else 0)
+    return judge.memory_plan.alone(need.peak if need is not None else 0)
 
 
-def more_alone(st: CannBenchState) -> bool:
+def more_alone(judge: Judge) -> bool:
     """Whether running alone gives a golden more memory than its slot (several workers, no budget asked)."""
-    plan = st.memory_plan()
+    plan = judge.memory_plan
     return plan.golden_whole > plan.golden
 
 
-def size_session_pool(st: CannBenchState, items: list[pytest.Item]) -> None:
-    """Size the session's memory pool from the estimated needs of the cases that will run (too_large ones will
-    not); where this process reports to an xdist controller, say the size for its report, and write each case's
-    claim on the pool for the controller's scheduler (:mod:`..workers.dispatch`)."""
-    from pytest_cannbench.workers.dispatch import CaseNeeds, write_needs
-    from pytest_cannbench.workers.memory_pool import WORKEROUTPUT_KEY, size_pool
+def size_pool(judge: Judge, peaks: dict[str, int]) -> PoolSize:
+    """Size the judge's memory pool from the estimated peaks of the cases it will run (too_large ones will not:
+    pass only those within ``plan.largest``); kept on the judge for its pool."""
+    from pytest_cannbench.workers.memory_pool import size_pool as sized
 
-    plan = st.memory_plan()
-    peaks: dict[str, int] = {}
-    for item in items:
-        need = getattr(item, "memory_need", None)
-        estimate = need() if callable(need) else None
-        if estimate is not None and estimate.peak <= plan.largest:
-            peaks[item.nodeid] = estimate.peak
-    st.pool_size = size_pool(list(peaks.values()), plan.workers, plan.workers * plan.slot, st.settings.memory_pool)
-    workeroutput = getattr(st.config, "workeroutput", None)
-    if workeroutput is None:
-        return
-    workeroutput[WORKEROUTPUT_KEY] = st.pool_size.to_dict()
-    if plan.pool_file:  # a case that runs alone claims the whole pool; a too_large one never runs (no claim)
-        pool = st.pool_size.bytes
-        write_needs(plan.pool_file, CaseNeeds(pool, {nodeid: pool if plan.alone(peak) else min(peak, pool)
-                                                     for nodeid, peak in peaks.items()}))
+    plan = judge.memory_plan
+    judge.pool_size = sized(list(peaks.values()), plan.workers, plan.workers * plan.slot, judge.settings.memory_pool)
+    return judge.pool_size
 
 
-def hold_phase(st: CannBenchState, need: MemoryNeed | None, phase: str, clock: PhaseClock) -> None:
+def claims(judge: Judge, peaks: dict[str, int]) -> dict[str, int]:
+    """Each case's claim on the pool for a scheduler that orders cases by need: a case that runs alone claims
+    the whole pool."""
+    plan = judge.memory_plan
+    pool = judge.pool_size.bytes if judge.pool_size is not None else plan.workers * plan.slot
+    return {name: pool if plan.alone(peak) else min(peak, pool) for name, peak in peaks.items()}
+
+
+def hold_phase(judge: Judge, need: MemoryNeed | None, phase: str, clock: PhaseClock) -> None:
     """Hold what the case's next ``phase`` needs of its reservation: ``golden`` or ``candidate`` in the first
     pass, ``golden_kept`` or ``candidate_kept`` beside the first reference (the second pass), ``peak`` (the
     timing); a wait for more is its ``memory_wait``."""
@@ -97,12 +89,12 @@ def hold_phase(st: CannBenchState, need: MemoryNeed | None, phase: str, clock: P
         return
     nbytes = {"golden": need.golden, "candidate": need.candidate, "golden_kept": need.golden + need.kept,
               "candidate_kept": need.candidate + need.kept, "peak": need.peak}[phase]
-    waited = st.memory_pool().hold(nbytes, st.fence().let_windows_pass)
+    waited = judge.memory_pool().hold(nbytes, judge.fence().let_windows_pass)
     if waited >= 0.001:
         clock.add("memory_wait", waited)
 
 
-def admit(st: CannBenchState, need: MemoryNeed | None, workers: list[CandidateWorker],
+def admit(judge: Judge, need: MemoryNeed | None, workers: list[CandidateWorker],
           hold: contextlib.ExitStack, clock: PhaseClock | None = None, alone: bool = False) -> str | None:
     """The ``too_large`` message, or None with the case's hold entered on ``hold`` (closed at teardown).
 
@@ -112,13 +104,13 @@ def admit(st: CannBenchState, need: MemoryNeed | None, workers: list[CandidateWo
     more try with the whole session)."""
     from pytest_cannbench.workers.memory_plan import too_large
 
-    plan = st.memory_plan()
+    plan = judge.memory_plan
     peak = need.peak if need is not None else 0
     if need is not None:
         message = too_large(peak, need.describe(), plan)
         if message is not None:
             return message
-    pool = st.memory_pool()
+    pool = judge.memory_pool()
     alone = alone or plan.alone(peak)
     waited = hold.enter_context(pool.reserve(None if alone else peak, need.golden if need is not None else None))
     if clock is not None and pool.path is not None:
@@ -129,7 +121,7 @@ def admit(st: CannBenchState, need: MemoryNeed | None, workers: list[CandidateWo
     if need is not None and peak > room:  # the machine's other users took what the plan saw at the start
         hold.close()
         return too_large(peak, need.describe() + f"; {room / GIB:.1f} GiB available now", plan, room)
-    golden = st.golden_service().worker
+    golden = judge.golden_service().worker
     golden.budget(plan.golden_whole)
     hold.callback(golden.budget, plan.golden)
     for worker in workers:
