@@ -2,19 +2,17 @@
 
 A request's ``operators`` (names or paths, each must exist) and ``select`` (a ``-k`` expression) are evaluated
 here, in the front, so a bad selection is a 422 before anything is queued and every judge grades exactly the cases
-the front chose. ``select`` matches, as pytest's ``-k`` does (case-insensitive substrings, ``and``/``or``/``not``
-and parentheses), each case's words: its item name (``gelu[01]``), the operator's directory name and path
-segments (``level1``, ``gelu``), its category and dtypes; ``01`` selects case 1 of a tree with two-digit ids.
+the front chose. ``select`` is the grading core's selection (``core.select``: pytest's ``-k`` grammar,
+case-insensitive substrings) over the names the core gives a case: the operator's name, its path (``level1/gelu``),
+its item name (``gelu[01]``), its dtypes, category and level; ``01`` selects case 1 of a tree with two-digit ids.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from _pytest.mark.expression import Expression
-
+from pytest_cannbench.core.select import SelectError, compile_selection
 from pytest_cannbench.serve.intake import BadRequest
 from pytest_cannbench.taskformat.dirs import find_bench_root, iter_operator_dirs
 from pytest_cannbench.taskformat.errors import TaskFormatError
@@ -57,8 +55,9 @@ class Catalog:
                 if case.case_id is None:
                     continue
                 name = f"{op_dir.name}[{case.case_id:0{width}d}]"
-                words = (name, *task.rel_path.split("/"), op_dir.name, task.spec.name, task.spec.category,
-                         *case.dtype_names)
+                words = (task.spec.name, task.rel_path, name, *case.dtype_names,
+                         *([task.spec.category] if task.spec.category else []),
+                         *([f"level{task.level}"] if task.level is not None else []))
                 cases.append(CaseInfo(task.case_key(case.case_id), task.rel_path, op_dir.name, case.case_id,
                                       tuple(w for w in words if w)))
         return cls(tasks, cases, broken)
@@ -80,25 +79,15 @@ class Catalog:
             chosen = [c for c in chosen if c.rel_path in wanted or c.operator in wanted]
         if expression:
             try:
-                compiled = Expression.compile(expression)
-            except SyntaxError as exc:
+                match = compile_selection(expression)
+            except SelectError as exc:
                 raise BadRequest("select", f"not a -k expression: {exc}") from None
-            chosen = [c for c in chosen if compiled.evaluate(_matcher(c.words))]
+            chosen = [c for c in chosen if match(c.words)]
         if not chosen:
             raise BadRequest("select" if expression else "operators",
                              f"selects no case of this server's tree ({len(self.cases)} cases of "
                              f"{_listing(self.operators)})")
         return chosen
-
-
-def _matcher(words: tuple[str, ...]) -> Callable[..., bool]:
-    lowered = [w.lower() for w in words]
-
-    def match(ident: str, /, **_: str) -> bool:
-        needle = ident.lower()
-        return any(needle in w for w in lowered)
-
-    return match
 
 
 def _listing(names: list[str], most: int = 12) -> str:
