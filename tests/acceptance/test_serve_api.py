@@ -222,3 +222,23 @@ def test_crash_is_one_candidates_outcome_under_a_public_seed(served, tmp_path):
     assert answer["provenance"]["seed"] == {"policy": "fixed", "value": 7}
     assert "seed_public" in answer["provenance"]["flags"]
     assert client.health()["status"] == "ok"
+
+
+PACKAGE_SCAFFOLD = {  # a pure-Python submission built by pip: what a dataset would hand the model
+    "build.sh": "#!/usr/bin/env bash\nset -euo pipefail\n"
+                "python -m pip wheel . --no-deps --no-build-isolation --no-index -q -w dist\n",
+    "pyproject.toml": "[build-system]\nrequires = ['setuptools']\nbuild-backend = 'setuptools.build_meta'\n"
+                      "[project]\nname = 'cann_bench'\nversion = '0.1'\n[tool.setuptools]\npackages = ['cann_bench']\n",
+}
+
+
+def test_the_batch_reward_function_sends_a_group_as_one_batch(served, monkeypatch):
+    from pytest_cannbench.serve.reward_fn import compute_score_batch
+
+    server, _, _ = served
+    monkeypatch.setenv("CANNBENCH_SERVE_TOKEN", TOKEN)
+    extra = {"serve_url": server.url, "files": PACKAGE_SCAFFOLD, "profile": "quick", "perf": False}
+    rollouts = [f"```python cann_bench/__init__.py\n{module}```\n" for module in (WRONG, CRASH)]
+    got = compute_score_batch(["d"] * 3, [*rollouts, "no code"], [GELU1] * 3, [extra] * 3)
+    assert [(g["status"], g["valid"]) for g in got] == [("failed", 1), ("crashed", 1), ("no_code", 1)], got
+    assert got[1]["score"] == 0.0 < got[0]["score"] < 1 and got[2]["score"] == -0.5

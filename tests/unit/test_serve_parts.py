@@ -190,3 +190,16 @@ def test_secret_epochs_rotate_and_are_revealed_only_when_unused(tmp_path):
     revealed = (tmp_path / "epoch-0.hex").read_text().strip()
     assert revealed == first.secret and (tmp_path / "epoch-0.hex").stat().st_mode & 0o077 == 0
     assert first.commitment != first.secret and len(first.commitment) == 64
+
+
+def test_the_reward_adapter_reads_named_blocks_and_masks_an_unreachable_service():
+    from pytest_cannbench.serve.reward_fn import compute_score_batch, extract_files
+
+    text = ("Here.\n```cpp csrc/gelu.cpp\nint x;\n```\n```python file=cann_bench/__init__.py\nimport torch\n```\n"
+            "```bash\necho not a file\n```\n```python\nprint('nor this')\n```\n")
+    assert extract_files(text) == {"csrc/gelu.cpp": "int x;\n", "cann_bench/__init__.py": "import torch\n"}
+    gone = {"serve_url": "http://127.0.0.1:9", "profile": "quick"}  # the discard port: nothing listens
+    got = compute_score_batch(["d", "d"], [text, "no code at all"], ["gelu", "gelu"], [gone, gone])
+    assert got[0]["valid"] == 0 and got[0]["score"] == 0.0 and got[0]["status"].startswith(("unreachable",
+                                                                                             "service_error"))
+    assert got[1] == {"score": answer.REWARD_NO_BUILD, "status": "no_code", "passed": 0, "valid": 1}
