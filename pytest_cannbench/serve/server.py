@@ -18,6 +18,7 @@ import asyncio
 import ipaddress
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
+_MADE: list[str] = []  # directories this process made (Ray's temp dir, the judges' work dir): removed at the end
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -169,7 +171,8 @@ def _start_ray(args: argparse.Namespace) -> Any:
     else:
         temp = tempfile.mkdtemp(prefix="cbray-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
         ray.init(include_dashboard=False, log_to_driver=False, object_store_memory=128 * 2**20, _temp_dir=temp)
-        _say(f"started a local Ray cluster ({temp})")
+        _MADE.append(temp)
+        _say(f"started a local Ray cluster (its logs in {temp}, removed at a clean stop)")
     return ray
 
 
@@ -188,6 +191,8 @@ async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> i
     resources = {k: float(v) for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU", "NPU")}
     device, count, options = _judge_plan(args, resources)
     work = args.work_dir or tempfile.mkdtemp(prefix="cannbench-serve-")
+    if not args.work_dir:
+        _MADE.append(work)
     golden_cache = os.path.abspath(args.golden_cache) if args.golden_cache else None
     actor_class = ray.remote(max_restarts=-1, max_task_retries=0, scheduling_strategy="SPREAD", **options)(JudgeCore)
     judges = []
@@ -240,6 +245,8 @@ async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> i
         await asyncio.gather(*(asyncio.wait_for(_awaited(j.actor.shutdown.remote()), 30) for j in judges
                                if j.state in ("ready", "busy")), return_exceptions=True)
         ray.shutdown()
+        for made in _MADE:
+            shutil.rmtree(made, ignore_errors=True)
         _say("stopped")
     return 0
 
