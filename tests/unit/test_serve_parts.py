@@ -203,3 +203,13 @@ def test_the_reward_adapter_reads_named_blocks_and_masks_an_unreachable_service(
     assert got[0]["valid"] == 0 and got[0]["score"] == 0.0 and got[0]["status"].startswith(("unreachable",
                                                                                              "service_error"))
     assert got[1] == {"score": answer.REWARD_NO_BUILD, "status": "no_code", "passed": 0, "valid": 1}
+
+
+def test_a_non_loopback_bind_needs_a_token(monkeypatch, capsys):
+    from pytest_cannbench.cli import main
+
+    monkeypatch.delenv("CANNBENCH_SERVE_TOKEN", raising=False)
+    assert main(["serve", "--tasks", str(TASKS), "--host", "0.0.0.0"]) == 2
+    assert "needs a token" in capsys.readouterr().err
+    assert main(["serve", "--tasks", str(TASKS), "--warm", "fastest"]) == 2
+    assert "--warm fastest" in capsys.readouterr().err
