@@ -140,7 +140,11 @@ def run(args: argparse.Namespace) -> int:
 
     catalog = Catalog.read(tasks)
     if not catalog.cases:
-        _say(f"error: {tasks}: no CANN-format operator (proto.yaml, cases.yaml, golden.py) to grade")
+        from pytest_cannbench.kernelbench.spec import is_problem
+
+        kernelbench = tasks.is_dir() and any(is_problem(p, "auto") for p in tasks.rglob("*.py"))
+        _say(f"error: {tasks}: no CANN-format operator (proto.yaml, cases.yaml, golden.py) to grade"
+             + ("; it holds KernelBench problems, which the service does not grade yet" if kernelbench else ""))
         return 2
     if args.submissions_root and not Path(args.submissions_root).is_dir():
         _say(f"error: --submissions-root {args.submissions_root}: not a directory")
