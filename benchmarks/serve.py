@@ -1,6 +1,7 @@
 """The warm grading service against cold pytest sessions, side by side on one machine.
 
-Usage: python benchmarks/serve.py [--parts a,b,c] [--judges N] [--requests 200] [--select EXPR] [--json OUT]
+Usage: python benchmarks/serve.py [--parts a,b,c] [--modes accuracy,timed] [--judges N] [--requests 200]
+       [--select EXPR] [--json OUT]
 
 (a) one operator's cases (default ``gelu``: the bundled C++ example's 20) through a warm ``cannbench serve``
     against a cold ``pytest`` session, accuracy only and then timed (profile ``standard``, the session's own
@@ -89,9 +90,9 @@ def candidates(work: Path, correct: Path) -> dict[str, tuple[dict[str, Any], Pat
     return kinds
 
 
-def part_a(client: Client, correct: Path, select: str, work: Path) -> list[dict[str, Any]]:
+def part_a(client: Client, correct: Path, select: str, work: Path, modes: list[str]) -> list[dict[str, Any]]:
     rows = []
-    for perf in (False, True):
+    for perf in [m == "timed" for m in modes]:
         options = {"select": select, "profile": "standard", "perf": perf, "deadline_s": 3600}
         client.grade(archive_of(correct), **options)  # warm-up: the grader of this identity and the goldens
         t0 = time.perf_counter()
@@ -166,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--small-select", default="gelu and 01", help="part c's one case")
     parser.add_argument("--case-timeout", type=float, default=5.0, help="part b's case timeout, both sides")
     parser.add_argument("--source", type=Path, default=ROOT / "examples" / "cpp_cpu")
+    parser.add_argument("--modes", default="accuracy,timed", help="part a's modes (accuracy, timed)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     parts = set(args.parts.split(","))
@@ -180,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"service: {server.url}; {len(Client(server.url).health()['judges'])} judges", file=sys.stderr)
         with Client(server.url, timeout=7200) as client:
             if "a" in parts:
-                rows += part_a(client, correct, args.select, work)
+                rows += part_a(client, correct, args.select, work, args.modes.split(","))
                 print(table(rows), file=sys.stderr)
             if "b" in parts:
                 rows += part_b(client, kinds, args.select, args.case_timeout, work)

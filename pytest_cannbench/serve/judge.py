@@ -81,9 +81,8 @@ class JudgeCore:
                 "jobs": len(self.jobs)}
 
     def warm(self, overrides: dict[str, Any]) -> dict[str, Any]:
-        """Open a grader now, its judge's workers started, so the first request does not pay for it."""
-        _, grader = self._grader(overrides)
-        getattr(grader, "judge", None)  # the property starts the judge (golden worker, device plan)
+        """Open a grader now (its judge made), so the first request does not pay for it."""
+        self._grader(overrides)
         return self.info()
 
     # ------------------------------------------------------------------------------------------ graders
@@ -115,6 +114,8 @@ class JudgeCore:
         settings = self._settings(overrides)
         grader = Grader(settings)
         grader.__enter__()
+        if hasattr(grader.judge, "reference_slots"):  # candidates come whole, one after another: keep a case set
+            grader.judge.reference_slots = max(grader.judge.reference_slots, int(self.config.get("golden_memo", 0)))
         self.graders[key] = grader
         self.settings[key] = settings.as_dict()
         self.case_refs[key] = {(ref.rel_path, ref.case_id): ref for ref in grader.cases()}

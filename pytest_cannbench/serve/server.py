@@ -66,6 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--golden-cache", default=None,
                         help="an on-disk golden cache shared by this host's judges (default: none; each judge keeps "
                              "its goldens in memory per secret epoch)")
+    parser.add_argument("--golden-memo", type=int, default=64,
+                        help="goldens each grader keeps in memory for the next candidates (default 64: one "
+                             "operator's cases, both correctness passes; each holds a case's fp64 golden, native "
+                             "reference and inputs)")
     parser.add_argument("--case-timeout", type=float, default=None,
                         help="cap every profile's case timeout at SEC (e.g. for short RL rewards)")
     parser.add_argument("--build-timeout", type=float, default=None,
@@ -203,7 +207,7 @@ async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> i
     for i in range(count):
         config = {"name": f"judge-{i}", "tasks": str(catalog.tasks), "guard": args.guard, "sandbox": args.sandbox,
                   "device": None if device == "cpu" and args.device == "auto" else device, "work_dir": work,
-                  "golden_cache": golden_cache}
+                  "golden_cache": golden_cache, "golden_memo": args.golden_memo}
         judges.append(JudgeHandle(config["name"], actor_class.remote(config)))
     keeper = SecretKeeper(args.secret_rotate, args.reveal_secrets)
     caps = {k: v for k, v in (("case_timeout_s", args.case_timeout), ("build_timeout_s", args.build_timeout))
