@@ -235,6 +235,7 @@ async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> i
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
+    sock.listen(2048)  # before the URL is printed: a client that connects at once waits in the backlog
     port = sock.getsockname()[1]
     server = _server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                                     timeout_graceful_shutdown=30), dispatcher, args.drain_timeout)
