@@ -47,6 +47,7 @@ class Server:
             env={**os.environ, **(env or {})}, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
             start_new_session=True)
         self.url = ""
+        self.final: str | None = None
         self.lines: list[str] = []
         found = threading.Event()
 
@@ -65,8 +66,10 @@ class Server:
             raise RuntimeError(f"cannbench serve did not start:\n{self.text()[-5000:]}")
 
     def text(self) -> str:
-        if not self.stderr.closed:
-            self.stderr.flush()
+        """What the server printed (stdout, then stderr); kept in memory once it stopped."""
+        if self.final is not None:
+            return self.final
+        self.stderr.flush()
         return "".join(self.lines) + self.log.read_text(errors="replace")
 
     def stop(self, timeout: float = 180.0) -> int:
@@ -78,7 +81,9 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(30)
+        self.final = self.text()
         self.stderr.close()
+        self.log.unlink(missing_ok=True)
         return int(self.proc.returncode)
 
 
