@@ -50,6 +50,7 @@ def _class_prefix(cases: list[ET.Element]) -> str:
 def _lost_case(prefix: str, outcome: dict[str, Any]) -> ET.Element:
     rel_path, key = str(outcome["rel_path"]), str(outcome["key"])
     label = key[len(rel_path) + 1:] if key.startswith(rel_path + "_") else key
+    label = label.zfill(2) if label.isdigit() else label  # as collection names a case: case ids of two digits
     case = ET.Element("testcase", classname=prefix + rel_path.replace("/", ".") + ".cases.yaml",
                       name=f"{rel_path.rsplit('/', 1)[-1]}[{label}]", time="0.000")
     props = ET.SubElement(case, "properties")
