@@ -30,7 +30,6 @@ SYNTHESIZED_RUN = "cluster-grade"
 
 
 def _write_shard(directory: Path, record: ShardRecord) -> None:
-    shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     final = record.final
     for rel, data in (final.files if final is not None else {}).items():
@@ -47,7 +46,7 @@ def _shard_outcomes(directory: Path) -> tuple[Path | None, dict[str, str], dict[
     """The file to merge from a shard's directory (its board, else its journal), its cases' statuses, its board."""
     for name in ("leaderboard.json", "results.jsonl"):
         path = directory / name
-        if not path.is_file():
+        if not path.is_file() or not path.stat().st_size:
             continue
         try:
             source = read_input(str(path))
@@ -79,6 +78,7 @@ def assemble(report_dir: Path, records: list[ShardRecord], *, cluster: dict[str,
     ``selecting``: the user's pytest options select cases (``-k``, ``-m``, ...), so a graded shard's board may
     rightly hold fewer cases than its operators list; only a failed shard's cases are then put on as lost."""
     shards_dir = report_dir / SHARDS
+    shutil.rmtree(shards_dir, ignore_errors=True)  # an earlier run's shards (it may have had more) are not this run's
     inputs: list[str] = []
     journal: list[str] = []
     junit_files: list[Path] = []

@@ -138,9 +138,10 @@ def _summary(board: dict[str, Any], report_dir: Path, wall: float) -> list[str]:
     from pytest_cannbench.cluster.assemble import summary_lines
 
     cluster = board["cluster"]
-    nodes = sorted({s["host"] + "/" + s["node_id"][:8] for s in cluster["shards"] if s["node_id"]})
+    attempts = [a for shard in cluster["shards"] for a in shard["attempts"] if a["node_id"]]
+    nodes = sorted({f"{a['host']}/{a['node_id'][:8]}" for a in attempts})
     lines = ["merged board:", *(f"  {line}" for line in summary_lines(board))]
-    lines.append(f"{len(cluster['shards'])} shards on {len(nodes)} nodes ({', '.join(nodes) or 'none'}), wall "
+    lines.append(f"{len(cluster['shards'])} shards ran on {len(nodes)} nodes ({', '.join(nodes) or 'none'}), wall "
                  f"{wall:.1f} s")
     for entry in cluster["missing"]:
         lines.append(f"MISSING {entry['rel_path']} ({entry['cases']} of {entry['of']} cases, shard {entry['shard']}): "

@@ -212,7 +212,7 @@ class Runner:
                      f"(attempt {record.submitted + 1} of {self.retries + 1})")
             return True
         tail = "".join(f"\n    | {line}" for line in result.log_tail.splitlines()[-15:])
-        self.say(f"shard {label}: FAILED after {record.submitted} attempts: {why}" + (f"; log tail:{tail}" if tail
+        self.say(f"shard {label}: FAILED after {record.submitted} attempt(s): {why}" + (f"; log tail:{tail}" if tail
                                                                                        else ""))
         return False
 

@@ -165,7 +165,8 @@ def test_a_node_killed_while_its_shard_runs_loses_no_shard(
                 threading.Timer(3.0, cluster.remove_node, args=(node,), kwargs={"allow_graceful": False}).start()
                 return
 
-    rc, text, board = _grade(cluster, work, work / "tasks", source, "killed", on_line=kill_on_start)
+    # two shards on three one-judge nodes: the lost one is rerun on the idle node at once
+    rc, text, board = _grade(cluster, work, work / "tasks", source, "killed", "--shards", "2", on_line=kill_on_start)
     assert killed, text[-4000:]
     assert rc == 0, text[-4000:]
     assert _cases(board) == _cases(local) and _scores(board) == _scores(local), text[-4000:]
@@ -197,7 +198,7 @@ def test_a_shard_that_cannot_run_is_named_on_the_board(cluster: Cluster, work: P
     assert "pytest exited with status -9" in missing[0]["reason"]
     failed = [s for s in board["cluster"]["shards"] if s["status"] == "failed"]
     assert len(failed) == 1 and len(failed[0]["attempts"]) == 2  # tried again once, then named
-    assert f"shard {failed[0]['label']}: FAILED after 2 attempts: pytest exited with status -9" in text
+    assert f"shard {failed[0]['label']}: FAILED after 2 attempt(s): pytest exited with status -9" in text
     assert "log tail:" in text and "MISSING level1/crash_judge (2 of 2 cases" in text
     cases = _cases(board)
     assert cases["level1/crash_judge_1"] == cases["level1/crash_judge_2"] == ("interrupted", "session_interrupted")
