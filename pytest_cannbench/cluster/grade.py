@@ -114,14 +114,17 @@ class Runner:
     say: Callable[[str], None]
     on_start: Callable[[dict[str, Any]], None] | None = None  # each start event, e.g. to watch a node in a test
     records: dict[int, ShardRecord] = field(default_factory=dict)
+    progress_lost: bool = False
 
     def run(self, shards: list[Shard]) -> list[ShardRecord]:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         here = ray.get_runtime_context().get_node_id()
+        # on the driver's own node, hard: a soft affinity placed it on any node, and a node lost mid-run took it
+        # along (that node's death would take the driver's raylet, hence the driver, anyway)
         progress: Any = ray.remote(num_cpus=0)(Progress).options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True)).remote()
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote()
         task = ray.remote(grade_shard)
         options = {**self.cluster.request(), "max_retries": LOST_RETRIES, "retry_exceptions": False,
                    "scheduling_strategy": "SPREAD"}
@@ -143,7 +146,7 @@ class Runner:
         try:
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=POLL_S)
-                self._events(ray.get(progress.take.remote()))
+                self._events(self._take(ray, progress))
                 for ref in ready:
                     index = pending.pop(ref)
                     if self._finished(index, self._result(ray, ref, index)):
@@ -158,8 +161,22 @@ class Runner:
                                                   error="the run was interrupted (Ctrl-C) before this shard ended"),
                                retry=False)
             pending.clear()
-        self._events(ray.get(progress.take.remote()))
+        self._events(self._take(ray, progress))
         return [self.records[s.index] for s in shards]
+
+    def _take(self, ray: Any, progress: Any) -> list[dict[str, Any]]:
+        """The start events posted since the last call; none, said once, when the actor is gone (the shards'
+        results still come back: only the progress lines and the attempts' lost marks depend on it)."""
+        if self.progress_lost:
+            return []
+        try:
+            events: list[dict[str, Any]] = ray.get(progress.take.remote(), timeout=30)
+            return events
+        except ray.exceptions.RayError as exc:
+            self.progress_lost = True
+            self.say(f"warning: the progress actor is gone ({type(exc).__name__}); shards go on without start "
+                     "events")
+            return []
 
     def _result(self, ray: Any, ref: Any, index: int) -> ShardResult:
         try:
