@@ -4,7 +4,8 @@ One argparse subcommand per job, each with its own ``--help``: ``show`` and ``re
 (the terminal tables, or any report file regenerated, like the official harness's ``gen_report.sh``),
 ``compare`` diffs two boards with a CI gate, ``list`` and ``info`` read task trees, ``roofline`` and ``check``
 run the calibration and the task-quality gate, ``merge`` joins shards, ``secret`` checks a revealed session secret
-against a board's commitment. This module only parses and dispatches;
+against a board's commitment, ``cluster-grade`` grades a tree across a Ray cluster. This module only parses and
+dispatches;
 the work is done by the rooms (``report``, ``taskformat``, ``timing``, ``judge``).
 
 Exit status: 0 on success; 1 when ``compare --fail-on-regression`` finds a regression, ``check`` finds weak
@@ -121,6 +122,9 @@ def _parser() -> argparse.ArgumentParser:
                       "secret's 16 bytes must equal config.secret_commitment (or a merged input's). Exit 1 if not.")
     secret.add_argument("board", metavar="BOARD", help="leaderboard JSON or results.jsonl")
     secret.add_argument("secret_file", metavar="SECRET_FILE", help="the file --cann-reveal-secret wrote")
+    from pytest_cannbench.cluster.command import add_parser as add_cluster_grade  # no Ray needed to parse
+
+    add_cluster_grade(commands)
     return parser
 
 
@@ -311,9 +315,15 @@ def _secret(args: argparse.Namespace) -> int:
     return 1
 
 
+def _cluster_grade(args: argparse.Namespace) -> int:
+    from pytest_cannbench.cluster.command import run
+
+    return run(args)
+
+
 HANDLERS: dict[str, Handler] = {"show": _show, "compare": _compare, "report": _report, "list": _list,
                                 "info": _info, "roofline": _roofline, "check": _check, "merge": _merge,
-                                "secret": _secret}
+                                "secret": _secret, "cluster-grade": _cluster_grade}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -28,7 +28,9 @@ SCHEMA_PREFIX = "pytest-cannbench/leaderboard/"
 # Config entries that legitimately differ between the jobs of one sharded run (paths, shard, resume bookkeeping).
 PER_JOB_CONFIG = frozenset({"shard", "resume", "resumed_cases", "leaderboard", "markdown", "eval_report",
                             "report_dir", "golden_cache", "source", "tasks", "device_ids", "run_identity",
-                            "secret", "secret_commitment", "journal_rewritten", "selection"})  # each job: its secret
+                            "secret", "secret_commitment", "journal_rewritten", "selection",  # each job: its secret
+                            # measured on each job's host: its free memory, the CPUs its judge was given
+                            "memory_plan", "cpu_budget", "memory_pool", "dispatch_order"})
 # Timing fields that are numbers; a board written by leaderboard.dumps spells NaN and infinities as strings.
 TIMING_NUMBERS = ("t_cand_us", "t_baseline_us", "t_hw_us", "bytes", "flops")
 NON_FINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
