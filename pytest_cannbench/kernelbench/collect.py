@@ -20,6 +20,8 @@ import pytest
 
 from pytest_cannbench import state
 from pytest_cannbench.nodes.items import SourceItem
+from pytest_cannbench.vocab.casekey import CaseKey
+from pytest_cannbench.vocab.records import times_of
 
 if TYPE_CHECKING:
     from pytest_cannbench.judge.source import CaseSource
@@ -43,7 +45,7 @@ class Problem:
     level: int | None
 
     def key(self, case_id: int) -> str:
-        return f"{self.rel_path}_{case_id}"
+        return str(CaseKey.case(self.rel_path, case_id))
 
 
 def is_problem_source(text: str) -> bool:
@@ -92,8 +94,7 @@ def key_of_name(path: Path, name: str, trials: int) -> str | None:
     if match is None or match["problem"] != path.stem:
         return None
     case_id = trials + 1 if match["label"] == "timed" else int(match["trial"])
-    key = problem_of(path).key(case_id)
-    return f"cand={match['cand']}/{key}" if match["cand"] else key
+    return str(CaseKey.case(problem_of(path).rel_path, case_id, match["cand"] or ""))
 
 
 class ProblemItem(SourceItem):
@@ -103,8 +104,7 @@ class ProblemItem(SourceItem):
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.problem, self.case_id, self.trials, self.candidate = problem, case_id, trials, candidate
-        key = problem.key(case_id)
-        self.user_properties.append(("cann_case", f"cand={candidate}/{key}" if candidate else key))
+        self.user_properties.append(("cann_case", str(CaseKey.case(problem.rel_path, case_id, candidate or ""))))
         if candidate:
             self.user_properties.append(("cann_candidate", candidate))
 
@@ -120,9 +120,9 @@ class ProblemItem(SourceItem):
                            state_dir=st.kb_state_dir, candidate=self.candidate or "", memo=st.shared_reference)
 
     def recorded(self, result: CaseOutcome) -> None:
-        t = result.timing or {}
-        if t.get("t_cand_us") and t.get("t_baseline_us"):
-            self.user_properties.append(("cann_kb_speedup", round(t["t_baseline_us"] / t["t_cand_us"], 4)))
+        cand, base, _ = times_of(result.timing)
+        if cand and base:
+            self.user_properties.append(("cann_kb_speedup", round(base / cand, 4)))
         self._kernel_coverage(result)
 
     def _kernel_coverage(self, result: CaseOutcome) -> None:

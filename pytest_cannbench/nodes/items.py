@@ -23,6 +23,7 @@ from pytest_cannbench import outcome as oc
 from pytest_cannbench import state
 from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.phases import PhaseClock
+from pytest_cannbench.vocab.casekey import CaseKey, candidate_of, split_key
 
 if TYPE_CHECKING:
     from pytest_cannbench.judge.source import CaseSource, Reference
@@ -71,10 +72,10 @@ class InvalidTaskItem(_CannItem):
         super().__init__(**kwargs)
         self.error = error
         self.rel_path = rel_path
-        self.user_properties.append(("cann_case", f"{rel_path}_task"))
+        self.user_properties.append(("cann_case", str(CaseKey.task(rel_path))))
 
     def runtest(self) -> None:
-        self.stash[OUTCOME_KEY] = CaseOutcome(key=f"{self.rel_path}_task", rel_path=self.rel_path, operator="",
+        self.stash[OUTCOME_KEY] = CaseOutcome(key=str(CaseKey.task(self.rel_path)), rel_path=self.rel_path, operator="",
                                               case_id=None, status=oc.ERROR, failure_type=oc.TASK_ERROR,
                                               message=self.error)
         raise TaskInputError(self.error)
@@ -139,7 +140,7 @@ class SourceItem(_CannItem):
                 return  # runtest fails the case as compile_failed; no golden is needed
         too_large = self.admit(st)
         if too_large is not None:  # issue 22: never started, so never an OOM; not the candidate's fault
-            self._record(source.outcome(oc.TOO_LARGE, oc.TOO_LARGE, too_large))
+            self._record(source.outcome(oc.TOO_LARGE, oc.FailureType.TOO_LARGE, too_large))
             pytest.skip(f"{oc.TOO_LARGE}: {too_large}")
         try:
             self.reference = self._golden(st)
@@ -149,7 +150,7 @@ class SourceItem(_CannItem):
             self._record(source.outcome(oc.TIMEOUT, oc.PYTEST_TIMEOUT, f"in setup (golden): {exc}"))
             raise
         except SkipCase as exc:  # needs_npu is a status of its own; too_large stays a skip, as before
-            status = oc.NEEDS_NPU if exc.failure_type == oc.NEEDS_NPU else oc.SKIPPED
+            status = oc.NEEDS_NPU if exc.failure_type == oc.FailureType.NEEDS_NPU else oc.SKIPPED
             self._record(source.outcome(status, exc.failure_type, str(exc)))
             pytest.skip(str(exc))
         except GoldenFailure as exc:
@@ -165,7 +166,8 @@ class SourceItem(_CannItem):
             raise TaskInputError(f"task_error: {source.task_error}")
         submission = st.submission_of(self.candidate)
         if submission is not None and not submission.ok:
-            self._record(source.outcome(submission.status, submission.status, submission.message))
+            self._record(source.outcome(oc.Status(submission.status), oc.FailureType(submission.status),
+                                        submission.message))
             raise CaseFailed(f"{submission.status}: {submission.message}")
         return st
 
@@ -173,7 +175,7 @@ class SourceItem(_CannItem):
         st, source = self._runnable(), self.source
         settings = st.settings
         if self.build_failed:
-            self._record(source.outcome(oc.COMPILE_FAILED, oc.COMPILE_FAILED, self.build_failed))
+            self._record(source.outcome(oc.COMPILE_FAILED, oc.FailureType.COMPILE_FAILED, self.build_failed))
             raise CaseFailed(f"{oc.COMPILE_FAILED}: {self.build_failed}")
         ref = self.reference
         assert ref is not None
@@ -315,8 +317,7 @@ class CaseItem(SourceItem):
         self.task = task
         self.case = case
         self.candidate = candidate
-        key = task.result_key(case)
-        self.user_properties.append(("cann_case", f"cand={candidate}/{key}" if candidate else key))
+        self.user_properties.append(("cann_case", str(task.result_key_of(case).of_candidate(candidate))))
 
     def make_source(self, st: CannBenchState) -> CaseSource:
         from pytest_cannbench.judge.case import OperatorCase
@@ -446,18 +447,18 @@ def key_of_name(path: Path, name: str) -> str | None:
         rel_path = op_dir.resolve().relative_to(find_bench_root(op_dir)).as_posix()
     except ValueError:
         return None
-    label, candidate = match["label"] or match["hidden"], match["cand"]
+    label, candidate = match["label"] or match["hidden"], match["cand"] or ""
     if label == "task":
-        key = f"{rel_path}_task"
+        key = CaseKey.task(rel_path, candidate)
     elif label.startswith("hidden-"):
-        key = f"{rel_path}#{label}"
+        key = CaseKey.hidden(rel_path, label, candidate)
     elif label.startswith("#") and label[1:].isdigit():
-        key = f"{rel_path}_#{label[1:]}"
+        key = CaseKey.position(rel_path, int(label[1:]), candidate)
     elif label.partition("#")[0].isdigit():
-        key = f"{rel_path}_{int(label.partition('#')[0])}"
+        key = CaseKey.case(rel_path, int(label.partition("#")[0]), candidate)
     else:
         return None
-    return f"cand={candidate}/{key}" if candidate else key
+    return str(key)
 
 
 def case_key(item: pytest.Item) -> str | None:
@@ -471,14 +472,14 @@ def fallback_outcome(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseExcept
     key = case_key(item)
     if key is None:
         return None
-    rel_path, _, tail = key.rpartition("_")
-    rel_path, case_id = (rel_path, int(tail)) if rel_path and tail.isdigit() else (key, None)
+    rel_path, case_id = split_key(key)
     if isinstance(excinfo.value, pytest.fail.Exception):
         status, failure_type = oc.TIMEOUT, oc.PYTEST_TIMEOUT
     else:
         status, failure_type = oc.ERROR, oc.HARNESS_ERROR
     return CaseOutcome(key=key, rel_path=rel_path, operator="", case_id=case_id, status=status,
-                       failure_type=failure_type, message=f"{excinfo.typename}: {excinfo.value}"[:2000])
+                       failure_type=failure_type, message=f"{excinfo.typename}: {excinfo.value}"[:2000],
+                       candidate=candidate_of(key))
 
 
 def _warns(config: pytest.Config) -> bool:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_cannbench.outcome import PASSED
+from pytest_cannbench.vocab.casekey import parse_key
 
 ABSENT = "absent"
 
@@ -255,9 +256,10 @@ def compare(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str
     return result
 
 
-def _case_order(key: str) -> tuple[str, int, str]:
-    head, _, tail = key.rpartition("_")
-    return (head, int(tail), "") if tail.isdigit() else (key, -1, key)
+def _case_order(key: str) -> tuple[str, str, int, str]:
+    """Cases by candidate, operator and id (a board's keys are case keys; anything else sorts by its text)."""
+    found = parse_key(key)
+    return found.order() if found is not None else ("", key, -1, key)
 
 
 def _score(value: float | None) -> str:

@@ -37,7 +37,7 @@ from typing import Any
 from pytest_cannbench.outcome import BUILD_FAILURES
 from pytest_cannbench.report.scoring import PRECISION_FAILURES, baseline_proxy
 
-STATUS_MAP = {"passed": "success", "missing": "skipped", "skipped": "skipped",
+STATUS_MAP: dict[str, str] = {"passed": "success", "missing": "skipped", "skipped": "skipped",
               **{status: "cascade" for status in BUILD_FAILURES}}
 FAILURE_TYPE_MAP = {"timed_output_wrong": "precision_mismatch", "candidate_timeout": "timeout",
                     "pytest_timeout": "timeout", "out_of_memory": "oom_killed",

@@ -29,6 +29,7 @@ from pytest_cannbench.report.scoring import (
     totals,
 )
 from pytest_cannbench.timing.isolation import window_figures
+from pytest_cannbench.vocab.casekey import split_key
 
 SCHEMA = "pytest-cannbench/leaderboard/1"
 DEGENERATE_FLAGS = frozenset({"baseline_below_t_hw", "degenerate_anchors"})  # the HAP of such a case says nothing
@@ -110,7 +111,7 @@ def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False, gate: 
     drops: dict[str, int] = defaultdict(int)
     hidden = False
     for o in outcomes:
-        rel = o.get("rel_path") or o["key"].rsplit("_", 1)[0]
+        rel = o.get("rel_path") or split_key(o["key"])[0]
         hidden = hidden or splits.split_of(o) == "hidden"
         if splits.dropped(o):
             drops[rel] += 1

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any, TextIO, TypeGuard
 
 from pytest_cannbench.report import leaderboard
-from pytest_cannbench.report.passk import candidate_of_key
 from pytest_cannbench.report.secret import commitment
+from pytest_cannbench.vocab.casekey import candidate_of
 
 SCHEMA_PREFIX = "pytest-cannbench/leaderboard/"
 # Config entries that legitimately differ between the jobs of one sharded run (paths, shard, resume bookkeeping).
@@ -91,7 +91,7 @@ def outcomes_from_board(board: dict[str, Any], path: str = "<board>") -> list[di
                 "case_id": case.get("case_id"), "status": case["status"], "failure_type": case.get("failure_type"),
                 "message": case.get("message") or "", "accuracy": case.get("accuracy") or [],
                 "warnings": case.get("warnings") or [], "timing": _restore_numbers(case.get("timing")),
-                "candidate": candidate_of_key(case["key"]),  # issue 17: multi-candidate keys name it
+                "candidate": candidate_of(case["key"]),  # a multi-candidate run's keys name it
                 "kernel_coverage": case.get("kernel_coverage") or {},
             })
     return outcomes

@@ -54,7 +54,7 @@ CATEGORIES: dict[str, tuple[str, str, str]] = {
     "missing": ("M", "#9e9e9e", "not provided by the submission"),
     "skipped": ("S", "#c8c8c8", "skipped"),
 }
-OPERATOR_COLORS = {"passed": "#2e8b57", "partial": "#e0a100", "failed": "#c0392b", "missing": "#9e9e9e",
+OPERATOR_COLORS: dict[str, str] = {"passed": "#2e8b57", "partial": "#e0a100", "failed": "#c0392b", "missing": "#9e9e9e",
                    **{b: "#6d4c41" for b in BUILD_FAILURES}}
 OTHER_COLOR = "#607d8b"
 

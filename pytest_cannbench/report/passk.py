@@ -17,14 +17,6 @@ from typing import Any
 from pytest_cannbench.report.kernelbench import FAST_P, ProblemResult, problem_results, section
 
 KS = (1, 2, 5, 10, 20, 50, 100)
-CANDIDATE_KEY_PREFIX = "cand="  # a multi-candidate case key: cand=<name>/<rel_path>_<case_id>
-
-
-def candidate_of_key(key: str) -> str:
-    """The candidate a case key names ("" for a single-candidate run's key)."""
-    if key.startswith(CANDIDATE_KEY_PREFIX) and "/" in key:
-        return key[len(CANDIDATE_KEY_PREFIX):].split("/", 1)[0]
-    return ""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -19,7 +19,7 @@ Used by the terminal, every report file and ``cannbench merge``: no other code c
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -137,7 +137,7 @@ def operator_score(cases: list[CaseScore], *, cap: bool = False) -> OperatorScor
                          perf_part, total, passed, runtime, haps, flags, cases_not_graded=skipped)
 
 
-def hap_interval(t_base: float | None, t_hw: float | None, speedup: dict[str, Any] | None,
+def hap_interval(t_base: float | None, t_hw: float | None, speedup: Mapping[str, object] | None,
                  *, cap: bool = False) -> tuple[float, float] | None:
     """HAP at the two ends of the paired speed-up's interval (T_cand = T_base / speed-up): HAP rises with the
     speed-up, so the interval maps end to end. None without a live pairing or usable anchors."""
