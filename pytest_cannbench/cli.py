@@ -24,6 +24,7 @@ from typing import Any
 from pytest_cannbench import __version__
 from pytest_cannbench.report import leaderboard
 from pytest_cannbench.report.merge import InputError, merge, read_input
+from pytest_cannbench.vocab.registry import DEFAULT_CHECKER, checker_help, checker_names
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -99,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
                      "exit 1 when a case is weak (a wrong answer passes) or broken.")
     check.add_argument("root", metavar="TREE", help="a task tree, a level directory or one operator directory")
     check.add_argument("-k", dest="keyword", default="", help="only operators whose directory name contains this")
-    check.add_argument("--checker", default="relative_error", choices=("relative_error", "allclose"))
+    check.add_argument("--checker", default=DEFAULT_CHECKER, choices=checker_names(), help=checker_help())
     check.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's)")
 
     merge_cmd = _command(commands, "merge", "merge leaderboards and results.jsonl files (scores recomputed)",

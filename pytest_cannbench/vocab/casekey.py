@@ -144,7 +144,7 @@ def parse_key(text: str) -> CaseKey | None:
     candidate, rest = "", text
     if text.startswith(CANDIDATE_PREFIX):
         candidate, slash, rest = text[len(CANDIDATE_PREFIX):].partition("/")
-        if not slash:
+        if not slash or not candidate:
             return None
     try:
         if HIDDEN_MARK in rest:

@@ -115,6 +115,21 @@ class DeviceKind(Word):
 DEVICE_CHOICES = (AUTO, *(k.value for k in DeviceKind))  # --cann-device
 
 
+def parse_ids(text: str | None) -> list[int]:
+    """``--cann-device-ids``: ``0,3`` -> [0, 3]; ``all`` or nothing -> [] (every device of the host, see
+    ``timing.devices.all_ids``), as the official harness spreads its workers over every card."""
+    if not text or str(text).strip().lower() == "all":
+        return []
+    try:
+        ids = [int(part) for part in str(text).split(",") if part.strip()]
+    except ValueError:
+        raise ValueError(f"--cann-device-ids {text!r}: expected 'all' or comma-separated integers such as 0,1") \
+            from None
+    if not ids or any(i < 0 for i in ids):
+        raise ValueError(f"--cann-device-ids {text!r}: expected non-negative integers")
+    return ids
+
+
 def is_kind(device: str, kind: DeviceKind) -> bool:
     """Whether a device string is of ``kind`` (``cuda:1`` is CUDA); False for a string of no known kind."""
     return str(device).partition(":")[0] == kind.value
