@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +125,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_board(path: str) -> dict[str, Any]:
+def load_board(path: str) -> Mapping[str, Any]:
     """A leaderboard, or a board scored afresh from a results.jsonl (raises :class:`InputError`)."""
     source = read_input(path)
     if source.board is not None:
@@ -135,7 +135,7 @@ def load_board(path: str) -> dict[str, Any]:
     return leaderboard.build(source.outcomes, submission=None, environment={}, config={})
 
 
-def write_reports(board: dict[str, Any], *, html: str | None = None, markdown: str | None = None,
+def write_reports(board: Mapping[str, Any], *, html: str | None = None, markdown: str | None = None,
                   eval_report: str | None = None) -> list[str]:
     """The optional report files of one board; the paths written, in order."""
     written = []

@@ -8,7 +8,7 @@ attribute and becomes a ``crashed`` case, so no case is lost from the tally.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,7 +92,7 @@ class ResultCollector:
     outcomes: dict[str, CaseOutcome] = field(default_factory=dict)
     journal: Any = None  # reporting.Journal once the run's identity is known
     resumed: set[str] = field(default_factory=set)  # keys taken from an earlier run's results.jsonl
-    board: dict | None = None  # the leaderboard, once built
+    board: Mapping[str, Any] | None = None  # the leaderboard, once built (or read back: cannbench show)
     written: list[str] = field(default_factory=list)  # files this session wrote, for the summary
     notes: list[str] = field(default_factory=list)  # what else the session did that a user should know of
     run_flags: list[str] = field(default_factory=list)  # weaker modes of the whole run, put on every case
@@ -243,7 +243,7 @@ class ResultCollector:
         return lines
 
 
-def pool_lines(pool: dict[str, Any] | None, results: list[CaseOutcome], dispatch: str | None = None) -> list[str]:
+def pool_lines(pool: Mapping[str, Any] | None, results: list[CaseOutcome], dispatch: str | None = None) -> list[str]:
     """The memory pool's size, how cases were handed out and what waiting for room cost (only where judges
     shared one)."""
     waits = [r.seconds.get("memory_wait", 0.0) for r in results if r.seconds]
@@ -314,7 +314,7 @@ def attach(item: pytest.Item, report: pytest.TestReport, outcome: CaseOutcome | 
         item.user_properties.extend(p for p in extra if p not in item.user_properties)
 
 
-def score_lines(board: dict, limit: int | None) -> list[str]:
+def score_lines(board: Mapping[str, Any], limit: int | None) -> list[str]:
     """Per operator (passed/total, the three parts, score, speed-up), per level, total; failures by type."""
     ops = board["operators"]
     lines = [f"scores (compile {board['weights']['compile']:.0%} + function {board['weights']['function']:.0%} + "

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ import pytest
 
 from pytest_cannbench.report.scoring import hap
 
-BoardGetter = Callable[[], dict[str, Any] | None]
+BoardGetter = Callable[[], Mapping[str, Any] | None]
 
 # (data-column-type, header text, sortable). The type doubles as the cell class "col-<type>", which pytest-html
 # reads back with r"col-(\w+)" to sort, so it must be a \w+ word that does not clash with its own columns.
@@ -165,7 +165,7 @@ def svg_bar_chart(items: list[tuple[str, float]], width: int = 640, max_value: f
     return "".join(parts)
 
 
-def crashed_cases(board: dict[str, Any]) -> list[dict[str, Any]]:
+def crashed_cases(board: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Cases lost with their xdist worker: pytest-html has no row for them, the leaderboard does."""
     return [case for op in board.get("operators") or [] for case in op.get("cases") or []
             if case.get("status") == "crashed" and case.get("failure_type") == "worker_crashed"]
@@ -177,7 +177,7 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[Any]], css_class: str)
     return f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def summary_html(board: dict[str, Any]) -> str:
+def summary_html(board: Mapping[str, Any]) -> str:
     """The summary section: total score, per-level table, operator chart and the cases lost to crashed workers."""
     operators = board.get("operators") or []
     levels = board.get("levels") or {}

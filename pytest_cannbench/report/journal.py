@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -240,7 +241,7 @@ def reveal_secret(config: Any) -> None:
               "commitment was recorded)", file=sys.stderr)
 
 
-def _junit_suite_properties(config: Any, board: dict[str, Any]) -> None:
+def _junit_suite_properties(config: Any, board: Mapping[str, Any]) -> None:
     """Issue 18: the scores (public, hidden, combined) as junit-xml suite properties, when junit-xml is on."""
     from _pytest.junitxml import xml_key
 

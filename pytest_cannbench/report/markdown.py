@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from pytest_cannbench.outcome import HARNESS_FAILURES
@@ -47,7 +48,7 @@ def _table(header: list[str], rows: list[list[str]], align: str) -> list[str]:
             *("| " + " | ".join(row) + " |" for row in rows)]
 
 
-def _submission_line(submission: dict[str, Any] | None) -> str:
+def _submission_line(submission: Mapping[str, Any] | None) -> str:
     if not submission:
         return "**Submission:** unknown (built from results.jsonl only)"
     kind = submission.get("kind")
@@ -70,7 +71,7 @@ def _submission_line(submission: dict[str, Any] | None) -> str:
     return f"**Submission:** {what} — **{cell(status.upper())}**" + (f": {message}" if message else "")
 
 
-def _headline(board: dict[str, Any]) -> list[str]:
+def _headline(board: Mapping[str, Any]) -> list[str]:
     operators = board.get("operators") or []
     cases = [c for op in operators for c in op.get("cases") or []]
     passed = sum(1 for c in cases if c.get("status") == "passed")
@@ -83,7 +84,7 @@ def _headline(board: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _levels(board: dict[str, Any]) -> list[str]:
+def _levels(board: Mapping[str, Any]) -> list[str]:
     levels = board.get("levels") or {}
     if not levels:
         return []
@@ -98,7 +99,7 @@ def _levels(board: dict[str, Any]) -> list[str]:
     return ["### Levels", "", *_table(["Level", "Operators", "Score", "Average"], rows, "lrrr"), ""]
 
 
-def _operators(board: dict[str, Any]) -> list[str]:
+def _operators(board: Mapping[str, Any]) -> list[str]:
     operators = board.get("operators") or []
     if not operators:
         return ["No operators were graded.", ""]
@@ -122,7 +123,7 @@ def _operators(board: dict[str, Any]) -> list[str]:
     return ["### Operators", "", *table, ""]
 
 
-def _timing(board: dict[str, Any]) -> list[str]:
+def _timing(board: Mapping[str, Any]) -> list[str]:
     """Every timed case with its paired speed-up and HAP intervals and the calls it took (issue 20)."""
     rows = []
     for op in board.get("operators") or []:
@@ -146,7 +147,7 @@ def _timing(board: dict[str, Any]) -> list[str]:
             "</details>", ""]
 
 
-def _failures(board: dict[str, Any]) -> list[str]:
+def _failures(board: Mapping[str, Any]) -> list[str]:
     groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for op in board.get("operators") or []:
         for case in op.get("cases") or []:
@@ -168,7 +169,7 @@ def _failures(board: dict[str, Any]) -> list[str]:
     return ["### Failures", "", *_table(["Failure type", "Cases", "Whose", "Example"], rows, "lrll"), ""]
 
 
-def _notes(board: dict[str, Any]) -> list[str]:
+def _notes(board: Mapping[str, Any]) -> list[str]:
     cases = [c for op in board.get("operators") or [] for c in op.get("cases") or []]
     unmeasured: Counter[str] = Counter()
     flags: Counter[str] = Counter()
@@ -203,7 +204,7 @@ def _notes(board: dict[str, Any]) -> list[str]:
     return ["### Notes", "", *notes, ""] if notes else []
 
 
-def render(board: dict[str, Any]) -> str:
+def render(board: Mapping[str, Any]) -> str:
     """The board as Markdown: headline, levels, operators, failures by type, notes."""
     lines = (_headline(board) + _levels(board) + _splits(board) + _operators(board) + _kernelbench(board)
              + _timing(board)
@@ -211,7 +212,7 @@ def render(board: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _splits(board: dict[str, Any]) -> list[str]:
+def _splits(board: Mapping[str, Any]) -> list[str]:
     """Issue 18: public, hidden and combined scores per level and in total, the gap, who is not ranked."""
     splits = board.get("splits")
     if not splits:
@@ -230,7 +231,7 @@ def _splits(board: dict[str, Any]) -> list[str]:
             *(f"{n}  " for n in notes), ""]
 
 
-def _kernelbench(board: dict[str, Any]) -> list[str]:
+def _kernelbench(board: Mapping[str, Any]) -> list[str]:
     """KernelBench problems (docs/kernelbench.md): correctness, speed-up, fast_p and the geometric mean."""
     kb = board.get("kernelbench")
     if not kb:

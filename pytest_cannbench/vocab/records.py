@@ -107,7 +107,7 @@ def _time(value: object) -> float | None:
         return _NON_FINITE.get(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    return float(value)
+    return value  # as written: an int stays an int (a board copies it as it is)
 
 
 def times_of(record: Mapping[str, object] | None) -> Times:
