@@ -53,9 +53,8 @@ def _type(hint: Any, defs: dict[str, Any]) -> dict[str, Any]:
         return {}
     if origin in (typing.Union, types.UnionType):
         options = [_type(a, defs) for a in args]
-        plain = [o.get("type") for o in options]
-        if all(isinstance(t, str) for t in plain):
-            return {"type": plain}
+        if all(set(o) == {"type"} and isinstance(o["type"], str) for o in options):
+            return {"type": [o["type"] for o in options]}
         return {"anyOf": options}
     if origin is list:
         return {"type": "array", "items": _type(args[0], defs)}
@@ -66,9 +65,9 @@ def _type(hint: Any, defs: dict[str, Any]) -> dict[str, Any]:
         if name not in defs:
             defs[name] = {}  # a placeholder while its fields are made (a type may refer to itself)
             hints = typing.get_type_hints(hint, include_extras=True)
-            doc = typing.cast(str, hint.__doc__ or "") if hint.__doc__ != dict.__doc__ else ""
+            doc = " ".join((hint.__doc__ or "").replace("``", "`").split())
             defs[name] = {
-                **({"description": " ".join(doc.split())} if doc.strip() else {}),
+                **({"description": doc} if doc else {}),
                 "type": "object",
                 "properties": {key: _type(value, defs) for key, value in hints.items()},
                 "required": sorted(hint.__required_keys__),
@@ -84,6 +83,8 @@ def schema() -> dict[str, Any]:
     root = _type(Board, defs)
     board = defs.pop(root["$ref"].rsplit("/", 1)[1])
     board["properties"]["schema"] = {**board["properties"]["schema"], "const": SCHEMA}
+    first = ("schema", "generated_at", "plugin_version")  # in the order the file has them
+    board["properties"] = {**{k: board["properties"][k] for k in first}, **board["properties"]}
     return {"$schema": DIALECT, "$id": f"https://pytest-cannbench/{SCHEMA}.schema.json", "title": "leaderboard.json",
             **board, "$defs": dict(sorted(defs.items()))}
 
@@ -104,22 +105,23 @@ def shipped() -> dict[str, Any]:
 
 
 def _kind(node: dict[str, Any]) -> str:
-    """A schema node in a few words: ``number|null``, ``array of CaseEntry``, ``object: string -> LevelEntry``."""
+    """A schema node in a few words: ``number or null``, ``array of CaseEntry``, ``object: string → LevelEntry``
+    (null named first, so that ``null or array of number`` reads one way)."""
     if "$ref" in node:
         name = node["$ref"].rsplit("/", 1)[1]
         return "number" if name == "number" else f"[{name}](#{name.lower()})"
     if "enum" in node:
-        return "string" + ("|null" if None in node["enum"] else "")
-    if "anyOf" in node:
-        return "|".join(_kind(o) for o in node["anyOf"])
+        return ("null or " if None in node["enum"] else "") + "string"
+    if "anyOf" in node or isinstance(node.get("type"), list):
+        parts = node.get("anyOf") or [{"type": t} for t in node["type"]]
+        kinds = [_kind(p) for p in parts]
+        return " or ".join(sorted(kinds, key=lambda k: k != "null"))
     kind = node.get("type")
     if kind == "array":
         return f"array of {_kind(node['items'])}"
     if kind == "object":
         extra = node.get("additionalProperties")
         return f"object: string → {_kind(extra)}" if isinstance(extra, dict) and extra else "object"
-    if isinstance(kind, list):
-        return "|".join(kind)
     return str(kind or "any")
 
 
@@ -132,9 +134,10 @@ def _rows(node: dict[str, Any]) -> list[str]:
     rows = ["| key | type | description |", "|---|---|---|"]
     for key, field in node["properties"].items():
         mark = "" if key in required else " (optional)"
-        values = f" One of: {', '.join(f'`{v}`' for v in field['enum'] if v is not None)}." \
-            if "enum" in field and len(field["enum"]) <= 16 else ""
-        rows.append(f"| `{key}`{mark} | {_cell(_kind(field))} | {_cell(field.get('description', ''))}{values} |")
+        text = field.get("description", "")
+        if "enum" in field and len(field["enum"]) <= 16:
+            text = f"{text.rstrip('.')}: one of {', '.join(f'`{v}`' for v in field['enum'] if v is not None)}"
+        rows.append(f"| `{key}`{mark} | {_cell(_kind(field))} | {_cell(text)} |")
     return rows
 
 
