@@ -20,6 +20,7 @@ from typing import Any
 
 from pytest_cannbench.outcome import PASSED
 from pytest_cannbench.vocab.casekey import parse_key
+from pytest_cannbench.vocab.records import times_of
 
 ABSENT = "absent"
 
@@ -44,7 +45,8 @@ def speedup(case: Mapping[str, Any]) -> float | None:
     if isinstance(paired, dict) and number(paired.get("estimate")) is not None:
         found = number(paired.get("estimate"))
         return found if found is not None and found > 0 else None
-    base, cand = number(case.get("t_baseline_us")), number(case.get("t_cand_us"))
+    times = times_of(case)
+    base, cand = number(times.baseline), number(times.cand)
     return base / cand if base is not None and cand is not None and base > 0 and cand > 0 else None
 
 

@@ -37,6 +37,7 @@ from typing import Any
 
 from pytest_cannbench.outcome import BUILD_FAILURES
 from pytest_cannbench.report.scoring import PRECISION_FAILURES, baseline_proxy
+from pytest_cannbench.vocab.records import times_of
 
 STATUS_MAP: dict[str, str] = {"passed": "success", "missing": "skipped", "skipped": "skipped",
               **{status: "cascade" for status in BUILD_FAILURES}}
@@ -92,7 +93,7 @@ def _eval_code(board: Mapping[str, Any]) -> str:
 
 def speedup(case: Mapping[str, Any]) -> float:
     """T_base / T_cand, with the official proxy baseline when T_base is missing; 0.0 when not measured."""
-    t_cand, t_base, t_hw = (number(case.get(k)) for k in ("t_cand_us", "t_baseline_us", "t_hw_us"))
+    t_cand, t_base, t_hw = (number(t) for t in times_of(case))
     if t_cand is None or t_cand <= 0:
         return 0.0
     if t_base is not None and t_base > 0:
@@ -170,7 +171,8 @@ def _case(op: Mapping[str, Any], case: Mapping[str, Any], device: str, timestamp
         official_failure = None
     raw_timing = case.get("timing")
     timing: dict[str, Any] = raw_timing if isinstance(raw_timing, dict) else {}
-    measured = bool(timing.get("measured")) and number(case.get("t_cand_us")) is not None
+    cand = number(times_of(case).cand)
+    measured = bool(timing.get("measured")) and cand is not None
     perf_error = None
     if status == "success" and not measured:
         perf_error = f"not measured: {timing.get('reason') or 'no timing'}"
@@ -179,7 +181,7 @@ def _case(op: Mapping[str, Any], case: Mapping[str, Any], device: str, timestamp
         "operator": op.get("name", ""),
         "case_id": case.get("key", ""),
         "status": status,
-        "elapsed_us": number(case.get("t_cand_us")) if measured else None,
+        "elapsed_us": cand if measured else None,
         "op_times": {},
         "error_msg": (case.get("message") or None) if status != "success" else None,
         "performance_error_msg": perf_error,

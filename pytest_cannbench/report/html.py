@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from pytest_cannbench.report.scoring import hap
+from pytest_cannbench.vocab.records import times_of
 
 BoardGetter = Callable[[], Mapping[str, Any] | None]
 
@@ -113,7 +114,7 @@ def row_values(report: Any, *, cap: bool = False) -> RowValues:
     case_id = cann.get("case_id")
     raw_timing = cann.get("timing")
     timing: dict[str, Any] = raw_timing if isinstance(raw_timing, dict) else {}
-    t_cand, t_base, t_hw = (_number(timing.get(k)) for k in ("t_cand_us", "t_baseline_us", "t_hw_us"))
+    t_cand, t_base, t_hw = (_number(t) for t in times_of(timing))
     hap_text, hap_title = MISSING, ""
     if cann.get("status") == "passed" and timing.get("measured", True):
         value, flags = hap(t_base, t_cand, t_hw, cap=cap)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 from pytest_cannbench.report.board import KernelBenchSection, ProblemEntry
-from pytest_cannbench.vocab.records import CaseRecord, timing_of
+from pytest_cannbench.vocab.records import CaseRecord, times_of, timing_of
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 NOT_GRADED = frozenset({"skipped"})
@@ -77,9 +77,10 @@ def problem_results(outcomes: Iterable[CaseRecord]) -> list[ProblemResult]:
         status = "passed" if correct else "missing" if "missing" in failing else failing[0] if failing else "skipped"
         timed = next((timing_of(o) for o in reversed(cases) if timing_of(o).get("measured")), timing_of({}))
         bad = next((o for o in cases if o["status"] != "passed"), None)
+        times = times_of(timed)
         result = ProblemResult(rel_path=rel_path, name=cases[0].get("operator") or rel_path, correct=correct,
                                status=status, items_passed=passed, items_total=len(cases),
-                               t_cand_us=timed.get("t_cand_us"), t_baseline_us=timed.get("t_baseline_us"),
+                               t_cand_us=times.cand, t_baseline_us=times.baseline,
                                t_compile_us=timed.get("t_compile_us"),
                                failure=f"{bad.get('failure_type')}: {(bad.get('message') or '')[:300]}" if bad else "")
         measured = [o["kernel_coverage"] for o in cases if isinstance(o.get("kernel_coverage"), dict)

@@ -16,6 +16,7 @@ from typing import Any
 
 from pytest_cannbench.outcome import HARNESS_FAILURES
 from pytest_cannbench.report.eval_report import board_device, number
+from pytest_cannbench.vocab.records import times_of
 
 EXAMPLE_CHARS = 300
 DETAILS_OVER = 40  # operator tables longer than this fold into <details>
@@ -129,15 +130,16 @@ def _timing(board: Mapping[str, Any]) -> list[str]:
     for op in board.get("operators") or []:
         for case in op.get("cases") or []:
             iv, hi = case.get("speedup"), case.get("hap_interval")
-            if not number(case.get("t_cand_us")):
+            times = times_of(case)
+            if not number(times.cand):
                 continue
             speed = (f"{iv['estimate']:.3g}x [{iv['low']:.3g}, {iv['high']:.3g}]"
                      if isinstance(iv, dict) and all(number(iv.get(k)) for k in ("estimate", "low", "high")) else "–")
             hap_text = _fmt(case.get("hap"), 3) + (f" [{hi[0]:.3f}, {hi[1]:.3f}]" if isinstance(hi, list)
                                                    and len(hi) == 2 and all(number(v) for v in hi) else "")
             precision = case.get("precision")
-            rows.append([cell(case.get("key")), _fmt(case.get("t_cand_us"), 1), _fmt(case.get("t_baseline_us"), 1),
-                         _fmt(case.get("t_hw_us"), 1), speed, hap_text, cell(case.get("timed_calls") or "–"),
+            rows.append([cell(case.get("key")), _fmt(times.cand, 1), _fmt(times.baseline, 1),
+                         _fmt(times.hw, 1), speed, hap_text, cell(case.get("timed_calls") or "–"),
                          f"±{precision * 100:.1f}%" if number(precision) else "–"])
     if not rows:
         return []
@@ -175,7 +177,7 @@ def _notes(board: Mapping[str, Any]) -> list[str]:
     flags: Counter[str] = Counter()
     for case in cases:
         timing = case.get("timing") if isinstance(case.get("timing"), dict) else {}
-        if case.get("status") == "passed" and not (timing.get("measured") and number(case.get("t_cand_us"))):
+        if case.get("status") == "passed" and not (timing.get("measured") and number(times_of(case).cand)):
             unmeasured[str(timing.get("reason") or "no timing recorded")] += 1
         flags.update(str(f) for f in case.get("flags") or [])
     notes = []

@@ -13,6 +13,7 @@ from typing import Any
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.report.scoring import hap
+from pytest_cannbench.vocab.records import times_of
 
 LETTERS = {oc.MISSING: "M", oc.TIMEOUT: "T", oc.CRASHED: "C", oc.INTERRUPTED: "I", oc.OOM_KILLED: "O"}
 WORDS = {oc.MISSING: "MISSING", oc.TIMEOUT: "TIMEOUT", oc.CRASHED: "CRASHED", oc.INTERRUPTED: "INTERRUPTED",
@@ -29,7 +30,7 @@ def passed_word(timing: Mapping[str, Any]) -> str:
     """``PASSED ×1.83 HAP 0.62`` when the case was timed, else ``PASSED``."""
     if not timing.get("measured"):
         return "PASSED"
-    t_cand, t_base, t_hw = timing.get("t_cand_us"), timing.get("t_baseline_us"), timing.get("t_hw_us")
+    t_cand, t_base, t_hw = times_of(timing)
     word = "PASSED"
     if t_cand and t_base:
         word += f" ×{t_base / t_cand:.2f}"
