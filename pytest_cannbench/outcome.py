@@ -18,7 +18,7 @@ from types import MappingProxyType
 from typing import Any, NamedTuple
 
 from pytest_cannbench.vocab.records import CaseRecord, TimingRecord
-from pytest_cannbench.vocab.registry import Word
+from pytest_cannbench.vocab.registry import Word, plain
 
 
 class Status(Word):
@@ -297,12 +297,9 @@ class CaseOutcome:
         self.split = _word(Split, self.split, self.key, "split")
 
     def to_dict(self) -> CaseRecord:
-        """Plain JSON data: the words become their string values (xdist's wire takes builtins only)."""
-        data: dict[str, Any] = asdict(self)
-        for name in ("status", "failure_type", "split"):
-            if data[name] is not None:
-                data[name] = str(data[name].value)
-        record: CaseRecord = data  # type: ignore[assignment]  # asdict's keys are CaseRecord's, by construction
+        """Plain JSON data: every word, here or deep in the accuracy verdicts, becomes its string value (xdist's
+        wire takes builtins only)."""
+        record: CaseRecord = plain(asdict(self))  # asdict's keys are CaseRecord's, by construction
         return record
 
     @classmethod

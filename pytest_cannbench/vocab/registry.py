@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
+from typing import Any
 
 
 class Word(str, Enum):
@@ -26,6 +27,18 @@ class Word(str, Enum):
 
     def __format__(self, spec: str) -> str:
         return format(str(self.value), spec)
+
+
+def plain(value: Any) -> Any:
+    """``value`` with every enum member (a :class:`Word` anywhere inside dicts, lists and tuples) replaced by its
+    value: what a record becomes at a wire that takes builtins only (xdist's execnet refuses a str subclass)."""
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, dict):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v) for v in value)
+    return value
 
 
 # ---------------------------------------------------------------------------------------------------- checkers

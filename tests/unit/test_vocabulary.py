@@ -74,11 +74,18 @@ def test_the_derived_sets_are_as_before() -> None:
 
 
 def test_an_outcome_is_plain_data_on_the_wire_and_typed_in_memory() -> None:
+    import execnet.gateway_base
+
     result = CaseOutcome(key="level1/exp_1", rel_path="level1/exp", operator="exp", case_id=1, status=oc.FAILED,
-                         failure_type=oc.PRECISION, message="y: MERE")
+                         failure_type=oc.PRECISION, message="y: MERE",
+                         accuracy=[{"name": "y", "failure_type": oc.PRECISION}])  # a verdict carries a word too
     record = result.to_dict()
     for name in ("status", "failure_type", "split"):
         assert type(record[name]) is str, name  # type: ignore[literal-required]
+    assert type(record["accuracy"][0]["failure_type"]) is str
+    assert execnet.gateway_base.loads(execnet.gateway_base.dumps(record)) == record  # xdist's wire: builtins only
+    with pytest.raises(execnet.gateway_base.DumpError):  # what the wire makes of a word left in
+        execnet.gateway_base.dumps({"status": oc.FAILED})
     assert json.loads(json.dumps(record)) == record
     back = CaseOutcome.from_dict(record)
     assert back == result and back.status is Status.FAILED and back.failure_type is FailureType.PRECISION_MISMATCH
