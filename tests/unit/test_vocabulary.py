@@ -7,6 +7,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+import textwrap
 import typing
 from pathlib import Path
 
@@ -203,3 +204,31 @@ def test_times_and_the_sealed_timing() -> None:
     assert times_of({"t_cand_us": True}).cand is None
     assert sealed_timing(record) == {"measured": True, "t_cand_us": 2.0, "t_baseline_us": "nan", "t_hw_us": None}
     assert sealed_timing(TimingRecord()) == {}
+
+
+def test_the_guard_reports_any_timer_function_rebound() -> None:
+    """The guard captures the timers' functions from the registry (timing.in_worker.TIMED_BY): in a real
+    worker-like process, rebinding any of them is api_tampered, named."""
+    probe = textwrap.dedent("""
+        import json, os, torch
+        from pytest_cannbench.guard.runtime import Guard
+        from pytest_cannbench.timing import in_worker
+        guard = Guard("block", "cpu", os.getcwd(), [])
+        out = {}
+        for name in sorted({fn.__name__ for fn in in_worker.TIMED_BY.values()}):
+            real = getattr(in_worker, name)
+            setattr(in_worker, name, lambda *a, **k: None)
+            guard.check()
+            out[name] = [p["detail"] for p in guard.report() if p["kind"] == "api_tampered"]
+            setattr(in_worker, name, real)
+        guard.check()
+        out["restored"] = guard.report()
+        print(json.dumps(out))
+    """)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found.pop("restored") == []
+    assert set(found) == {"run_batch", "graph_batch", "_cuda_profiled", "_cuda_events", "_npu_profiled"}
+    for name, details in found.items():
+        assert details == [f"pytest_cannbench.timing.in_worker.{name} was replaced or rewritten"], name
