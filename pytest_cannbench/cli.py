@@ -165,7 +165,10 @@ def _show(args: argparse.Namespace) -> int:
     board = load_board(args.board)
     collector = ResultCollector(board=board)
     for data in outcomes_from_board(board, args.board):
-        collector.outcomes[data["key"]] = CaseOutcome.from_dict(data)
+        try:
+            collector.outcomes[data["key"]] = CaseOutcome.from_dict(data)
+        except ValueError as exc:  # a status or failure type this version does not know
+            raise InputError(f"{args.board}: {exc}; show it with the version that wrote it") from None
     generated = board.get("generated_at") or "unknown time"
     print(f"cannbench show: {args.board} (pytest-cannbench {board.get('plugin_version', '?')}, {generated})")
     for line in collector.summary_lines(verbose=args.verbose) or ["no cases"]:

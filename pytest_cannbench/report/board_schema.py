@@ -85,7 +85,7 @@ def schema() -> dict[str, Any]:
     board["properties"]["schema"] = {**board["properties"]["schema"], "const": SCHEMA}
     first = ("schema", "generated_at", "plugin_version")  # in the order the file has them
     board["properties"] = {**{k: board["properties"][k] for k in first}, **board["properties"]}
-    return {"$schema": DIALECT, "$id": f"https://pytest-cannbench/{SCHEMA}.schema.json", "title": "leaderboard.json",
+    return {"$schema": DIALECT, "$id": f"urn:{SCHEMA.replace('/', ':')}", "title": "leaderboard.json",
             **board, "$defs": dict(sorted(defs.items()))}
 
 

@@ -153,7 +153,10 @@ def start(config: Any, collector: Any) -> None:
     path = Path(s.leaderboard).with_name("results.jsonl")
     if s.resume:
         for key, data in recorded(path, identity).items():
-            collector.outcomes[key] = CaseOutcome.from_dict(data)
+            try:
+                collector.outcomes[key] = CaseOutcome.from_dict(data)
+            except (TypeError, ValueError):  # a record this version cannot read: the case is graded again
+                continue
             collector.resumed.add(key)
     collector.journal = Journal(path, identity, commitment(s.secret))
     if st.submission is not None and not sandbox_of(st.submission).on:

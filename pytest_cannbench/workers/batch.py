@@ -44,7 +44,7 @@ class BatchResult:
 
     status: WorkerStatus
     seconds: list[float] = field(default_factory=list)  # per timed call, as the worker reports them
-    outputs: list[list] = field(default_factory=list)  # per timed call: views of the region until the next request
+    outputs: list[list[Any]] = field(default_factory=list)  # per timed call: views of the region until the next request
     phases: dict[str, float] = field(default_factory=dict)  # the worker's account of its time
     wall_s: float = 0.0  # the judge's own clock around the whole exchange
     cpu_s: float | None = None  # CPU time the worker used during the exchange, all threads (workers.cpu_meter)
@@ -80,7 +80,7 @@ class StreamedBatch:
     ready_at: float | None = None  # the judge's clock when the last "ready" arrived (the worker waits from then)
     held: float = 0.0  # summed from ready_at to each "go": inside the worker's wait, by the judge's clock
     deferred: bool = False  # its final reply is judged by ``CandidateWorker.conclude``, after the window
-    ended: tuple[dict, float, float | None, float | None] | None = None  # (reply, wall, cpu, busiest) not judged yet
+    ended: tuple[dict[str, Any], float, float | None, float | None] | None = None  # (reply, wall, cpu, busiest)
 
     @property
     def waiting(self) -> bool:
