@@ -18,13 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_cannbench import __version__
 from pytest_cannbench.report import leaderboard
 from pytest_cannbench.report.merge import InputError, merge, read_input
+from pytest_cannbench.vocab.registry import DEFAULT_CHECKER, checker_help, checker_names
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -100,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
                      "exit 1 when a case is weak (a wrong answer passes) or broken.")
     check.add_argument("root", metavar="TREE", help="a task tree, a level directory or one operator directory")
     check.add_argument("-k", dest="keyword", default="", help="only operators whose directory name contains this")
-    check.add_argument("--checker", default="relative_error", choices=("relative_error", "allclose"))
+    check.add_argument("--checker", default=DEFAULT_CHECKER, choices=checker_names(), help=checker_help())
     check.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's)")
 
     merge_cmd = _command(commands, "merge", "merge leaderboards and results.jsonl files (scores recomputed)",
@@ -128,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_board(path: str) -> dict[str, Any]:
+def load_board(path: str) -> Mapping[str, Any]:
     """A leaderboard, or a board scored afresh from a results.jsonl (raises :class:`InputError`)."""
     source = read_input(path)
     if source.board is not None:
@@ -138,7 +139,7 @@ def load_board(path: str) -> dict[str, Any]:
     return leaderboard.build(source.outcomes, submission=None, environment={}, config={})
 
 
-def write_reports(board: dict[str, Any], *, html: str | None = None, markdown: str | None = None,
+def write_reports(board: Mapping[str, Any], *, html: str | None = None, markdown: str | None = None,
                   eval_report: str | None = None) -> list[str]:
     """The optional report files of one board; the paths written, in order."""
     written = []
@@ -168,7 +169,10 @@ def _show(args: argparse.Namespace) -> int:
     board = load_board(args.board)
     collector = ResultCollector(board=board)
     for data in outcomes_from_board(board, args.board):
-        collector.outcomes[data["key"]] = CaseOutcome.from_dict(data)
+        try:
+            collector.outcomes[data["key"]] = CaseOutcome.from_dict(data)
+        except ValueError as exc:  # a status or failure type this version does not know
+            raise InputError(f"{args.board}: {exc}; show it with the version that wrote it") from None
     generated = board.get("generated_at") or "unknown time"
     print(f"cannbench show: {args.board} (pytest-cannbench {board.get('plugin_version', '?')}, {generated})")
     for line in collector.summary_lines(verbose=args.verbose) or ["no cases"]:

@@ -16,15 +16,15 @@ from typing import Any, Literal
 import pytest
 
 from pytest_cannbench.guard.sandbox import SANDBOX_MODES
-from pytest_cannbench.judge.golden_cache import DEFAULT_MAX_GIB, DEFAULT_MIN_FREE_GIB
 from pytest_cannbench.taskformat.inputs import INPUT_COMPAT_MODES, INPUT_DISTS
+from pytest_cannbench.vocab.registry import DEVICE_CHOICES, checker_help, checker_names, parse_ids
 from pytest_cannbench.workers.dispatch import DISPATCH_MODES
 
 ISOLATION_MODES = ("fence", "off")  # issue 20 item 3 (timing/isolation.py)
 CUDA_GRAPH_MODES = ("off", "auto", "on")  # issue 20 item 6 (timing/cuda_graph.py); the first is the default
 
 GOLDEN_PRECISIONS = ("fp64_cpu", "native_cpu")
-CHECKERS = ("relative_error", "allclose")
+CHECKERS = checker_names()  # vocab.registry.CHECKERS, the default first
 BENCHES = ("auto", "cann", "stanford")
 KB_ACCURACY = ("kernelbench", "cann")
 DEFAULT_KB_TRIALS = 5
@@ -41,6 +41,8 @@ DEFAULT_HAP_TARGET = 0.02  # docs/timing.md, "Why a HAP target too": +-1 of a ca
 DEFAULT_TIMING_BUDGET_S = 10.0
 PROFILER_LEVELS = ("Level1", "Level0", "Level2")
 DEFAULT_GOLDEN_CACHE = ".cannbench-cache/golden"
+DEFAULT_MIN_FREE_GIB = 4.0  # never fill the disk with golden cache entries (judge.golden_cache)
+DEFAULT_MAX_GIB = 32.0  # what the golden cache may hold between sessions
 MIN_GOLDEN_MEMORY_GIB = 1.0
 GUARD_MODES = ("block", "warn", "off")
 # the KernelBench format's guard policy (guard.policy.mode_for, coverage_floor); the first is the default
@@ -80,7 +82,7 @@ def add_options(parser: pytest.Parser) -> None:
                 "oom_killed (default: the session's memory plan, one case's share).")
     option("report-dir", metavar="DIR",
            help=f"directory for logs and reports (default {DEFAULT_REPORT_DIR}/ under the rootdir).")
-    option("device", choices=("auto", "cpu", "cuda", "npu"),
+    option("device", choices=DEVICE_CHOICES,
            help="device the candidate runs and is timed on (default auto: an NPU, else a CUDA GPU, else the CPU).")
     option("device-ids", metavar="IDS",
            help="comma-separated device ids, or 'all'; xdist worker gwK uses ids[K %% len(ids)] (default all: "
@@ -161,8 +163,7 @@ def add_options(parser: pytest.Parser) -> None:
            help="how xdist's load scheduling hands cases to workers: memory (default) largest estimated memory "
                 "need first, each to a worker when it fits in the memory pool beside what the other workers "
                 "hold; xdist: xdist's own collection-order chunks. Other --dist modes are left as they are.")
-    option("checker", choices=CHECKERS,
-           help="accuracy checker: relative_error (the CANN precision standard, default) or allclose.")
+    option("checker", choices=CHECKERS, help=f"accuracy checker: {checker_help()}.")
     option("bench", choices=BENCHES,
            help="benchmark format: auto (default: detected from the files), cann (proto.yaml/cases.yaml "
                 "operators) or stanford (KernelBench problem files with Model/get_inputs/get_init_inputs).")
@@ -405,8 +406,6 @@ def settings_from_config(config: pytest.Config) -> Settings:
         raise pytest.UsageError(f"--cann-hap-target {hap_target:g}: expected 0 (off) or a half-width below 0.5")
     if warmup < 0 or repeat < 1:
         raise pytest.UsageError("--cann-warmup must be >= 0 and --cann-repeat >= 1")
-    from pytest_cannbench.timing.devices import parse_ids
-
     try:
         device_ids = tuple(parse_ids(_value(config, "device_ids")))
     except ValueError as exc:
@@ -439,7 +438,7 @@ def settings_from_config(config: pytest.Config) -> Settings:
         case_timeout_s=case_timeout,
         worker_memory_gib=worker_memory,
         report_dir=report_dir,
-        device=_choice(config, "device", ("auto", "cpu", "cuda", "npu")),
+        device=_choice(config, "device", DEVICE_CHOICES),
         device_ids=device_ids,
         warmup=warmup,
         repeat=repeat,

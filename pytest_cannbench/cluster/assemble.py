@@ -13,6 +13,7 @@ A failed shard's partial journal still counts: its finished cases keep their ver
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,9 @@ from pytest_cannbench.cluster.junit import merge_junit
 from pytest_cannbench.cluster.plan import Unit
 from pytest_cannbench.cluster.shard import JUNIT, PYTEST_LOG
 from pytest_cannbench.report import leaderboard
+from pytest_cannbench.report.board import Board
 from pytest_cannbench.report.merge import InputError, merge, read_input
+from pytest_cannbench.vocab.records import CaseRecord
 
 SHARDS = "shards"
 SYNTHESIZED_RUN = "cluster-grade"
@@ -62,7 +65,7 @@ def _case_id(key: str, rel_path: str) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
-def _lost(record: ShardRecord, unit: Unit, keys: list[str], why: str) -> list[dict[str, Any]]:
+def _lost(record: ShardRecord, unit: Unit, keys: list[str], why: str) -> list[CaseRecord]:
     label, index = record.shard.label, record.shard.index
     message = (f"no verdict: shard {label} ({why}); its log is {SHARDS}/{index}/{PYTEST_LOG} in the report "
                "directory")
@@ -72,7 +75,7 @@ def _lost(record: ShardRecord, unit: Unit, keys: list[str], why: str) -> list[di
 
 
 def assemble(report_dir: Path, records: list[ShardRecord], *, cluster: dict[str, Any], wall_s: float,
-             selecting: bool) -> dict[str, Any]:
+             selecting: bool) -> Board:
     """Write the run's files into ``report_dir`` and return the merged board (with its ``cluster`` section).
 
     ``selecting``: the user's pytest options select cases (``-k``, ``-m``, ...), so a graded shard's board may
@@ -82,16 +85,16 @@ def assemble(report_dir: Path, records: list[ShardRecord], *, cluster: dict[str,
     inputs: list[str] = []
     journal: list[str] = []
     junit_files: list[Path] = []
-    lost: list[dict[str, Any]] = []
+    lost: list[CaseRecord] = []
     missing: list[dict[str, Any]] = []
     run = ""
     for record in records:
         directory = shards_dir / str(record.shard.index)
         _write_shard(directory, record)
-        path, got, board = _shard_outcomes(directory)
+        path, got, shard_board = _shard_outcomes(directory)
         if path is not None:
             inputs.append(str(path))
-            run = run or str(((board or {}).get("config") or {}).get("run_identity") or "")
+            run = run or str(((shard_board or {}).get("config") or {}).get("run_identity") or "")
         if (directory / "results.jsonl").is_file():
             journal += (directory / "results.jsonl").read_text(encoding="utf-8").splitlines()
         junit_files.append(directory / JUNIT)
@@ -132,7 +135,7 @@ def assemble(report_dir: Path, records: list[ShardRecord], *, cluster: dict[str,
     return board
 
 
-def summary_lines(board: dict[str, Any]) -> list[str]:
+def summary_lines(board: Mapping[str, Any]) -> list[str]:
     """The terminal's cannbench section for the merged board (as ``cannbench show`` prints it)."""
     from pytest_cannbench.outcome import CaseOutcome
     from pytest_cannbench.report.collector import ResultCollector

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +92,7 @@ def _builds_per_shard(source: Path) -> bool:
 def grade_tree(tasks: Path, source: Path, *, report_dir: Path, address: str | None = None, shards: int = 0,
                extra: Sequence[str] = (), cpus_per_judge: float = 2.0, num_cpus: int | None = None,
                retries: int = 1, timeout_s: float | None = None, say: Callable[[str], None] | None = None,
-               on_start: Callable[[dict[str, Any]], None] | None = None) -> tuple[int, dict[str, Any]]:
+               on_start: Callable[[dict[str, Any]], None] | None = None) -> tuple[int, Mapping[str, Any]]:
     """Grade ``source`` on ``tasks`` across the cluster; the exit status and the merged board."""
     from pytest_cannbench.cluster.assemble import assemble
     from pytest_cannbench.cluster.connect import connected
@@ -134,7 +134,7 @@ def grade_tree(tasks: Path, source: Path, *, report_dir: Path, address: str | No
     return (5 if codes == {5} else 1 if 1 in codes else 0), board
 
 
-def _summary(board: dict[str, Any], report_dir: Path, wall: float) -> list[str]:
+def _summary(board: Mapping[str, Any], report_dir: Path, wall: float) -> list[str]:
     from pytest_cannbench.cluster.assemble import summary_lines
 
     cluster = board["cluster"]

@@ -11,6 +11,7 @@ not at all.
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ def _class_prefix(cases: list[ET.Element]) -> str:
     return ""
 
 
-def _lost_case(prefix: str, outcome: dict[str, Any]) -> ET.Element:
+def _lost_case(prefix: str, outcome: Mapping[str, Any]) -> ET.Element:
     rel_path, key = str(outcome["rel_path"]), str(outcome["key"])
     label = key[len(rel_path) + 1:] if key.startswith(rel_path + "_") else key
     label = label.zfill(2) if label.isdigit() else label  # as collection names a case: case ids of two digits
@@ -62,7 +63,7 @@ def _lost_case(prefix: str, outcome: dict[str, Any]) -> ET.Element:
     return case
 
 
-def merge_junit(shard_files: list[Path], lost: list[dict[str, Any]], board: dict[str, Any], out: Path,
+def merge_junit(shard_files: list[Path], lost: Sequence[Mapping[str, Any]], board: Mapping[str, Any], out: Path,
                 wall_s: float) -> None:
     """Write ``out``: the shards' cases and the lost ones in one suite."""
     cases: list[ET.Element] = []

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench.options import DEFAULT_MIN_FREE_GIB
+
 FORMAT = 3
 
 
@@ -39,8 +41,6 @@ class GoldenCacheWarning(UserWarning):
     """The cache stopped writing; grading goes on without it."""
 
 
-DEFAULT_MIN_FREE_GIB = 4.0  # never fill the disk with cache entries (--cann-golden-cache-min-free)
-DEFAULT_MAX_GIB = 32.0  # what the cache may hold between sessions (--cann-golden-cache-max)
 STALE_PARTIAL_S = 3600.0  # a partial write this old belongs to a killed writer, not a running one
 
 

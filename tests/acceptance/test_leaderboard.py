@@ -98,6 +98,17 @@ def test_results_jsonl_and_resume(pytester, capsys, task_tree, prebuilt):
     assert board["total_score"] == pytest.approx(first_board["total_score"])
     assert board["config"]["resumed_cases"] == 6
 
+    # a recorded case this version cannot read (a status it does not know) is graded again, never resumed
+    text = journal.read_text()
+    journal.write_text(text.replace('"key": "level1/softplus_1", "rel_path": "level1/softplus", "operator": '
+                                    '"Softplus", "case_id": 1, "status": "passed"', '"key": "level1/softplus_1", '
+                                    '"rel_path": "level1/softplus", "operator": "Softplus", "case_id": 1, '
+                                    '"status": "exploded"', 1))
+    assert journal.read_text() != text
+    regraded = run_inner(pytester, capsys, tasks, *QUICK, source, "--cann-resume")
+    assert regraded.cases["softplus[01]"].outcome == "passed" and regraded.cases["softplus[02]"].outcome == "skipped"
+    assert "resumed from results.jsonl: 5 cases" in regraded.text
+
     # another configuration is another run: nothing is skipped
     third = run_inner(pytester, capsys, tasks, *QUICK, source, "--cann-resume", "--cann-seed=5")
     assert third.cases["softplus[01]"].outcome == "passed"
