@@ -20,15 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeGuard
 
+from pytest_cannbench.options.table import compared_fields
 from pytest_cannbench.report import leaderboard
 from pytest_cannbench.report.passk import candidate_of_key
 from pytest_cannbench.report.secret import commitment
 
 SCHEMA_PREFIX = "pytest-cannbench/leaderboard/"
-# Config entries that legitimately differ between the jobs of one sharded run (paths, shard, resume bookkeeping).
-PER_JOB_CONFIG = frozenset({"shard", "resume", "resumed_cases", "leaderboard", "markdown", "eval_report",
-                            "report_dir", "golden_cache", "source", "tasks", "device_ids", "run_identity",
-                            "secret", "secret_commitment", "journal_rewritten", "selection"})  # each job: its secret
+# Config entries the jobs of one run must share (settings declared neither per job nor unrecorded): every one that
+# changes a result, and the per-session rest (timeouts, the HAP cap, the hidden gate). Paths, shard, resume
+# bookkeeping, the machine's memory and each job's secret legitimately differ.
+COMPARED_CONFIG = compared_fields()
 # Timing fields that are numbers; a board written by leaderboard.dumps spells NaN and infinities as strings.
 TIMING_NUMBERS = ("t_cand_us", "t_baseline_us", "t_hw_us", "bytes", "flops")
 NON_FINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
@@ -182,7 +183,7 @@ def warn(message: str, stream: TextIO | None = None) -> None:
 
 
 def _comparable(config: Any) -> dict[str, Any]:
-    return {k: v for k, v in (config or {}).items() if k not in PER_JOB_CONFIG} if isinstance(config, dict) else {}
+    return {k: v for k, v in config.items() if k in COMPARED_CONFIG} if isinstance(config, dict) else {}
 
 
 def _check_agreement(sources: list[Source]) -> None:
