@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 OUTCOME_KEY = pytest.StashKey[CaseOutcome]()
 REL_PATHS = pytest.StashKey[dict[str, Path]]()  # rel_path -> the operator directory collection gave it first
-NO_CANDIDATE = "no candidate to grade: pass --cann-source or --cann-self-check"
+NO_CANDIDATE = "no candidate to grade: pass --cann-source DIR, or --cann-source @golden to grade the goldens"
 
 # an item's name: "<op>[<label>]" with "[cand=<name>]" after it in a multi-candidate run, or a hidden case's
 # "hidden-<n>" (key_of_name reads it back)

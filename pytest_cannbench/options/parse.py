@@ -8,7 +8,7 @@ import argparse
 import dataclasses
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -30,16 +30,18 @@ def add_options(parser: pytest.Parser) -> None:
             group.addoption(option.flag_name, dest=option.dest, default=None,
                             help=option.help.replace("%", "%%") if option.cli else argparse.SUPPRESS,
                             **_argparse_kind(option))
+        kind: Literal["bool", "string"] = "bool" if option.flag else "string"  # a TOML true is a bool
         if option.ini:  # one help text per setting: the ini key of a command-line option points at it
             parser.addini(option.ini_key, f"project-wide {option.flag_name} (the option wins)" if option.cli
-                          else option.help, type="string", default=None)
+                          else option.help, type=kind, default=None)
         elif option.was_ini:
-            parser.addini(option.ini_key, f"deprecated: use {option.flag_name} on the command line", type="string",
+            parser.addini(option.ini_key, f"deprecated: use {option.flag_name} on the command line", type=kind,
                           default=None)
     for moved in MOVED:
         group.addoption(moved.flag_name, dest=moved.dest, default=None, help=argparse.SUPPRESS,
                         **_argparse_kind(moved))
-        parser.addini(moved.ini_key, f"deprecated: use --cann-{table.options()[moved.into].name}", type="string",
+        moved_kind: Literal["bool", "string"] = "bool" if moved.flag else "string"
+        parser.addini(moved.ini_key, f"deprecated: use --cann-{table.options()[moved.into].name}", type=moved_kind,
                       default=None)
 
 
@@ -75,7 +77,7 @@ def _settings(config: pytest.Config) -> Settings:
             ctx.parsed[name] = value
     graded = bool(ctx.parsed["source"] or ctx.parsed["no_install"])
     ctx.parsed["secret"] = _session_secret(config, graded=graded, seeded="seed" in given)
-    ctx.parsed["active"] = bool(given) or _names_a_task_tree(config)
+    ctx.parsed["active"] = _gives_something(given) or _names_a_task_tree(config)
     return Settings(**ctx.parsed)
 
 
@@ -102,6 +104,7 @@ def gather(config: pytest.Config) -> tuple[dict[str, Given], list[str]]:
             if not option.ini:
                 deprecated.append(f"the ini key {option.ini_key} is deprecated and goes away in the next release: "
                                   f"give {option.flag_name} on the command line")
+    folded: list[tuple[Given, str]] = []
     for moved in MOVED:
         old = _moved_given(config, moved)
         if old is None:
@@ -111,7 +114,10 @@ def gather(config: pytest.Config) -> tuple[dict[str, Given], list[str]]:
         raw = moved.fold(old, before.value if before is not None else None)
         typed = f"{before.shown} {old.shown}" if before is not None else old.shown
         given[moved.into] = Given(raw, option.flag_name, defaults[moved.into], typed=typed)
-        new = Given(raw, option.flag_name if old.spelling.startswith("--") else option.ini_key).shown
+        folded.append((old, moved.into))
+    for old, into in folded:  # each names what to write instead of everything it was folded with
+        option = table.options()[into]
+        new = Given(given[into].value, option.flag_name if old.spelling.startswith("--") else option.ini_key).shown
         deprecated.append(f"{old.shown} is deprecated and goes away in the next release: write {new}")
     return given, deprecated
 
@@ -126,10 +132,13 @@ def _cli_value(config: pytest.Config, dest: str) -> Any:
 
 
 def _ini_given(config: pytest.Config, key: str, default: Any) -> Given | None:
-    value = config.getini(key)
-    if value in (None, ""):
-        return None
     overridden = any(str(item).split("=", 1)[0].strip() == key for item in config.option.override_ini or ())
+    try:
+        value = config.getini(key)
+    except (pytest.UsageError, ValueError) as exc:  # pytest's own check of a bool key names only the value
+        raise OptionError(f"{'-o ' if overridden else ''}{key}: {exc} (expected true or false)") from None
+    if value is None or value == "" or value == []:  # unset (pytest 8 answers [] for a key without a default)
+        return None
     return Given(value, f"-o {key}" if overridden else key, default)
 
 
@@ -144,9 +153,14 @@ def asked(config: pytest.Config) -> bool:
     """Whether this run is a cannbench run: a ``--cann-*`` option or ``cann_*`` ini key was given, or a path
     pytest was pointed at holds a task tree. Otherwise the plugin collects, writes and prints nothing."""
     try:
-        return bool(gather(config)[0]) or _names_a_task_tree(config)
+        return _gives_something(gather(config)[0]) or _names_a_task_tree(config)
     except OptionError as exc:
         raise pytest.UsageError(str(exc)) from None
+
+
+def _gives_something(given: dict[str, Given]) -> bool:
+    """An ini flag set to false asks for nothing (a project may keep ``cann_no_perf = false`` around)."""
+    return any(g.value is not False for g in given.values())
 
 
 def _names_a_task_tree(config: pytest.Config) -> bool:
