@@ -315,7 +315,7 @@ def test_index_outputs_compare_false_and_index_gather(pytester, task_tree, golde
 
 def test_golden_hooks(pytester, task_tree, golden_log) -> None:
     task_tree("fmt_hooks")
-    floor = "-o", "cann_golden_cache_min_free=0"  # the second run reads the cache, however full the disk is
+    floor = ("-o", "cann_golden_cache_min_free=0")  # the second run reads the cache, however full the disk is
     reprec, cases = run_cases(pytester, *floor)
     reprec.assertoutcome(passed=2)
     assert [cases[f"level3/box_area_{i}"]["status"] for i in (1, 2)] == ["passed", "passed"]
@@ -339,7 +339,7 @@ def test_golden_hooks(pytester, task_tree, golden_log) -> None:
 
     # second run: golden data from the cache, hooked inputs included; only the candidate is recomputed
     golden_log.clear()
-    result = pytester.runpytest("--cann-tasks=tasks", *BASE_ARGS, floor)
+    result = pytester.runpytest("--cann-tasks=tasks", *BASE_ARGS, *floor)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["golden outputs from cache: 2/2 cases"])
     assert golden_log.calls("get_input") == [] and golden_log.calls("oracle") == []

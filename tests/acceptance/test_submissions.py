@@ -328,7 +328,7 @@ def test_no_install_grades_the_installed_package(pytester, capsys, task_tree, mo
     (("--cann-source=nowhere",), "not a directory"),
     (("--cann-source=.", "--cann-source=@golden"), "cannot be combined"),
     (("--cann-source=@installed", "--cann-source=."), "cannot be combined"),
-    (("--cann-case-timeout=0",), "must be positive"),
+    (("--cann-case-timeout=0",), "--cann-case-timeout 0: expected a number > 0 seconds"),
 ])
 def test_usage_errors(args, message, pytester):
     result = pytester.runpytest(*args)
