@@ -93,17 +93,17 @@ def gather(config: pytest.Config) -> tuple[dict[str, Given], list[str]]:
     for name, option in table.options().items():
         cli = _cli_value(config, option.dest) if option.cli or option.was_cli else None
         ini = _ini_given(config, option.ini_key, defaults[name]) if option.ini or option.was_ini else None
-        if cli is not None:
+        if cli is not None and not option.cli:
+            deprecated.append(f"{Given(cli, option.flag_name).shown} is deprecated and goes away in the next "
+                              f"release: it is an ini key now, write -o {option.ini_key}={_plain(cli)} (or "
+                              f"{option.ini_key} in the ini file)")
+        if ini is not None and not option.ini:
+            deprecated.append(f"the ini key {option.ini_key} is deprecated and goes away in the next release: give "
+                              f"{option.flag_name} on the command line")
+        if cli is not None:  # the command line wins over the ini file
             given[name] = Given(cli, option.flag_name, defaults[name])
-            if not option.cli:
-                deprecated.append(f"{given[name].shown} is deprecated and goes away in the next release: it is an "
-                                  f"ini key now, write -o {option.ini_key}={_plain(cli)} (or {option.ini_key} in the "
-                                  "ini file)")
         elif ini is not None:
             given[name] = ini
-            if not option.ini:
-                deprecated.append(f"the ini key {option.ini_key} is deprecated and goes away in the next release: "
-                                  f"give {option.flag_name} on the command line")
     folded: list[tuple[Given, str]] = []
     for moved in MOVED:
         old = _moved_given(config, moved)
