@@ -149,7 +149,7 @@ FAILURES: Mapping[FailureType, FailureDoc] = MappingProxyType({
         _S.TIMEOUT, _B.CANDIDATE, "pytest-timeout interrupted the case's setup (golden) or call",
         "raise pytest-timeout's --timeout, or find what hangs in the case log"),
     FailureType.OUT_OF_MEMORY: FailureDoc(
-        _S.OOM_KILLED, _B.CANDIDATE, "the candidate worker went over --cann-worker-memory or the kernel killed it",
+        _S.OOM_KILLED, _B.CANDIDATE, "the candidate worker went over its memory budget (cann_worker_memory) or the kernel killed it",
         "use less memory (no large temporaries, free what you allocate)"),
     FailureType.NOT_PROVIDED: FailureDoc(
         _S.MISSING, _B.CANDIDATE, "the submission has no interface for the operator; the operator scores 0",
@@ -165,14 +165,14 @@ FAILURES: Mapping[FailureType, FailureDoc] = MappingProxyType({
         _S.IMPORT_FAILED, _B.CANDIDATE, "the submission failed to import in the worker (e.g. an unresolved "
                                         "symbol); every case fails", "fix the import error the message quotes"),
     FailureType.NO_CANDIDATE: FailureDoc(
-        _S.SKIPPED, _B.NOT_GRADED, "nothing to grade: no --cann-source, --cann-no-install or --cann-self-check",
-        "pass --cann-source DIR (or --cann-self-check to grade the goldens)"),
+        _S.SKIPPED, _B.NOT_GRADED, "nothing to grade: no --cann-source",
+        "pass --cann-source DIR (or --cann-source @golden to grade the goldens)"),
     FailureType.TASK_ERROR: FailureDoc(
         _S.ERROR, _B.HARNESS, "the task's proto, cases or golden is malformed: the task author's problem",
         "fix the task files the message names, then rerun"),
     FailureType.GOLDEN_ERROR: FailureDoc(
         _S.ERROR, _B.HARNESS, "the golden raised, timed out or ran out of memory: not the candidate's fault",
-        "fix the golden, or raise --cann-golden-memory / --cann-golden-timeout, then rerun"),
+        "fix the golden, or raise cann_golden_memory / cann_golden_timeout (ini keys, or -o), then rerun"),
     FailureType.WORKER_CRASHED: FailureDoc(
         _S.CRASHED, _B.HARNESS, "the pytest-xdist worker itself died: the harness's problem",
         "rerun the case; report it if it happens again"),

@@ -101,7 +101,7 @@ def run_inner(pytester: pytest.Pytester, capsys: pytest.CaptureFixture, tasks: P
     so a run given a submission gets ``--cann-guard=off`` unless it chooses a mode itself. Each defence is
     tested on its own that way, and the guard's tests (tests/adversarial) choose ``block`` explicitly.
     """
-    if any(a.startswith(("--cann-source", "--cann-no-install")) for a in args) and \
+    if any(a.startswith("--cann-source") and a != "--cann-source=@golden" for a in args) and \
             not any(a.startswith("--cann-guard") for a in args):
         args = (*args, "--cann-guard=off")
     t0, started = time.monotonic(), time.time()

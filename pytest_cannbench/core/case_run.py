@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pytest_cannbench.timing.perf import PerfContext
     from pytest_cannbench.workers.candidate_client import CandidateWorker
 
-NO_CANDIDATE = "no candidate to grade: pass --cann-source or --cann-self-check"
+NO_CANDIDATE = "no candidate to grade: pass --cann-source DIR, or --cann-source @golden to grade the goldens"
 RESUMED = "already recorded in results.jsonl by an identical run (--cann-resume)"
 
 

@@ -55,7 +55,7 @@ class GoldenCache:
         if free >= self.min_free_bytes:
             return None
         return (f"{free / (1 << 30):.1f} GiB free on {where}, under the {self.min_free_bytes / (1 << 30):g} GiB "
-                "floor (--cann-golden-cache-min-free)")
+                "floor (cann_golden_cache_min_free)")
 
     def path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.pt"
@@ -128,7 +128,7 @@ class Pruned:
         gib = 1 << 30
         return (f"golden cache: removed {self.removed} least recently used files ({self.freed_bytes / gib:.1f} "
                 f"GiB); it holds {self.kept} entries, {self.kept_bytes / gib:.1f} GiB, under its "
-                f"{max_bytes / gib:g} GiB bound (--cann-golden-cache-max)")
+                f"{max_bytes / gib:g} GiB bound (cann_golden_cache_max)")
 
 
 def _is_partial(name: str) -> bool:

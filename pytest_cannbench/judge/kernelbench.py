@@ -85,7 +85,8 @@ def reference(service: GoldenService, folder: Path, problem: Problem, seed: int,
     except GoldenWorkerFailure as exc:
         raise GoldenFailure(f"{problem.path}: {exc}") from None
     if not reply.get("ok"):
-        hint = " (raise --cann-golden-memory or --cann-kb-max-input-gib)" if reply.get("oom") else ""
+        hint = (" (raise cann_golden_memory or cann_kb_max_input_gib: -o cann_golden_memory=GIB)" if reply.get("oom")
+                else "")
         raise GoldenFailure(f"{problem.path}: {reply.get('error')}{hint}", oom=bool(reply.get("oom")))
     if reply.get("too_large"):
         raise SkipCase(oc.FailureType.TOO_LARGE, reply["too_large"])

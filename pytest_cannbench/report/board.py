@@ -154,7 +154,7 @@ class BoardSplits(TypedDict):
     not_ranked: Annotated[list[str], "operators the hidden gate withholds"]
     hidden_cases: Annotated[int, "hidden cases graded"]
     dropped: Annotated[int, "generated hidden cases dropped ungraded"]
-    gate: Annotated[bool, "--cann-hidden-gate was on"]
+    gate: Annotated[bool, "cann_hidden_gate was on"]
 
 
 class ProblemEntry(TypedDict):
@@ -232,7 +232,7 @@ class Weights(TypedDict):
     compile: Annotated[float, "w_c"]
     function: Annotated[float, "w_f"]
     performance: Annotated[float, "w_p"]
-    hap_cap: Annotated[bool, "--cann-hap-cap: each HAP clipped at 1"]
+    hap_cap: Annotated[bool, "cann_hap_cap: each HAP clipped at 1"]
 
 
 class MergedInput(TypedDict):

@@ -20,14 +20,14 @@ from typing import Any
 
 from pytest_cannbench.guard.sandbox import SANDBOX_OFF_FLAG, SandboxChoice
 from pytest_cannbench.options import Settings
+from pytest_cannbench.options.table import identity_fields
 from pytest_cannbench.outcome import TOO_LARGE
 from pytest_cannbench.report.secret import commitment, reveal
 from pytest_cannbench.timing.machine import cpu_model
 
-# Options that change a case's verdict, time or score: a resumed case must have been graded under the same.
-IDENTITY_OPTIONS = ("seed", "input_dist", "input_compat", "golden_precision", "checker", "device", "warmup",
-                    "repeat", "perf", "hardware", "self_check", "no_install", "guard", "bench", "kb_trials",
-                    "kb_accuracy", "kb_compile", "kb_max_input_gib", "sandbox", "timing_threads")
+# Settings a case's recorded outcome depends on (declared with results=True): a resumed case must have been
+# graded under the same.
+IDENTITY_OPTIONS = identity_fields()
 
 
 def sandbox_of(state: Any) -> SandboxChoice:

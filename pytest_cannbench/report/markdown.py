@@ -57,7 +57,7 @@ def _submission_line(submission: Mapping[str, Any] | None) -> str:
         return "**Submission:** self-check (the goldens graded as the candidate)"
     if kind == "none":
         return "**Submission:** none (no candidate; every case is missing)"
-    what = "the installed `cann_bench` (--cann-no-install)" if kind == "installed" else ""
+    what = "the installed `cann_bench` (--cann-source @installed)" if kind == "installed" else ""
     if submission.get("wheel"):
         wheel = str(submission["wheel"]).replace("\\", "/").rsplit("/", 1)[-1]
         sha = str(submission.get("wheel_sha256") or "")[:12]

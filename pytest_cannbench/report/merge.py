@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO, TypeGuard, cast, get_type_hints
 
+from pytest_cannbench.options.table import compared_fields
 from pytest_cannbench.report import leaderboard
 from pytest_cannbench.report.board import Board
 from pytest_cannbench.report.secret import commitment
@@ -27,12 +28,10 @@ from pytest_cannbench.vocab.casekey import candidate_of
 from pytest_cannbench.vocab.records import CaseRecord, TimingRecord
 
 SCHEMA_PREFIX = "pytest-cannbench/leaderboard/"
-# Config entries that legitimately differ between the jobs of one sharded run (paths, shard, resume bookkeeping).
-PER_JOB_CONFIG = frozenset({"shard", "resume", "resumed_cases", "leaderboard", "markdown", "eval_report",
-                            "report_dir", "golden_cache", "source", "tasks", "device_ids", "run_identity",
-                            "secret", "secret_commitment", "journal_rewritten", "selection",  # each job: its secret
-                            # measured on each job's host: its free memory, the CPUs its judge was given
-                            "memory_plan", "cpu_budget", "memory_pool", "dispatch_order"})
+# Config entries the jobs of one run must share (settings declared neither per job nor unrecorded): every one that
+# changes a result, and the per-session rest (timeouts, the HAP cap, the hidden gate). Paths, shard, resume
+# bookkeeping, the machine's memory and each job's secret legitimately differ.
+COMPARED_CONFIG = compared_fields()
 # Timing fields that are numbers (vocab.records.TimingRecord's); a board written by leaderboard.dumps spells NaN and
 # infinities as strings.
 TIMING_NUMBERS = tuple(name for name, kind in get_type_hints(TimingRecord).items() if kind == float | None)
@@ -187,7 +186,7 @@ def warn(message: str, stream: TextIO | None = None) -> None:
 
 
 def _comparable(config: Any) -> dict[str, Any]:
-    return {k: v for k, v in (config or {}).items() if k not in PER_JOB_CONFIG} if isinstance(config, dict) else {}
+    return {k: v for k, v in config.items() if k in COMPARED_CONFIG} if isinstance(config, dict) else {}
 
 
 def _check_agreement(sources: list[Source]) -> None:

@@ -53,7 +53,7 @@ class RepeatRecord(TypedDict, total=False):
 
 
 class CudaGraphRecord(TypedDict):
-    mode: Annotated[str, "--cann-cuda-graph: off, auto or on"]
+    mode: Annotated[str, "cann_cuda_graph: off, auto or on"]
     used: Annotated[bool, "CUDA graph replays timed the case"]
 
 

@@ -128,17 +128,17 @@ DEVICE_CHOICES = (AUTO, *(k.value for k in DeviceKind))  # --cann-device
 
 
 def parse_ids(text: str | None) -> list[int]:
-    """``--cann-device-ids``: ``0,3`` -> [0, 3]; ``all`` or nothing -> [] (every device of the host, see
+    """``--cann-device KIND:IDS``: ``0,3`` -> [0, 3]; ``all`` or nothing -> [] (every device of the host, see
     ``timing.devices.all_ids``), as the official harness spreads its workers over every card."""
     if not text or str(text).strip().lower() == "all":
         return []
     try:
         ids = [int(part) for part in str(text).split(",") if part.strip()]
     except ValueError:
-        raise ValueError(f"--cann-device-ids {text!r}: expected 'all' or comma-separated integers such as 0,1") \
+        raise ValueError(f"--cann-device KIND:{text}: expected 'all' or comma-separated integers such as 0,1") \
             from None
     if not ids or any(i < 0 for i in ids):
-        raise ValueError(f"--cann-device-ids {text!r}: expected non-negative integers")
+        raise ValueError(f"--cann-device KIND:{text}: expected non-negative integers")
     return ids
 
 
@@ -178,7 +178,7 @@ TIMERS: Mapping[str, TimerInfo] = MappingProxyType({t.name: t for t in (
     TimerInfo("cuda_events", DeviceKind.CUDA, False, "CUDA events around the call and a full device synchronise "
                                                      "(where the profiler is unavailable)"),
     TimerInfo("cuda_graph", DeviceKind.CUDA, False, "replays of the call captured in a CUDA graph, the L2 clear "
-                                                    "captured apart and subtracted (--cann-cuda-graph)"),
+                                                    "captured apart and subtracted (cann_cuda_graph)"),
     TimerInfo("cuda_graph_fallback", DeviceKind.CUDA, False, "a graph batch whose times include the L2 clear: "
                                                              "never kept", retimed=True),
     TimerInfo("npu_profiler", DeviceKind.NPU, False, "the Ascend profiler's kernel times of each step"),

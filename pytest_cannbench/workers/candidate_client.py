@@ -528,7 +528,7 @@ class CandidateWorker(WorkerClient):
             used = procs.rss_bytes(self.pid)
             if self.memory_bytes and used > self.memory_bytes:
                 self._killed_for = (f"the worker used {used / 2**30:.1f} GiB, over its limit of "
-                                    f"{self.memory_bytes / 2**30:.1f} GiB (--cann-worker-memory)")
+                                    f"{self.memory_bytes / 2**30:.1f} GiB (cann_worker_memory)")
                 raise self._gone(proc, kill=True)
 
         timed_out = WorkerGone(TIMEOUT, f"no answer within {timeout:g} s; the worker's process group was killed")
