@@ -149,7 +149,8 @@ FAILURES: Mapping[FailureType, FailureDoc] = MappingProxyType({
         _S.TIMEOUT, _B.CANDIDATE, "pytest-timeout interrupted the case's setup (golden) or call",
         "raise pytest-timeout's --timeout, or find what hangs in the case log"),
     FailureType.OUT_OF_MEMORY: FailureDoc(
-        _S.OOM_KILLED, _B.CANDIDATE, "the candidate worker went over its memory budget (cann_worker_memory) or the kernel killed it",
+        _S.OOM_KILLED, _B.CANDIDATE,
+        "the candidate worker went over its memory budget (cann_worker_memory) or the kernel killed it",
         "use less memory (no large temporaries, free what you allocate)"),
     FailureType.NOT_PROVIDED: FailureDoc(
         _S.MISSING, _B.CANDIDATE, "the submission has no interface for the operator; the operator scores 0",
