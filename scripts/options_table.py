@@ -2,17 +2,21 @@
 ``Settings``); tests/unit/test_first_minute.py checks that the README holds exactly these tables.
 
     python scripts/options_table.py            # print the tables
-    python scripts/options_table.py --write    # replace them in README.md, between the options markers
+    python scripts/options_table.py --write    # replace them in README.md, between the options markers, and
+                                               # write the registration plugin.py reads (options/pytest_options.json)
 """
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 from pytest_cannbench.options.aliases import MOVED
 from pytest_cannbench.options.declare import Option
+from pytest_cannbench.options.parse import registration
 from pytest_cannbench.options.table import changes_results, command_line, ini_only
+from pytest_cannbench.plugin import DECLARED
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 BEGIN, END = "<!-- options:begin (scripts/options_table.py --write) -->", "<!-- options:end -->"
@@ -70,7 +74,13 @@ def main(argv: list[str]) -> int:
         return 1
     head, rest = text.split(BEGIN, 1)
     README.write_text(f"{head}{BEGIN}\n{table()}\n{END}{rest.split(END, 1)[1]}")
+    DECLARED.write_text(registration_json())
     return 0
+
+
+def registration_json() -> str:
+    """What plugin.py registers with pytest, as it ships (``pytest_cannbench/options/pytest_options.json``)."""
+    return json.dumps(registration(), indent=1, sort_keys=True) + "\n"
 
 
 if __name__ == "__main__":

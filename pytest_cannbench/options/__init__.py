@@ -35,16 +35,17 @@ if TYPE_CHECKING:
     from pytest_cannbench.options.parse import (
         SETTINGS_KEY,
         CannOptionDeprecationWarning,
-        add_options,
         asked,
+        registration,
         settings_from_config,
     )
 
-_PYTEST_SIDE = ("SETTINGS_KEY", "CannOptionDeprecationWarning", "add_options", "asked", "settings_from_config")
+_PYTEST_SIDE = ("SETTINGS_KEY", "CannOptionDeprecationWarning", "asked", "registration",
+                "settings_from_config")
 
 __all__ = ["BENCHES", "CHECKERS", "CUDA_GRAPH_MODES", "DEFAULT_KB_TRIALS", "DEFAULT_MIN_FREE_GIB", "GOLDEN_PRECISIONS",
            "GUARD_MODES", "ISOLATION_MODES", "KB_ACCURACY", "KB_GUARDS", "PROFILER_LEVELS", "SECRET_WORKERINPUT_KEY",
-           "SETTINGS_KEY", "CannOptionDeprecationWarning", "Settings", "add_options", "asked", "settings_for",
+           "SETTINGS_KEY", "CannOptionDeprecationWarning", "Settings", "asked", "registration", "settings_for",
            "settings_from_config"]
 
 

@@ -4,7 +4,6 @@ with one deprecation warning each, and parsing each value with its declaration's
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 from pathlib import Path
@@ -12,6 +11,7 @@ from typing import Any, Literal
 
 import pytest
 
+from pytest_cannbench import holds_task_tree
 from pytest_cannbench.options import table
 from pytest_cannbench.options.aliases import MOVED, Moved
 from pytest_cannbench.options.declare import Context, Given, Option, OptionError
@@ -25,26 +25,30 @@ class CannOptionDeprecationWarning(pytest.PytestDeprecationWarning):
     """A spelling of the previous release was used; it still works in this release."""
 
 
-def add_options(parser: pytest.Parser) -> None:
-    group = parser.getgroup("cannbench", "CANN Bench operator grading")
+def registration() -> dict[str, list[dict[str, Any]]]:
+    """Every option and ini key pytest is told about, as plain data: ``plugin.py`` registers them from the copy
+    shipped beside this module (``pytest_options.json``, written by ``scripts/options_table.py --write``), so a
+    pytest run that is not a cannbench run imports none of the declarations."""
+    options: list[dict[str, Any]] = []
+    ini: list[dict[str, Any]] = []
     for option in table.options().values():
         if option.cli or option.was_cli:  # argparse %-formats help texts
-            group.addoption(option.flag_name, dest=option.dest, default=None,
-                            help=option.help.replace("%", "%%") if option.cli else argparse.SUPPRESS,
-                            **_argparse_kind(option))
+            options.append({"name": option.flag_name, "dest": option.dest,
+                            "help": option.help.replace("%", "%%") if option.cli else None,
+                            **_argparse_kind(option)})
         kind: Literal["bool", "string"] = "bool" if option.flag else "string"  # a TOML true is a bool
         if option.ini:  # one help text per setting: the ini key of a command-line option points at it
-            parser.addini(option.ini_key, f"project-wide {option.flag_name} (the option wins)" if option.cli
-                          else option.help, type=kind, default=None)
+            ini.append({"name": option.ini_key, "type": kind,
+                        "help": f"project-wide {option.flag_name} (the option wins)" if option.cli else option.help})
         elif option.was_ini:
-            parser.addini(option.ini_key, f"deprecated: use {option.flag_name} on the command line", type=kind,
-                          default=None)
+            ini.append({"name": option.ini_key, "type": kind, "help": f"deprecated: use {option.flag_name} on the "
+                        "command line"})
     for moved in MOVED:
-        group.addoption(moved.flag_name, dest=moved.dest, default=None, help=argparse.SUPPRESS,
-                        **_argparse_kind(moved))
+        options.append({"name": moved.flag_name, "dest": moved.dest, "help": None, **_argparse_kind(moved)})
         moved_kind: Literal["bool", "string"] = "bool" if moved.flag else "string"
-        parser.addini(moved.ini_key, f"deprecated: use --cann-{table.options()[moved.into].name}", type=moved_kind,
-                      default=None)
+        ini.append({"name": moved.ini_key, "type": moved_kind,
+                    "help": f"deprecated: use --cann-{table.options()[moved.into].name}"})
+    return {"options": options, "ini": ini}
 
 
 def _argparse_kind(option: Option | Moved) -> dict[str, Any]:
@@ -166,8 +170,6 @@ def _gives_something(given: dict[str, Given]) -> bool:
 
 
 def _names_a_task_tree(config: pytest.Config) -> bool:
-    from pytest_cannbench.taskformat.dirs import holds_task_tree
-
     return any(holds_task_tree(Path(str(arg).split("::", 1)[0])) for arg in config.args)
 
 

@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench import REQUIRED_FILES
 from pytest_cannbench.taskformat.dtypes import KNOWN_DTYPES, canonical_dtype
 from pytest_cannbench.taskformat.errors import CaseFormatError, TaskFormatError
 from pytest_cannbench.taskformat.inputs import plan_inputs
 from pytest_cannbench.taskformat.perf_model import PerfModel, parse_perf_model
 from pytest_cannbench.vocab.casekey import CaseKey
 
-REQUIRED_FILES = ("proto.yaml", "cases.yaml", "golden.py")
 # a multi-rank (MC2) operator's golden hooks: the distributed truth (required), each rank's inputs, the candidate's call
 MC2_GOLDEN, MC2_INPUTS, MC2_CALL = "mc2_distributed_golden", "mc2_make_rank_inputs", "mc2_call_candidate"
 MC2_HOOKS = (MC2_GOLDEN, MC2_INPUTS, MC2_CALL)

@@ -19,14 +19,18 @@ def test_the_readme_lists_every_option_as_options_py_has_it() -> None:
     readme = (ROOT / "README.md").read_text()
     assert options_table.in_readme(readme) == options_table.table(), \
         "README.md's options table is stale: run `python scripts/options_table.py --write`"
+    from pytest_cannbench.plugin import DECLARED
+
+    assert DECLARED.read_text() == options_table.registration_json(), \
+        "the options plugin.py registers are stale: run `python scripts/options_table.py --write`"
     import argparse
 
     import pytest
 
-    from pytest_cannbench.options import add_options
+    from pytest_cannbench import plugin
 
     parser = pytest.Parser(_ispytest=True)
-    add_options(parser)
+    plugin.pytest_addoption(parser)
     options = parser.getgroup("cannbench").options
     shown = [o.names()[0] for o in options if o.attrs().get("help") != argparse.SUPPRESS]
     assert 10 < len(shown) <= 25 and all(f"`{name} " in readme or f"`{name}`" in readme for name in shown)
