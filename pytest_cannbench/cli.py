@@ -4,7 +4,8 @@ One argparse subcommand per job, each with its own ``--help``: ``show`` and ``re
 (the terminal tables, or any report file regenerated, like the official harness's ``gen_report.sh``),
 ``compare`` diffs two boards with a CI gate, ``list`` and ``info`` read task trees, ``roofline`` and ``check``
 run the calibration and the task-quality gate, ``merge`` joins shards, ``secret`` checks a revealed session secret
-against a board's commitment, ``serve`` runs the grading service. This module only parses and dispatches;
+against a board's commitment, ``cluster-grade`` grades a tree across a Ray cluster, ``serve`` runs the grading
+service. This module only parses and dispatches;
 the work is done by the rooms (``report``, ``taskformat``, ``timing``, ``judge``).
 
 Exit status: 0 on success; 1 when ``compare --fail-on-regression`` finds a regression, ``check`` finds weak
@@ -18,13 +19,14 @@ import argparse
 import importlib.util
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_cannbench import __version__
 from pytest_cannbench.report import leaderboard
 from pytest_cannbench.report.merge import InputError, merge, read_input
+from pytest_cannbench.vocab.registry import DEFAULT_CHECKER, checker_help, checker_names
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -100,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
                      "exit 1 when a case is weak (a wrong answer passes) or broken.")
     check.add_argument("root", metavar="TREE", help="a task tree, a level directory or one operator directory")
     check.add_argument("-k", dest="keyword", default="", help="only operators whose directory name contains this")
-    check.add_argument("--checker", default="relative_error", choices=("relative_error", "allclose"))
+    check.add_argument("--checker", default=DEFAULT_CHECKER, choices=checker_names(), help=checker_help())
     check.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's)")
 
     merge_cmd = _command(commands, "merge", "merge leaderboards and results.jsonl files (scores recomputed)",
@@ -122,6 +124,9 @@ def _parser() -> argparse.ArgumentParser:
                       "secret's 16 bytes must equal config.secret_commitment (or a merged input's). Exit 1 if not.")
     secret.add_argument("board", metavar="BOARD", help="leaderboard JSON or results.jsonl")
     secret.add_argument("secret_file", metavar="SECRET_FILE", help="the file --cann-reveal-secret wrote")
+    from pytest_cannbench.cluster.command import add_parser as add_cluster_grade  # no Ray needed to parse
+
+    add_cluster_grade(commands)
     from pytest_cannbench.serve.server import add_arguments
 
     add_arguments(_command(commands, "serve", "a warm grading service: an HTTP JSON API over judges on Ray",
@@ -130,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_board(path: str) -> dict[str, Any]:
+def load_board(path: str) -> Mapping[str, Any]:
     """A leaderboard, or a board scored afresh from a results.jsonl (raises :class:`InputError`)."""
     source = read_input(path)
     if source.board is not None:
@@ -140,7 +145,7 @@ def load_board(path: str) -> dict[str, Any]:
     return leaderboard.build(source.outcomes, submission=None, environment={}, config={})
 
 
-def write_reports(board: dict[str, Any], *, html: str | None = None, markdown: str | None = None,
+def write_reports(board: Mapping[str, Any], *, html: str | None = None, markdown: str | None = None,
                   eval_report: str | None = None) -> list[str]:
     """The optional report files of one board; the paths written, in order."""
     written = []
@@ -170,7 +175,10 @@ def _show(args: argparse.Namespace) -> int:
     board = load_board(args.board)
     collector = ResultCollector(board=board)
     for data in outcomes_from_board(board, args.board):
-        collector.outcomes[data["key"]] = CaseOutcome.from_dict(data)
+        try:
+            collector.outcomes[data["key"]] = CaseOutcome.from_dict(data)
+        except ValueError as exc:  # a status or failure type this version does not know
+            raise InputError(f"{args.board}: {exc}; show it with the version that wrote it") from None
     generated = board.get("generated_at") or "unknown time"
     print(f"cannbench show: {args.board} (pytest-cannbench {board.get('plugin_version', '?')}, {generated})")
     for line in collector.summary_lines(verbose=args.verbose) or ["no cases"]:
@@ -317,6 +325,12 @@ def _secret(args: argparse.Namespace) -> int:
     return 1
 
 
+def _cluster_grade(args: argparse.Namespace) -> int:
+    from pytest_cannbench.cluster.command import run
+
+    return run(args)
+
+
 def _serve(args: argparse.Namespace) -> int:
     missing = [m for m in ("fastapi", "uvicorn", "ray", "prometheus_client") if importlib.util.find_spec(m) is None]
     if missing:
@@ -328,7 +342,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 HANDLERS: dict[str, Handler] = {"show": _show, "compare": _compare, "report": _report, "list": _list,
                                 "info": _info, "roofline": _roofline, "check": _check, "merge": _merge,
-                                "secret": _secret, "serve": _serve}
+                                "secret": _secret, "cluster-grade": _cluster_grade, "serve": _serve}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -49,6 +49,7 @@ from pytest_cannbench.outcome import (
     HOST_LIBRARY,
     NO_CUSTOM_KERNEL,
 )
+from pytest_cannbench.vocab.registry import DeviceKind, is_kind
 
 MARK = recorder.MARK
 
@@ -201,8 +202,7 @@ class Guard:
             (torch.autograd, ("_profiler_enabled",)),
             (torch.autograd.profiler, ("profile", "record_function")),
             (torch.profiler, ("profile", "record_function", "schedule")),
-            (worker_timing, ("run_batch", "synchronize", "_device_batch", "with_waits", "_cuda_profiled",
-                             "_cuda_events", "_npu_profiled", "graph_batch", "device_span_us")),
+            (worker_timing, worker_timing.GUARDED),  # every timer's function (timing.in_worker.TIMED_BY)
             (worker_timing.Flusher, ("flush",)),
             (tensor_wire, ("read_args", "write_outputs", "flatten", "poison")),
             (Guard, ("call", "batch", "report", "_audit", "check", "_found", "_refused", "_classify",
@@ -231,7 +231,7 @@ class Guard:
         if main is not None and hasattr(main, "Worker"):
             owners += [(main, ("_clock", "_device_coverage")),
                        (main.Worker, ("call", "time", "hello", "discover", "resolve"))]
-        if self.device.startswith("cuda"):
+        if is_kind(self.device, DeviceKind.CUDA):
             owners += [(torch.cuda, ("synchronize", "Event")), (torch.cuda.Event, ("record", "elapsed_time",
                                                                                    "synchronize"))]
             # --cann-cuda-graph: the graph timer and the graph API it replays through
@@ -241,7 +241,7 @@ class Guard:
                        (cuda_graph._Graphs, ("__init__", "replay", "close")),
                        (torch.cuda, ("CUDAGraph", "graph")), (torch.cuda.CUDAGraph, ("replay", "reset"))]
         npu = getattr(torch, "npu", None)
-        if self.device.startswith("npu") and npu is not None:
+        if is_kind(self.device, DeviceKind.NPU) and npu is not None:
             owners += [(npu, ("synchronize", "Event")), (npu.Event, ("record", "elapsed_time"))]
             torch_npu = sys.modules.get("torch_npu")
             prof = getattr(torch_npu, "profiler", None)

@@ -2,5 +2,5 @@
 call and the accuracy verdict (precision standard), the second correctness pass, the task-quality gate.
 
 Never spawns a process itself: it talks to child processes through ``workers``.
-May import: ``taskformat``, ``workers``, ``outcome``, ``phases``, ``options``.
+May import: ``vocab``, ``taskformat``, ``workers``, ``outcome``, ``phases``, ``options``.
 """

@@ -37,6 +37,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from pytest_cannbench.vocab.registry import DEFAULT_CHECKER, checker_help, checker_names
+
 FAIL, PASS, NA = "fail", "pass", "n/a"
 MUST_FAIL = ("zeros", "passthrough", "permuted", "bfloat16")
 MUST_PASS = ("ulp_noise",)
@@ -430,7 +432,7 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> i
                                      description="Judge null candidates on every case of a task tree.")
     parser.add_argument("root", type=Path, help="a task tree, a level directory or one operator directory")
     parser.add_argument("-k", dest="keyword", default="", help="only operators whose directory name contains this")
-    parser.add_argument("--checker", default="relative_error", choices=("relative_error", "allclose"))
+    parser.add_argument("--checker", default=DEFAULT_CHECKER, choices=checker_names(), help=checker_help())
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args(argv)
     if args.threads > 0:

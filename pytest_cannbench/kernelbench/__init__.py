@@ -1,5 +1,5 @@
 """The KernelBench format as another task source: collecting problem files and loading a problem
 (``Model``, ``get_inputs``, ``get_init_inputs``) in a worker.
 
-May import: ``nodes``, ``taskformat``, ``outcome``, ``options``, ``state``.
+May import: ``vocab``, ``nodes``, ``taskformat``, ``outcome``, ``options``, ``state``.
 """

@@ -9,7 +9,7 @@ hints, provenance), ``metrics`` the Prometheus text, ``client`` and ``reward_fn`
 frameworks' reward adapter (``docs/serve.md``).
 
 Runs outside any pytest session. May import: ``core``, ``options``, ``outcome``, ``report``, ``taskformat``,
-``kernelbench`` (to name a tree it cannot serve yet), ``atomic``, ``scratch`` and its own modules; third-party
+``kernelbench`` (to name a tree it cannot serve yet) and its own modules; third-party
 ``fastapi``, ``pydantic``, ``starlette``, ``uvicorn``, ``ray``, ``prometheus_client``, ``httpx`` (the ``serve``
 extra).
 """

@@ -3,5 +3,5 @@ stage for code that compiles at import (``jit_build`` judge side, ``jit_main`` t
 worker's router), interface discovery (which callable implements which operator), KernelBench module lookup,
 and the candidates of a multi-candidate run (``generations``).
 
-May import: ``workers`` (discovery runs in a candidate worker), ``guard`` (scans), ``options``.
+May import: ``vocab``, ``workers`` (discovery runs in a candidate worker), ``guard`` (scans), ``options``.
 """

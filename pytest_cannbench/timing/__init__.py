@@ -2,5 +2,5 @@
 statistics and plausibility (``stats``), devices and the timing lock, NPU profiles, anchors
 (metadata or live) and the roofline.
 
-May import: ``taskformat``, ``judge`` (timed outputs are verified), ``workers``, ``options``, ``outcome``.
+May import: ``vocab``, ``taskformat``, ``judge`` (timed outputs are verified), ``workers``, ``options``, ``outcome``.
 """

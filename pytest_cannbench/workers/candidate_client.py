@@ -22,7 +22,7 @@ from pytest_cannbench.guard import sandbox
 from pytest_cannbench.guard.policy import guard_problems, guard_verdict
 from pytest_cannbench.phases import PhaseClock, peak_mib
 from pytest_cannbench.workers import procs, wire
-from pytest_cannbench.workers.batch import BatchResult, StreamedBatch
+from pytest_cannbench.workers.batch import BatchResult, StreamedBatch, WorkerStatus
 from pytest_cannbench.workers.client import WorkerClient
 from pytest_cannbench.workers.contract import Snapshot, escaped, mutated_inputs, process_snapshot
 from pytest_cannbench.workers.env_scrub import scrubbed_environment
@@ -39,16 +39,15 @@ CASE_LOG_BYTES = 1 << 20  # kept per case: the end of what the submission printe
 POLL_S = 0.05  # memory watchdog period while a call runs
 EXIT_GRACE_POLLS, EXIT_GRACE_S = 4, 0.025  # how long a finished thread may take to disappear from /proc
 
-OK, RAISED, CRASHED, TIMEOUT, OOM_KILLED, IMPORT_FAILED = "ok", "raised", "crashed", "timeout", "oom_killed", \
-    "import_failed"
-INPUT_MUTATED, ASYNC_ESCAPE = "input_mutated", "async_escape"
-# Guard findings are statuses of their own, named like their failure types (outcome.GUARD_FAILURES); the most
-# serious decides when a call has several (guard.policy).
+# a call's or a batch's end (workers.batch.WorkerStatus), by their old names
+OK, RAISED, CRASHED, TIMEOUT = WorkerStatus.OK, WorkerStatus.RAISED, WorkerStatus.CRASHED, WorkerStatus.TIMEOUT
+OOM_KILLED, IMPORT_FAILED = WorkerStatus.OOM_KILLED, WorkerStatus.IMPORT_FAILED
+INPUT_MUTATED, ASYNC_ESCAPE = WorkerStatus.INPUT_MUTATED, WorkerStatus.ASYNC_ESCAPE
 
 
 @dataclass
 class CandidateResult:
-    status: str  # one of the constants above
+    status: WorkerStatus
     outputs: list | None = None  # tensors are views of the region: valid until the next call
     message: str = ""
     seconds: float | None = None
@@ -61,7 +60,7 @@ class CandidateResult:
 class WorkerGone(Exception):
     """The worker cannot answer this request (``status``: crashed, timeout, oom_killed, import_failed)."""
 
-    def __init__(self, status: str, message: str) -> None:
+    def __init__(self, status: WorkerStatus, message: str) -> None:
         super().__init__(message)
         self.status = status
 
@@ -289,7 +288,7 @@ class CandidateWorker(WorkerClient):
             return self._finish(problem, case_log)
         verdict, why, flags = guard_verdict(self.import_problems + guard_problems(reply) + sampled, self.guard)
         if verdict is not None:
-            return self._finish(CandidateResult(verdict, message=why, flags=flags), case_log)
+            return self._finish(CandidateResult(WorkerStatus(verdict), message=why, flags=flags), case_log)
         if not reply.get("ok"):
             return self._finish(CandidateResult(RAISED, message=f"candidate raised {reply.get('error')}"
                                                 if reply.get("stage") == "call" else
@@ -477,7 +476,7 @@ class CandidateWorker(WorkerClient):
                                         case_log)
         verdict, why, flags = guard_verdict(self.import_problems + guard_problems(reply) + sampled, self.guard)
         if verdict is not None:
-            return self._finish(BatchResult(verdict, message=why, wall_s=wall, flags=flags), case_log)
+            return self._finish(BatchResult(WorkerStatus(verdict), message=why, wall_s=wall, flags=flags), case_log)
         if not reply.get("ok"):
             text = (f"candidate raised {reply.get('error')}" if reply.get("stage") == "call"
                     else f"{reply.get('stage')}: {reply.get('error')}")
@@ -529,7 +528,7 @@ class CandidateWorker(WorkerClient):
             used = procs.rss_bytes(self.pid)
             if self.memory_bytes and used > self.memory_bytes:
                 self._killed_for = (f"the worker used {used / 2**30:.1f} GiB, over its limit of "
-                                    f"{self.memory_bytes / 2**30:.1f} GiB (--cann-worker-memory)")
+                                    f"{self.memory_bytes / 2**30:.1f} GiB (cann_worker_memory)")
                 raise self._gone(proc, kill=True)
 
         timed_out = WorkerGone(TIMEOUT, f"no answer within {timeout:g} s; the worker's process group was killed")

@@ -70,7 +70,7 @@ class PoolSize:
         if self.rule == "auto":
             return (f"{size} (the largest case, {self.largest / GIB:.2f} GiB, + {self.workers - 1} x a case at "
                     f"the third quartile, {self.quartile / GIB:.2f} GiB)")
-        why = "every judge's slot" if self.rule == "machine" else "--cann-memory-pool"
+        why = "every judge's slot" if self.rule == "machine" else "cann_memory_pool"
         return f"{size} ({why})"
 
 

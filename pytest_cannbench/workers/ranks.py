@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cannbench.workers import procs
+from pytest_cannbench.workers.batch import WorkerStatus
 from pytest_cannbench.workers.candidate_client import (
     CRASHED,
     IMPORT_FAILED,
@@ -224,7 +225,7 @@ class RankGroup:
                 seconds = worker.start()
             except WorkerGone as exc:
                 return CandidateResult(exc.status, message=str(exc))
-            return CandidateResult("ok", seconds=seconds)
+            return CandidateResult(WorkerStatus.OK, seconds=seconds)
 
         del timeout  # each worker's own startup timeout applies
         return self.each(one)
