@@ -30,6 +30,7 @@ from pytest_cannbench.serve.metrics import Metrics
 from pytest_cannbench.serve.profiles import PROFILES, overrides_for, settings_hash
 from pytest_cannbench.serve.rotation import SecretKeeper
 
+API_VERSION = "1"  # the API's own version (its paths' /v1), not the package's: the published schema stays put
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
@@ -187,7 +188,7 @@ class BodyLimit:
 
 
 def make_app(service: Service) -> FastAPI:
-    app = FastAPI(title="cannbench serve", version=__version__, docs_url=None, redoc_url=None,
+    app = FastAPI(title="cannbench serve", version=API_VERSION, docs_url=None, redoc_url=None,
                   description="A warm grading service for CANN Bench submissions (docs/serve.md).")
     metrics = service.metrics
 
