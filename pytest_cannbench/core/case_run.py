@@ -23,9 +23,9 @@ from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.phases import PhaseClock
 
 if TYPE_CHECKING:
+    from pytest_cannbench.judge.perf import PerfContext
     from pytest_cannbench.judge.source import CaseSource, Reference
     from pytest_cannbench.taskformat.memory_need import MemoryNeed
-    from pytest_cannbench.timing.perf import PerfContext
     from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 NO_CANDIDATE = "no candidate to grade: pass --cann-source or --cann-self-check"
@@ -157,8 +157,8 @@ class CaseRun:
         with judge.fence().shared(self.spans):  # the candidate's calls and their verdicts
             result, candidate_s = self.correctness(ref, worker)
         if result.status == oc.PASSED and settings.perf and self.route.timed:
+            from pytest_cannbench.judge.perf import measure
             from pytest_cannbench.judge.precision import decided_without_native
-            from pytest_cannbench.timing.perf import measure
 
             self.phase("peak")  # the timed sets' references are goldens too
             with self.clock.phase("timing"):

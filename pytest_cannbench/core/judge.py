@@ -24,9 +24,9 @@ from pytest_cannbench.workers.memory_plan import MemoryPlan
 if TYPE_CHECKING:
     from pytest_cannbench.guard.sandbox import SandboxChoice
     from pytest_cannbench.judge.goldens import GoldenService
+    from pytest_cannbench.judge.perf import PerfContext
     from pytest_cannbench.timing.devices import DevicePlan
     from pytest_cannbench.timing.isolation import Fence
-    from pytest_cannbench.timing.perf import PerfContext
     from pytest_cannbench.workers.candidate_client import CandidateWorker
     from pytest_cannbench.workers.memory_pool import MemoryPool, PoolSize
 
@@ -306,9 +306,9 @@ class Judge:
                 self._perf = replace(self._owner.perf_context(), baseline_worker=self.worker("baseline"),
                                      log_dir=self.log_dir)
                 return self._perf
+            from pytest_cannbench.judge.perf import PerfContext
             from pytest_cannbench.timing.anchors import make_anchor_source
             from pytest_cannbench.timing.gpu_telemetry import Telemetry
-            from pytest_cannbench.timing.perf import PerfContext
 
             s, plan = self.settings, self.device()
             self._perf = PerfContext(

@@ -78,6 +78,11 @@ class SandboxChoice:
                 "(seccomp, audit hook); every case is flagged sandbox_off")
 
 
+def sandbox_of(submission: Any) -> SandboxChoice:
+    """The sandbox a prepared submission's code runs under (its state's record; none recorded: off)."""
+    return SandboxChoice.from_dict(getattr(submission, "sandbox", None))
+
+
 def choose(requested: str) -> SandboxChoice:
     """Resolve ``--cann-sandbox``: ``off`` as asked; ``bwrap`` or raise; ``auto`` = bwrap when a trial works."""
     if requested == OFF:

@@ -17,6 +17,7 @@ from pytest_cannbench.judge.goldens import GoldenData, GoldenFailure, GoldenServ
 from pytest_cannbench.judge.source import Anchors, Baseline, is_structural
 from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.submission.interfaces import call_candidates
 from pytest_cannbench.taskformat.inputs import case_seed
 from pytest_cannbench.taskformat.spec import CaseSpec, OperatorTask
 
@@ -98,7 +99,7 @@ def candidate_target(task: OperatorTask, settings: Settings) -> dict[str, Any]:
     if settings.self_check:
         return {"kind": "golden", **golden_ref(task)}
     return {"kind": "submission", "name": task.spec.name, "function_name": task.spec.function_name,
-            "rel_path": task.rel_path}
+            "names": call_candidates(task.spec.name, task.spec.function_name), "rel_path": task.rel_path}
 
 
 @dataclass

@@ -10,7 +10,7 @@ Accuracy: KernelBench's tolerance by default (``torch.allclose`` with atol = rto
 for float16/bfloat16; integer outputs exact) against the reference run in the same precision, or the CANN
 precision standard against a float64 run of the reference (``--cann-kb-accuracy cann``).
 
-Timing (the timed case, when it passed) is :mod:`timing.perf`'s loop, with the eager reference ``Model``
+Timing (the timed case, when it passed) is :mod:`judge.perf`'s loop, with the eager reference ``Model``
 (and ``torch.compile`` of it with ``--cann-kb-compile``) as live baselines.
 """
 

@@ -20,6 +20,7 @@ from pytest_cannbench.judge.case import compare_flags, new_outcome, output_names
 from pytest_cannbench.judge.goldens import GoldenFailure, golden_ref
 from pytest_cannbench.judge.source import SkipCase, case_log_path, fate, is_structural
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.submission.interfaces import call_candidates
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -118,7 +119,8 @@ def target(task: OperatorTask, case: CaseSpec, settings: Settings, ref_payload: 
     call, or (``golden``, and in a self-check) the distributed golden."""
     source = (task.op_dir / "golden.py").read_text(encoding="utf-8")
     return {"kind": "mc2", "self_check": settings.self_check or golden, "rank": rank, "world_size": world_size,
-            "operator": {"name": task.spec.name, "function_name": task.spec.function_name, "rel_path": task.rel_path},
+            "operator": {"name": task.spec.name, "function_name": task.spec.function_name, "rel_path": task.rel_path,
+                         "names": call_candidates(task.spec.name, task.spec.function_name)},
             "rel_path": task.rel_path, "golden_source": source, "golden_sha256": task.golden_sha256,
             "payload": ref_payload}
 

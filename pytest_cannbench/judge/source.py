@@ -1,7 +1,7 @@
 """What one case of any task format gives the judge (:class:`CaseSource`), and the steps shared by all formats.
 
 A CANN operator case (:mod:`judge.case`) and a KernelBench problem (:mod:`judge.kernelbench`) both feed the
-same item life cycle (:mod:`nodes.items`) and the same timing loop (:mod:`timing.perf`): they differ only in
+same item life cycle (:mod:`nodes.items`) and the same timing loop (:mod:`judge.perf`): they differ only in
 how reference data is made, which target the candidate worker builds, and how a set of outputs is judged.
 """
 

@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 
+from pytest_cannbench.guard.sandbox import SANDBOX_OFF_FLAG, sandbox_of
 from pytest_cannbench.nodes import header, items, keys, multi_rank, tree
 from pytest_cannbench.nodes import session as roles
 from pytest_cannbench.nodes.problems import ProblemItem
 from pytest_cannbench.options import Settings
 from pytest_cannbench.report import collector as results
 from pytest_cannbench.report import journal, progress
+from pytest_cannbench.timing.machine import cpu_model
 
 
 class CannBenchRun:
@@ -60,6 +62,8 @@ class CannBenchRun:
             if self.collector is not None:
                 controller.core.resumed = journal.start(config, self.collector, self.settings,
                                                         controller.core.submission)
+                if controller.core.submission is not None and not sandbox_of(controller.core.submission).on:
+                    self.collector.run_flags.append(SANDBOX_OFF_FLAG)  # a weaker mode: on every case
         roles.start_judge(config)
 
     @pytest.hookimpl(tryfirst=True)
@@ -189,7 +193,10 @@ def run_facts(controller: roles.RunController, collector: results.ResultCollecto
     plan = core.device(collector.device_kind)
     return journal.RunFacts(device_label=plan.label, hardware=hardware_key(s, plan) if plan.kind == "npu" else None,
                             memory_plan=core.memory_plan().to_dict(),
-                            cpu_budget=board_config(core.timed_threads(), core.processes, plan.worker_device))
+                            cpu_budget=board_config(core.timed_threads(), core.processes, plan.worker_device),
+                            cpu=cpu_model(),
+                            sandbox=(sandbox_of(core.submission).to_dict() if core.submission is not None
+                                     else {"mode": "none", "reason": "no submission code runs"}))
 
 
 def size_pool(config: pytest.Config, collected: list[pytest.Item]) -> None:
@@ -198,7 +205,6 @@ def size_pool(config: pytest.Config, collected: list[pytest.Item]) -> None:
     controller's scheduler."""
     from pytest_cannbench.core import memory
     from pytest_cannbench.workers.dispatch import CaseNeeds, write_needs
-    from pytest_cannbench.workers.memory_pool import WORKEROUTPUT_KEY
 
     judge = roles.judge_of(config)
     plan = judge.memory_plan
@@ -212,6 +218,7 @@ def size_pool(config: pytest.Config, collected: list[pytest.Item]) -> None:
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is None:
         return
-    workeroutput[WORKEROUTPUT_KEY] = size.to_dict()
+    workeroutput[results.WORKEROUTPUT_POOL] = size.to_dict()
+    workeroutput[results.WORKEROUTPUT_POOL_TEXT] = size.describe()
     if plan.pool_file:
         write_needs(plan.pool_file, CaseNeeds(size.bytes, memory.claims(judge, peaks)))

@@ -9,8 +9,8 @@ from pytest_cannbench.scratch import cache_dir
 
 
 def lines(config: pytest.Config, run: RunController) -> list[str]:
+    from pytest_cannbench.guard import sandbox
     from pytest_cannbench.nodes import hidden
-    from pytest_cannbench.report import journal
     from pytest_cannbench.submission import build
 
     settings, core = run.settings, run.core
@@ -35,7 +35,7 @@ def lines(config: pytest.Config, run: RunController) -> list[str]:
         out.insert(0, f"cannbench: tasks {settings.tasks}")
     submitted = core.submission
     if submitted is not None:
-        out.append(f"cannbench: {journal.sandbox_of(submitted).describe()}")
+        out.append(f"cannbench: {sandbox.sandbox_of(submitted).describe()}")
         for name, sub in core.submissions.items() if core.submissions else [("", submitted)]:
             out += [f"cannbench: [{name}] {line.removeprefix('cannbench: ')}" if name else line
                     for line in build.header_lines(sub)]

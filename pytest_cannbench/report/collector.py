@@ -16,8 +16,6 @@ import pytest
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.outcome import CaseOutcome
-from pytest_cannbench.workers.memory_pool import WORKEROUTPUT_KEY as POOL_KEY
-from pytest_cannbench.workers.memory_pool import PoolSize
 
 
 def _crashed_worker(report: pytest.TestReport) -> bool:
@@ -45,6 +43,8 @@ def _split_key(key: str) -> tuple[str, int | None]:
 WORKEROUTPUT_KEYS = "cannbench_case_keys"
 WORKEROUTPUT_DESELECTED = "cannbench_deselected"
 WORKEROUTPUT_DEVICE = "cannbench_device"  # the device kind a worker planned with (State.device)
+WORKEROUTPUT_POOL = "cannbench_memory_pool"  # the memory pool's size a judge worked out (workers.memory_pool)
+WORKEROUTPUT_POOL_TEXT = "cannbench_memory_pool_text"  # the same, described for the summary
 
 
 def expected_cases(items: list[pytest.Item]) -> dict[str, str | None]:
@@ -99,6 +99,7 @@ class ResultCollector:
     deselected: int = 0
     device_kind: str | None = None  # what the xdist workers planned with (WORKEROUTPUT_DEVICE), for the board
     memory_pool: dict[str, Any] | None = None  # the pool's size as the judges worked it out (workers.memory_pool)
+    memory_pool_text: str | None = None  # the same, in words
     dispatch: str | None = None  # how the controller's scheduler handed cases out (workers.xdist_dispatch)
     crashed: dict[str, str] = field(default_factory=dict)  # nodeid -> the key its crash was recorded under
     gate: str = ""  # why --cann-fail-under fails the session, if it does
@@ -136,7 +137,8 @@ class ResultCollector:
                 self.expected[nodeid] = key
         self.deselected = max(self.deselected, int(output.get(WORKEROUTPUT_DESELECTED) or 0))
         self.device_kind = self.device_kind or output.get(WORKEROUTPUT_DEVICE)
-        self.memory_pool = self.memory_pool or output.get(POOL_KEY)
+        self.memory_pool = self.memory_pool or output.get(WORKEROUTPUT_POOL)
+        self.memory_pool_text = self.memory_pool_text or output.get(WORKEROUTPUT_POOL_TEXT)
 
     def account_for_unrun(self, reason: str) -> int:
         """Record every selected case that never got a verdict as ``interrupted`` (the board lists it, scored 0,
@@ -222,7 +224,7 @@ class ResultCollector:
             lines.append(f"golden outputs from cache: {cached}/{len(results)} cases")
         if self.resumed:
             lines.append(f"resumed from results.jsonl: {len(self.resumed)} cases (--cann-resume)")
-        lines += pool_lines(self.memory_pool, results, self.dispatch)
+        lines += pool_lines(self.memory_pool_text, results, self.dispatch)
         lines += timing_lines(results, limit)
         if self.board is not None:
             from pytest_cannbench.report.kernelbench import summary_lines as kernelbench_lines
@@ -243,7 +245,7 @@ class ResultCollector:
         return lines
 
 
-def pool_lines(pool: dict[str, Any] | None, results: list[CaseOutcome], dispatch: str | None = None) -> list[str]:
+def pool_lines(pool: str | None, results: list[CaseOutcome], dispatch: str | None = None) -> list[str]:
     """The memory pool's size, how cases were handed out and what waiting for room cost (only where judges
     shared one)."""
     waits = [r.seconds.get("memory_wait", 0.0) for r in results if r.seconds]
@@ -251,7 +253,7 @@ def pool_lines(pool: dict[str, Any] | None, results: list[CaseOutcome], dispatch
         return []
     waited = [w for w in waits if w >= 0.01]
     handed = f"; cases handed out {dispatch}" if dispatch else ""
-    return [f"memory pool: {PoolSize(**pool).describe()}{handed}; {len(waited)} cases waited for room, "
+    return [f"memory pool: {pool}{handed}; {len(waited)} cases waited for room, "
             f"{sum(waits):.1f} s in all"]
 
 
@@ -351,7 +353,7 @@ def score_lines(board: dict, limit: int | None) -> list[str]:
 
 def junit_properties(outcome: CaseOutcome) -> list[tuple[str, Any]]:
     """Scalars CI tools read from junit-xml: HAP, the three times, the worst MERE/MARE over outputs."""
-    from pytest_cannbench.report.scoring import hap
+    from pytest_cannbench.figures import hap
 
     props: list[tuple[str, Any]] = []
     t = outcome.timing or {}

@@ -34,8 +34,9 @@ import os
 from datetime import datetime
 from typing import Any
 
+from pytest_cannbench.figures import baseline_proxy
 from pytest_cannbench.outcome import BUILD_FAILURES
-from pytest_cannbench.report.scoring import PRECISION_FAILURES, baseline_proxy
+from pytest_cannbench.report.scoring import PRECISION_FAILURES
 
 STATUS_MAP = {"passed": "success", "missing": "skipped", "skipped": "skipped",
               **{status: "cascade" for status in BUILD_FAILURES}}

@@ -17,20 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_cannbench.guard.sandbox import SANDBOX_OFF_FLAG, SandboxChoice
 from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import TOO_LARGE
 from pytest_cannbench.report.secret import commitment, reveal
-from pytest_cannbench.timing.machine import cpu_model
 
 # Options that change a case's verdict, time or score: a resumed case must have been graded under the same.
 IDENTITY_OPTIONS = ("seed", "input_dist", "input_compat", "golden_precision", "checker", "device", "warmup",
                     "repeat", "perf", "hardware", "self_check", "no_install", "guard", "bench", "kb_trials",
                     "kb_accuracy", "kb_compile", "kb_max_input_gib", "sandbox", "timing_threads")
-
-
-def sandbox_of(state: Any) -> SandboxChoice:
-    return SandboxChoice.from_dict(getattr(state, "sandbox", None))
 
 
 def submission_summary(state: Any, settings: Settings) -> dict[str, Any]:
@@ -49,14 +43,14 @@ def run_identity(submission: dict[str, Any], settings: Settings) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def environment(device_label: str, hardware: str | None) -> dict[str, Any]:
+def environment(device_label: str, hardware: str | None, cpu: str) -> dict[str, Any]:
     import pytest
 
     from pytest_cannbench import __version__
 
     env: dict[str, Any] = {"python": platform.python_version(), "pytest": pytest.__version__,
                            "pytest_cannbench": __version__, "platform": platform.platform(), "device": device_label,
-                           "hardware_key": hardware, "cpu": cpu_model(), "cpus": os.cpu_count()}
+                           "hardware_key": hardware, "cpu": cpu, "cpus": os.cpu_count()}
     torch = sys.modules.get("torch")
     if torch is not None:
         env["torch"] = torch.__version__
@@ -147,6 +141,8 @@ class RunFacts:
     hardware: str | None  # the metadata key an NPU run anchors with (None: live anchors)
     memory_plan: dict[str, Any]
     cpu_budget: dict[str, Any]
+    cpu: str  # the machine's CPU model
+    sandbox: dict[str, Any]  # what submission code ran under (guard.sandbox.SandboxChoice), or why none
 
 
 def start(config: Any, collector: Any, settings: Settings, submission: Any) -> frozenset[str]:
@@ -164,8 +160,6 @@ def start(config: Any, collector: Any, settings: Settings, submission: Any) -> f
             collector.outcomes[key] = CaseOutcome.from_dict(data)
             collector.resumed.add(key)
     collector.journal = Journal(path, identity, commitment(s.secret))
-    if submission is not None and not sandbox_of(submission).on:
-        collector.run_flags.append(SANDBOX_OFF_FLAG)
     return frozenset(collector.resumed)
 
 
@@ -179,11 +173,10 @@ def finish(config: Any, collector: Any, settings: Settings, submission: Any, fac
     collector.journal.close()
     board = leaderboard.build((o.to_dict() for o in collector.outcomes.values()),
                               submission=submission_summary(submission, s),
-                              environment=environment(facts.device_label, s.hardware or facts.hardware),
+                              environment=environment(facts.device_label, s.hardware or facts.hardware, facts.cpu),
                               config={**s.as_dict(), "secret_commitment": commitment(s.secret),
                                       "run_identity": collector.journal.identity,
-                                      "sandbox": (sandbox_of(submission).to_dict() if submission is not None
-                                                  else {"mode": "none", "reason": "no submission code runs"}),
+                                      "sandbox": facts.sandbox,
                                       "memory_plan": facts.memory_plan,
                                       "cpu_budget": facts.cpu_budget,
                                       "memory_pool": collector.memory_pool,  # None: one judge, no pool

@@ -17,18 +17,10 @@ from typing import Any
 
 from pytest_cannbench import __version__
 from pytest_cannbench.atomic import write_atomic
+from pytest_cannbench.figures import hap_interval, window_figures
 from pytest_cannbench.outcome import BUILD_FAILURES, MISSING, TAINTING_FAILURES, TOO_LARGE
 from pytest_cannbench.report import splits
-from pytest_cannbench.report.scoring import (
-    WEIGHTS,
-    CaseScore,
-    geometric_mean_speedup,
-    hap_interval,
-    level_of,
-    operator_score,
-    totals,
-)
-from pytest_cannbench.timing.isolation import window_figures
+from pytest_cannbench.report.scoring import WEIGHTS, CaseScore, geometric_mean_speedup, level_of, operator_score, totals
 
 SCHEMA = "pytest-cannbench/leaderboard/1"
 DEGENERATE_FLAGS = frozenset({"baseline_below_t_hw", "degenerate_anchors"})  # the HAP of such a case says nothing

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from pytest_cannbench import outcome as oc
-from pytest_cannbench.report.scoring import hap
+from pytest_cannbench.figures import hap
 
 LETTERS = {oc.MISSING: "M", oc.TIMEOUT: "T", oc.CRASHED: "C", oc.INTERRUPTED: "I", oc.OOM_KILLED: "O"}
 WORDS = {oc.MISSING: "MISSING", oc.TIMEOUT: "TIMEOUT", oc.CRASHED: "CRASHED", oc.INTERRUPTED: "INTERRUPTED",

@@ -108,7 +108,7 @@ def _tail(text: str, lines: int = 20, chars: int = 3000) -> str:
 
 
 def _file_tail(path: Path, lines: int = 20) -> str:
-    from pytest_cannbench.workers.procs import read_log_since
+    from pytest_cannbench.procs import read_log_since
 
     return _tail(read_log_since(path, 0, 64 * 1024).decode("utf-8", errors="replace"), lines)
 

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_cannbench.submission.jit_load import ARTEFACTS, MANIFEST_ENV, MANIFEST_NAME, Manifest, uses_jit
+from pytest_cannbench.workers.jit_load import ARTEFACTS, MANIFEST_ENV, MANIFEST_NAME, Manifest, uses_jit
 
 LOG_NAME = "jit_build.log"
 MAX_JOBS = 8

@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench import procs
 from pytest_cannbench.guard import sandbox
 from pytest_cannbench.guard.policy import guard_problems, guard_verdict
 from pytest_cannbench.phases import PhaseClock, peak_mib
-from pytest_cannbench.workers import procs, wire
+from pytest_cannbench.workers import wire
 from pytest_cannbench.workers.batch import BatchResult, StreamedBatch
 from pytest_cannbench.workers.client import WorkerClient
 from pytest_cannbench.workers.contract import Snapshot, escaped, mutated_inputs, process_snapshot

@@ -18,8 +18,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench import procs
 from pytest_cannbench.phases import PhaseClock
-from pytest_cannbench.workers import input_file, limits, procs, wire
+from pytest_cannbench.workers import input_file, limits, wire
 
 # Inputs and results smaller than this go through the pipe: a file's fixed cost (made, written, mapped, removed:
 # 1-2 ms either way) is more than pickling them, and a timed case asks for tens of small sets (Round 9 of

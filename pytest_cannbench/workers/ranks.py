@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_cannbench.workers import procs
+from pytest_cannbench import procs
 from pytest_cannbench.workers.candidate_client import (
     CRASHED,
     IMPORT_FAILED,

@@ -367,7 +367,7 @@ def main(argv: list[str]) -> int:
     pytest_cannbench.workers.ranks_main <judge pid>``, it brings the new namespace's loopback interface up, says
     ``ready`` and waits until the judge closes its stdin or dies. Its namespaces live as long as it does; the
     group's workers enter them with ``nsenter`` (workers/ranks.py)."""
-    from pytest_cannbench.workers import procs
+    from pytest_cannbench import procs
 
     procs.die_with_parent(int(argv[0]) if argv else 0)
     try:

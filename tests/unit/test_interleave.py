@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_cannbench.timing.perf import interleave
+from pytest_cannbench.judge.perf import interleave
 from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 SITE = '''import torch
@@ -28,7 +28,8 @@ def fragile(x):
     return x * 2
 '''
 
-TARGET = {"kind": "submission", "name": "double", "function_name": "double", "rel_path": "level1/double"}
+TARGET = {"kind": "submission", "name": "double", "function_name": "double", "names": ["double"],
+          "rel_path": "level1/double"}
 
 
 @pytest.fixture(scope="module")
