@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pytest_cannbench import outcome as oc
+from pytest_cannbench.judge.goldens import GoldenFailure
 from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.phases import PhaseClock, measured
 
@@ -165,8 +166,6 @@ def second_pass(source: CaseSource[Any], worker: CandidateWorker, timeout_s: flo
     set must hold on another. Returns the failure, or None when it passed too (or the format has no such pass).
     ``like``: the first check's reference (see :meth:`CaseSource.prepare`); ``after_golden``: called once the
     reference is made, before the candidate (the memory pool's phase)."""
-    from pytest_cannbench.judge.goldens import GoldenFailure
-
     seed = source.check_seed()
     if seed is None:
         return None

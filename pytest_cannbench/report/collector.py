@@ -15,7 +15,11 @@ from typing import Any
 import pytest
 
 from pytest_cannbench import outcome as oc
+from pytest_cannbench.figures import hap
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.report.kernelbench import summary_lines as kernelbench_lines
+from pytest_cannbench.report.passk import summary_lines as candidate_lines
+from pytest_cannbench.report.splits import summary_lines as split_lines
 
 
 def _crashed_worker(report: pytest.TestReport) -> bool:
@@ -227,11 +231,8 @@ class ResultCollector:
         lines += pool_lines(self.memory_pool_text, results, self.dispatch)
         lines += timing_lines(results, limit)
         if self.board is not None:
-            from pytest_cannbench.report.kernelbench import summary_lines as kernelbench_lines
-
             lines += score_lines(self.board, limit)
             lines += kernelbench_lines(self.board.get("kernelbench"), limit)
-            from pytest_cannbench.report.passk import summary_lines as candidate_lines
 
             lines += candidate_lines({"summary": self.board["summary"]} if "summary" in self.board else None)
         if self.written:
@@ -333,7 +334,6 @@ def score_lines(board: dict, limit: int | None) -> list[str]:
     levels = ", ".join(f"{name} {entry['score']:.1f} ({entry['operators']} ops)"
                        for name, entry in board["levels"].items())
     lines.append(f"total score {board['total_score']:.1f} over {len(ops)} operators; levels: {levels or '-'}")
-    from pytest_cannbench.report.splits import summary_lines as split_lines
 
     lines += split_lines(board)
     examples: dict[str, tuple[int, str]] = {}
@@ -353,8 +353,6 @@ def score_lines(board: dict, limit: int | None) -> list[str]:
 
 def junit_properties(outcome: CaseOutcome) -> list[tuple[str, Any]]:
     """Scalars CI tools read from junit-xml: HAP, the three times, the worst MERE/MARE over outputs."""
-    from pytest_cannbench.figures import hap
-
     props: list[tuple[str, Any]] = []
     t = outcome.timing or {}
     if t.get("measured"):

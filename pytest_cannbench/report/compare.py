@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_cannbench.outcome import PASSED
+from pytest_cannbench.report.markdown import cell
 
 ABSENT = "absent"
 
@@ -348,8 +349,6 @@ def terminal_lines(comparison: Comparison, *, regression_pct: float | None = Non
 
 
 def _md(value: Any) -> str:
-    from pytest_cannbench.report.markdown import cell
-
     return cell(str(value).replace(" -> ", " → "), 300)
 
 

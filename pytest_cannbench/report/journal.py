@@ -17,9 +17,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench import __version__
+from pytest_cannbench.atomic import write_bytes_atomic
 from pytest_cannbench.options import Settings
-from pytest_cannbench.outcome import TOO_LARGE
+from pytest_cannbench.outcome import TOO_LARGE, CaseOutcome
+from pytest_cannbench.report import leaderboard
+from pytest_cannbench.report.eval_report import to_eval_report
+from pytest_cannbench.report.leaderboard import dumps
+from pytest_cannbench.report.markdown import render
 from pytest_cannbench.report.secret import commitment, reveal
+from pytest_cannbench.report.splits import junit_properties
 
 # Options that change a case's verdict, time or score: a resumed case must have been graded under the same.
 IDENTITY_OPTIONS = ("seed", "input_dist", "input_compat", "golden_precision", "checker", "device", "warmup",
@@ -45,8 +52,6 @@ def run_identity(submission: dict[str, Any], settings: Settings) -> str:
 
 def environment(device_label: str, hardware: str | None, cpu: str) -> dict[str, Any]:
     import pytest
-
-    from pytest_cannbench import __version__
 
     env: dict[str, Any] = {"python": platform.python_version(), "pytest": pytest.__version__,
                            "pytest_cannbench": __version__, "platform": platform.platform(), "device": device_label,
@@ -86,8 +91,6 @@ class Journal:
         self.tampered = False
 
     def append(self, outcome: dict[str, Any]) -> None:
-        from pytest_cannbench.report.leaderboard import dumps
-
         entry = {"run": self.identity, "secret_commitment": self.secret_commitment, "outcome": outcome}
         if not self.secret_commitment:
             del entry["secret_commitment"]  # a seeded run: nothing to commit to
@@ -106,7 +109,6 @@ class Journal:
             now = None
         if now != expected:
             self.tampered = True
-            from pytest_cannbench.atomic import write_bytes_atomic
 
             write_bytes_atomic(self.path, expected)
 
@@ -148,8 +150,6 @@ class RunFacts:
 def start(config: Any, collector: Any, settings: Settings, submission: Any) -> frozenset[str]:
     """Controller, after the submission is ready: open results.jsonl and load what --cann-resume may skip; the
     resumed case keys."""
-    from pytest_cannbench.outcome import CaseOutcome
-
     s = settings
     if config.option.collectonly:
         return frozenset()
@@ -165,8 +165,6 @@ def start(config: Any, collector: Any, settings: Settings, submission: Any) -> f
 
 def finish(config: Any, collector: Any, settings: Settings, submission: Any, facts: RunFacts) -> None:
     """Controller, at session end: score everything and write the leaderboard (and the optional reports)."""
-    from pytest_cannbench.report import leaderboard
-
     s = settings
     if collector.journal is None:
         return
@@ -188,18 +186,14 @@ def finish(config: Any, collector: Any, settings: Settings, submission: Any, fac
     collector.board = board
     leaderboard.write(Path(s.leaderboard), board)
     collector.written = [s.leaderboard, str(collector.journal.path)]
-    from pytest_cannbench.report.page import write_beside  # the standalone HTML report, every run
+    from pytest_cannbench.report.page import write_beside  # brings jinja2: the standalone HTML report, every run
 
     collector.written.append(write_beside(Path(s.leaderboard), board, getattr(config.option, "htmlpath", None)))
     _junit_suite_properties(config, board)
     if s.markdown:
-        from pytest_cannbench.report.markdown import render
-
         leaderboard.write_atomic(Path(s.markdown), render(board))
         collector.written.append(s.markdown)
     if s.eval_report:
-        from pytest_cannbench.report.eval_report import to_eval_report
-
         leaderboard.write_atomic(Path(s.eval_report), leaderboard.dumps(to_eval_report(board), indent=1) + "\n")
         collector.written.append(s.eval_report)
     collector.notes += secret_lines(s)
@@ -231,8 +225,6 @@ def reveal_secret(settings: Settings) -> None:
 def _junit_suite_properties(config: Any, board: dict[str, Any]) -> None:
     """Issue 18: the scores (public, hidden, combined) as junit-xml suite properties, when junit-xml is on."""
     from _pytest.junitxml import xml_key
-
-    from pytest_cannbench.report.splits import junit_properties
 
     xml = config.stash.get(xml_key, None)
     if xml is not None:

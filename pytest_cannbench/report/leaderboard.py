@@ -20,6 +20,8 @@ from pytest_cannbench.atomic import write_atomic
 from pytest_cannbench.figures import hap_interval, window_figures
 from pytest_cannbench.outcome import BUILD_FAILURES, MISSING, TAINTING_FAILURES, TOO_LARGE
 from pytest_cannbench.report import splits
+from pytest_cannbench.report.kernelbench import section as kernelbench_section
+from pytest_cannbench.report.passk import candidate_boards
 from pytest_cannbench.report.scoring import WEIGHTS, CaseScore, geometric_mean_speedup, level_of, operator_score, totals
 
 SCHEMA = "pytest-cannbench/leaderboard/1"
@@ -154,14 +156,11 @@ def score_cases(outcomes: Iterable[dict[str, Any]], *, cap: bool = False, gate: 
 
 def build(outcomes: Iterable[dict[str, Any]], *, submission: dict[str, Any] | None, environment: dict[str, Any],
           config: dict[str, Any], cap: bool = False) -> dict[str, Any]:
-    from pytest_cannbench.report.kernelbench import section as kernelbench_section
-
     outcomes = list(outcomes)
     scored = score_cases(outcomes, cap=cap, gate=bool(config.get("hidden_gate", True)))
     kernelbench = kernelbench_section(outcomes)
     if kernelbench is not None:
         scored["kernelbench"] = kernelbench
-    from pytest_cannbench.report.passk import candidate_boards
 
     multi = candidate_boards(outcomes, lambda group: score_cases(group, cap=cap))  # issue 17: one per candidate
     if multi is not None:

@@ -27,6 +27,8 @@ from typing import Any
 
 from pytest_cannbench.timing.cuda_graph import graph_batch
 from pytest_cannbench.timing.machine import last_level_cache_bytes, private_cache_bytes
+from pytest_cannbench.timing.npu_parse import shape_key
+from pytest_cannbench.timing.npu_run import profile_steps
 from pytest_cannbench.timing.raw_memory import read_every_line
 
 MAX_FLUSH_BYTES = 128 << 20  # virtual machines report the host's whole L3 (480 MiB here: 94 ms a flush)
@@ -267,9 +269,6 @@ def _npu_profiled(fn: Callable, fetch: Callable[[int], Any], count: int, device:
     import tempfile
 
     import torch
-
-    from pytest_cannbench.timing.npu_parse import shape_key
-    from pytest_cannbench.timing.npu_run import profile_steps
 
     shape = tuple(npu["secret_shape"])
     clean_buffer = torch.ones(shape, dtype=torch.float16, device=device)
