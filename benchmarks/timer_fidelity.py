@@ -51,6 +51,7 @@ from pathlib import Path
 import torch
 
 from pytest_cannbench.judge.perf import interleave
+from pytest_cannbench.submission.interfaces import call_candidates
 from pytest_cannbench.timing.in_worker import Flusher, run_batch
 from pytest_cannbench.workers.candidate_client import CandidateWorker
 
@@ -129,7 +130,8 @@ def ten_percent_slower(n: int, k: int, flusher: Flusher, device: str) -> int:
     return (lo + hi) // 2
 
 
-TARGET = {"kind": "submission", "name": "Passes", "function_name": "passes"}
+TARGET = {"kind": "submission", "name": "Passes", "function_name": "passes",
+          "names": call_candidates("Passes", "passes")}
 
 
 def _sets(n: int, k: int, repeat: int, seed: int) -> list[dict]:

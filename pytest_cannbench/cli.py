@@ -22,12 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cannbench import __version__
-from pytest_cannbench.judge.task_quality import main as check_main
 from pytest_cannbench.kernelbench.spec import is_problem, problem_of
-from pytest_cannbench.options import DEFAULT_KB_TRIALS
 from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.report import leaderboard
-from pytest_cannbench.report.collector import ResultCollector
 from pytest_cannbench.report.compare import compare, markdown, terminal_lines
 from pytest_cannbench.report.eval_report import to_eval_report
 from pytest_cannbench.report.markdown import render
@@ -169,6 +166,8 @@ def write_reports(board: dict[str, Any], *, html: str | None = None, markdown: s
 
 
 def _show(args: argparse.Namespace) -> int:
+    from pytest_cannbench.report.collector import ResultCollector  # brings pytest: merge and report run without it
+
     board = load_board(args.board)
     collector = ResultCollector(board=board)
     for data in outcomes_from_board(board, args.board):
@@ -233,6 +232,8 @@ def _problems(tree: Path, keyword: str) -> list[str]:
     found = [p for p in found if keyword in p.rel_path]
     if not found:
         return []
+    from pytest_cannbench.options import DEFAULT_KB_TRIALS  # brings pytest: merge and report run without it
+
     cases = DEFAULT_KB_TRIALS + 1
     return ([f"{'KernelBench problem':<36} {'level':>5} {'cases':>5}"]
             + [f"{p.rel_path:<36} {p.level if p.level is not None else '-':>5} {cases:>5}" for p in found]
@@ -266,6 +267,8 @@ def _roofline(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
+    from pytest_cannbench.judge.task_quality import main as check_main  # brings pytest (and, checking, torch)
+
     argv = [args.root, "--checker", args.checker, "--threads", str(args.threads)]
     return check_main(argv + (["-k", args.keyword] if args.keyword else []))
 

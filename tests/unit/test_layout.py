@@ -60,7 +60,7 @@ PENDING_REWRITE_SIZE = frozenset({"options"})  # 634 lines
 
 # What the plugin and collection load must not bring: the plugin is loaded by every pytest run of the environment.
 HEAVY = ("torch", "numpy", "jinja2")
-REASON_BRINGS = re.compile(r"brings (torch|numpy|jinja2|yaml)\b")
+REASON_BRINGS = re.compile(r"brings (torch|numpy|jinja2|yaml|pytest)\b")
 ENTRY = re.compile(r"^(?P<name>[a-z_][a-z0-9_]*(?:\.[a-z_][a-z0-9_]*)?)(?: \((?P<why>[^()]+)\))?$")
 
 
@@ -416,7 +416,8 @@ def _reason(module: str, line: int) -> str:
 def test_function_level_imports_say_why() -> None:
     """An import inside a function is for something: torch (or jinja2, numpy) kept out of what the plugin and
     collection load, an optional dependency, the plugin's own start. The reason stands beside it; where it says
-    ``brings torch`` (jinja2, numpy, yaml), the imported module really does."""
+    ``brings torch`` (jinja2, numpy, yaml, pytest: ``cannbench merge`` runs without it), the imported module really
+    does."""
     lazy = [i for m in _modules() for i in _imports(m) if i.kind == "function"]
     silent, wrong = [], []
     for i in lazy:
