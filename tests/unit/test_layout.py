@@ -12,8 +12,8 @@ The declarations. Each room's ``__init__.py`` docstring holds one paragraph (it 
 
 Each entry names a top-level module (``outcome``), a whole room (``taskformat``) or one module of a room
 (``timing.in_worker``), optionally followed by its reason in parentheses; the paragraph ends with a full stop;
-``May import: nothing.`` declares none. A room may always import its own modules, and anyone the package root (its
-``__version__``). The top-level modules are declared together in the package's own docstring: a paragraph starting
+``May import: nothing.`` declares none. A room may always import its own modules, and any module the package root
+(its ``__version__``). The top-level modules are declared together in the package's own docstring: a paragraph starting
 ``Top-level modules may import:`` followed by one line per module, ``name: entries``, a long list continued on
 lines indented deeper.
 """
