@@ -5,7 +5,7 @@ Usage: python benchmarks/anchor_audit.py --tasks /path/to/cann-bench/tasks/level
 
 T_HW (the roofline) must be a lower bound for every honest implementation, the baseline included: a case whose
 baseline is faster than its T_HW has a degenerate anchor, and its HAP says nothing. The audit grades the tree's
-goldens as the candidate (``--cann-self-check``: an honest submission that is exactly the baseline) with timing on,
+goldens as the candidate (``--cann-source @golden``: an honest submission that is exactly the baseline) with timing on,
 then lists per case T_baseline, T_HW, their ratio and the anchor flags:
 
 * ``baseline_below_t_hw`` / ``degenerate_anchors``: the baseline beat T_HW (scoring's flags);
@@ -37,7 +37,7 @@ FLAGS = ("baseline_below_t_hw", "degenerate_anchors", "t_hw_outputs_only")
 
 def run(tasks: Path, out: Path, repeat: int, workers: int, extra: list[str]) -> float:
     """One self-check grading session with timing; its wall seconds."""
-    args = [sys.executable, "-m", "pytest", f"--cann-tasks={tasks}", "--cann-self-check", f"--cann-repeat={repeat}",
+    args = [sys.executable, "-m", "pytest", f"--cann-tasks={tasks}", "--cann-source=@golden", f"--cann-repeat={repeat}",
             "--cann-warmup=1", "-q", "-p", "no:cacheprovider", f"--cann-report-dir={out}", "--cann-seed=0",
             "--rootdir", str(out)]
     if workers > 1:

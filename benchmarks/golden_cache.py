@@ -38,7 +38,7 @@ class _Setup:
 
 def _run(tasks: Path, cache: Path, keyword: str | None) -> tuple[float, _Setup, int]:
     probe = _Setup()
-    args = ["-q", "-p", "no:cacheprovider", "-W", "ignore", f"--cann-tasks={tasks}", "--cann-self-check",
+    args = ["-q", "-p", "no:cacheprovider", "-W", "ignore", f"--cann-tasks={tasks}", "--cann-source=@golden",
             f"--cann-golden-cache={cache}", "--rootdir", str(tasks)]
     if keyword:
         args += ["-k", keyword]

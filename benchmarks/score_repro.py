@@ -50,7 +50,7 @@ def grade(tasks: Path, source: Path, mode: str, out: Path, extra: list[str]) -> 
     elif workers != "serial":
         raise SystemExit(f"unknown run mode {mode!r} (n2 or serial, with :off for --cann-timing-isolation off)")
     if isolation:
-        args += [f"--cann-timing-isolation={isolation}"]
+        args += ["-o", f"cann_timing_isolation={isolation}"]
     start = time.monotonic()
     proc = subprocess.run(args + extra, cwd=out, capture_output=True, text=True)
     wall = time.monotonic() - start

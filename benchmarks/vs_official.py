@@ -9,7 +9,7 @@ Usage (run with the project's Python; the official side gets its own throwaway v
 
 What runs, each as a child process started from a fresh temporary directory:
 
-(a) ours: ``python -m pytest -p no:cacheprovider --cann-tasks=<copy> --cann-self-check --cann-no-perf
+(a) ours: ``python -m pytest -p no:cacheprovider --cann-tasks=<copy> --cann-source=@golden --cann-no-perf
     --cann-golden-cache=off -n N -q --cann-report-dir=<tmp>`` (the goldens graded as the candidate, no timing).
 
 (b) the official harness (``--official``, a checked-out hicann/cann-bench tree) on the CPU, in accuracy-only mode,
@@ -248,7 +248,7 @@ def measure(label: str, argv: list[str], cwd: Path, env: dict[str, str] | None, 
 def run_ours(subset: Path, run_dir: Path, workers: int, index: int, echo: bool) -> dict[str, Any]:
     cwd, report = run_dir / f"ours-cwd-{index}", run_dir / f"ours-report-{index}"
     cwd.mkdir()
-    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--cann-tasks={subset}", "--cann-self-check",
+    argv = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", f"--cann-tasks={subset}", "--cann-source=@golden",
             "--cann-no-perf", "--cann-golden-cache=off", "-n", str(workers), "-q", f"--cann-report-dir={report}"]
     result = measure("ours", argv, cwd, None, run_dir / f"ours-{index}.log", echo)
     results = report / "results.jsonl"

@@ -4,7 +4,8 @@ One argparse subcommand per job, each with its own ``--help``: ``show`` and ``re
 (the terminal tables, or any report file regenerated, like the official harness's ``gen_report.sh``),
 ``compare`` diffs two boards with a CI gate, ``list`` and ``info`` read task trees, ``roofline`` and ``check``
 run the calibration and the task-quality gate, ``merge`` joins shards, ``secret`` checks a revealed session secret
-against a board's commitment. This module only parses and dispatches;
+against a board's commitment, ``cluster-grade`` grades a tree across a Ray cluster, ``serve`` runs the grading
+service. This module only parses and dispatches;
 the work is done by the rooms (``report``, ``taskformat``, ``timing``, ``judge``).
 
 Exit status: 0 on success; 1 when ``compare --fail-on-regression`` finds a regression, ``check`` finds weak
@@ -15,14 +16,16 @@ the file).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_cannbench import __version__
 from pytest_cannbench.kernelbench.spec import is_problem, problem_of
+from pytest_cannbench.options import DEFAULT_KB_TRIALS
 from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.report import leaderboard
 from pytest_cannbench.report.compare import compare, markdown, terminal_lines
@@ -36,6 +39,7 @@ from pytest_cannbench.taskformat.errors import TaskFormatError
 from pytest_cannbench.taskformat.listing import info_lines, list_lines, load, scan
 from pytest_cannbench.timing.calibrate import CalibrationError
 from pytest_cannbench.timing.roofline import cached_limits
+from pytest_cannbench.vocab.registry import DEFAULT_CHECKER, checker_help, checker_names
 from pytest_cannbench.workers.limits import usable_cores
 
 Handler = Callable[[argparse.Namespace], int]
@@ -112,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
                      "exit 1 when a case is weak (a wrong answer passes) or broken.")
     check.add_argument("root", metavar="TREE", help="a task tree, a level directory or one operator directory")
     check.add_argument("-k", dest="keyword", default="", help="only operators whose directory name contains this")
-    check.add_argument("--checker", default="relative_error", choices=("relative_error", "allclose"))
+    check.add_argument("--checker", default=DEFAULT_CHECKER, choices=checker_names(), help=checker_help())
     check.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's)")
 
     merge_cmd = _command(commands, "merge", "merge leaderboards and results.jsonl files (scores recomputed)",
@@ -134,10 +138,19 @@ def _parser() -> argparse.ArgumentParser:
                       "secret's 16 bytes must equal config.secret_commitment (or a merged input's). Exit 1 if not.")
     secret.add_argument("board", metavar="BOARD", help="leaderboard JSON or results.jsonl")
     secret.add_argument("secret_file", metavar="SECRET_FILE", help="the file --cann-reveal-secret wrote")
+    from pytest_cannbench.cluster.command import add_parser as add_cluster_grade  # no Ray needed to parse
+
+    add_cluster_grade(commands)
+    # the subcommand's arguments only: the service's modules stay out of every other subcommand
+    from pytest_cannbench.serve.server import add_arguments
+
+    add_arguments(_command(commands, "serve", "a warm grading service: an HTTP JSON API over judges on Ray",
+                           "Serve grading over HTTP (docs/serve.md): warm judges on an embedded Ray cluster (or "
+                           "--address), one per card or share of the cores; grade, jobs, batch, health, metrics."))
     return parser
 
 
-def load_board(path: str) -> dict[str, Any]:
+def load_board(path: str) -> Mapping[str, Any]:
     """A leaderboard, or a board scored afresh from a results.jsonl (raises :class:`InputError`)."""
     source = read_input(path)
     if source.board is not None:
@@ -147,7 +160,7 @@ def load_board(path: str) -> dict[str, Any]:
     return leaderboard.build(source.outcomes, submission=None, environment={}, config={})
 
 
-def write_reports(board: dict[str, Any], *, html: str | None = None, markdown: str | None = None,
+def write_reports(board: Mapping[str, Any], *, html: str | None = None, markdown: str | None = None,
                   eval_report: str | None = None) -> list[str]:
     """The optional report files of one board; the paths written, in order."""
     written = []
@@ -171,7 +184,10 @@ def _show(args: argparse.Namespace) -> int:
     board = load_board(args.board)
     collector = ResultCollector(board=board)
     for data in outcomes_from_board(board, args.board):
-        collector.outcomes[data["key"]] = CaseOutcome.from_dict(data)
+        try:
+            collector.outcomes[data["key"]] = CaseOutcome.from_dict(data)
+        except ValueError as exc:  # a status or failure type this version does not know
+            raise InputError(f"{args.board}: {exc}; show it with the version that wrote it") from None
     generated = board.get("generated_at") or "unknown time"
     print(f"cannbench show: {args.board} (pytest-cannbench {board.get('plugin_version', '?')}, {generated})")
     for line in collector.summary_lines(verbose=args.verbose) or ["no cases"]:
@@ -232,8 +248,6 @@ def _problems(tree: Path, keyword: str) -> list[str]:
     found = [p for p in found if keyword in p.rel_path]
     if not found:
         return []
-    from pytest_cannbench.options import DEFAULT_KB_TRIALS  # brings pytest: merge and report run without it
-
     cases = DEFAULT_KB_TRIALS + 1
     return ([f"{'KernelBench problem':<36} {'level':>5} {'cases':>5}"]
             + [f"{p.rel_path:<36} {p.level if p.level is not None else '-':>5} {cases:>5}" for p in found]
@@ -267,7 +281,7 @@ def _roofline(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from pytest_cannbench.judge.task_quality import main as check_main  # brings pytest (and, checking, torch)
+    from pytest_cannbench.judge.task_quality import main as check_main  # cannbench check only: the judge room
 
     argv = [args.root, "--checker", args.checker, "--threads", str(args.threads)]
     return check_main(argv + (["-k", args.keyword] if args.keyword else []))
@@ -302,9 +316,26 @@ def _secret(args: argparse.Namespace) -> int:
     return 1
 
 
+def _cluster_grade(args: argparse.Namespace) -> int:
+    # cannbench cluster-grade only: the other subcommands never load the cluster's modules
+    from pytest_cannbench.cluster.command import run
+
+    return run(args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    missing = [m for m in ("fastapi", "uvicorn", "ray", "prometheus_client") if importlib.util.find_spec(m) is None]
+    if missing:
+        raise InputError(f"the service needs {', '.join(missing)}: pip install 'pytest-cannbench[serve]'")
+    # once the serve extra is known to be installed (its modules import it when the service starts)
+    from pytest_cannbench.serve.server import run
+
+    return run(args)
+
+
 HANDLERS: dict[str, Handler] = {"show": _show, "compare": _compare, "report": _report, "list": _list,
                                 "info": _info, "roofline": _roofline, "check": _check, "merge": _merge,
-                                "secret": _secret}
+                                "secret": _secret, "cluster-grade": _cluster_grade, "serve": _serve}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -8,6 +8,7 @@ under load with them). Standard library only: nothing here reads or writes anyth
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -48,7 +49,7 @@ def hap(t_base: float | None, t_cand: float | None, t_hw: float | None, *,
     return score, flags
 
 
-def hap_interval(t_base: float | None, t_hw: float | None, speedup: dict[str, Any] | None,
+def hap_interval(t_base: float | None, t_hw: float | None, speedup: Mapping[str, object] | None,
                  *, cap: bool = False) -> tuple[float, float] | None:
     """HAP at the two ends of the paired speed-up's interval (T_cand = T_base / speed-up): HAP rises with the
     speed-up, so the interval maps end to end. None without a live pairing or usable anchors."""

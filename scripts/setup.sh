@@ -37,5 +37,5 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
     "${PIP[@]}" install -q --index-url "$CPU_INDEX" "$TORCH_SPEC"
   fi
 fi
-"${PIP[@]}" install -q -e ".[test,jit]"  # jit: ninja, for submissions using load_inline
+"${PIP[@]}" install -q -e ".[test,jit,cluster,serve]"  # jit: ninja (load_inline); cluster, serve: Ray and the service
 .venv/bin/python -c "import torch, pytest_cannbench; print('torch', torch.__version__, '| pytest-cannbench', pytest_cannbench.__version__)"

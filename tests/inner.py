@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import re
 import time
 import zipfile
@@ -14,6 +15,26 @@ from typing import Any
 import pytest
 
 from pytest_cannbench.nodes.items import CannTaskWarning
+from pytest_cannbench.report.board_schema import shipped
+
+
+def board_errors(board: Any) -> list[str]:
+    """Where a board breaks the shipped leaderboard schema (report/leaderboard.schema.json): one line per error,
+    naming the JSON path, the value's start and what the schema wanted."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(shipped())
+    return [f"{'/'.join(map(str, e.absolute_path)) or '<board>'}: {str(e.instance)[:120]}: {e.message[:300]}"
+            for e in sorted(validator.iter_errors(board), key=lambda e: list(map(str, e.absolute_path)))]
+
+
+def check_boards(root: Path, since: float) -> None:
+    """Every leaderboard.json an inner session wrote under ``root`` validates against the shipped schema: each
+    real board of the test suite is a check of the schema (and of the types it is generated from)."""
+    for path in sorted(root.rglob("leaderboard.json")):
+        if path.stat().st_mtime >= since:
+            errors = board_errors(json.loads(path.read_text()))
+            assert not errors, f"{path} breaks the leaderboard schema:\n" + "\n".join(errors[:20])
 
 
 def int_attr_operator(tasks: Path, name: str, title: str, golden: str, attr: str, description: str,
@@ -80,12 +101,13 @@ def run_inner(pytester: pytest.Pytester, capsys: pytest.CaptureFixture, tasks: P
     so a run given a submission gets ``--cann-guard=off`` unless it chooses a mode itself. Each defence is
     tested on its own that way, and the guard's tests (tests/adversarial) choose ``block`` explicitly.
     """
-    if any(a.startswith(("--cann-source", "--cann-no-install")) for a in args) and \
+    if any(a.startswith("--cann-source") and a != "--cann-source=@golden" for a in args) and \
             not any(a.startswith("--cann-guard") for a in args):
         args = (*args, "--cann-guard=off")
-    t0 = time.monotonic()
+    t0, started = time.monotonic(), time.time()
     reprec = pytester.inline_run(*args)
     seconds = time.monotonic() - t0
+    check_boards(Path(pytester.path), started - 1.0)
     configured = reprec.getcalls("pytest_sessionfinish")
     run = InnerRun(ret=int(reprec.ret), text=capsys.readouterr().out, tasks=tasks.resolve(), seconds=seconds,
                    root=Path(pytester.path), config=configured[0].session.config if configured else None)

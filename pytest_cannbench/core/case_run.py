@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pytest_cannbench.taskformat.memory_need import MemoryNeed
     from pytest_cannbench.workers.candidate_client import CandidateWorker
 
-NO_CANDIDATE = "no candidate to grade: pass --cann-source or --cann-self-check"
+NO_CANDIDATE = "no candidate to grade: pass --cann-source DIR, or --cann-source @golden to grade the goldens"
 RESUMED = "already recorded in results.jsonl by an identical run (--cann-resume)"
 
 
@@ -90,7 +90,8 @@ class CaseRun:
         self.outcome = self.seal(result) if self.seal is not None else result
         return self.outcome
 
-    def stop(self, kind: str, status: str, failure_type: str | None, message: str, said: str = "") -> CaseStopped:
+    def stop(self, kind: str, status: oc.Status, failure_type: oc.FailureType | None, message: str,
+             said: str = "") -> CaseStopped:
         """Record the outcome and return the exception that says so (``said``: the line, if not the message)."""
         self.record(self.source.outcome(status, failure_type, message))
         return CaseStopped(kind, said or message)
@@ -123,13 +124,13 @@ class CaseRun:
                 return  # run() fails the case as compile_failed; no golden is needed
         too_large = self.admit()
         if too_large is not None:  # never started, so never an OOM; not the candidate's fault
-            raise self.stop("skip", oc.TOO_LARGE, oc.TOO_LARGE, too_large, f"{oc.TOO_LARGE}: {too_large}")
+            raise self.stop("skip", oc.TOO_LARGE, oc.FailureType.TOO_LARGE, too_large, f"{oc.TOO_LARGE}: {too_large}")
         try:
             self.reference = self.golden()
             self.clock.merge(self.reference.seconds)
             self.phase("candidate")
         except SkipCase as exc:  # needs_npu is a status of its own; too_large stays a skip
-            status = oc.NEEDS_NPU if exc.failure_type == oc.NEEDS_NPU else oc.SKIPPED
+            status = oc.NEEDS_NPU if exc.failure_type == oc.FailureType.NEEDS_NPU else oc.SKIPPED
             raise self.stop("skip", status, exc.failure_type, str(exc)) from None
         except GoldenFailure as exc:
             raise self.stop("error", oc.ERROR, oc.GOLDEN_ERROR, str(exc), f"golden_error: {exc}") from None
@@ -141,10 +142,10 @@ class CaseRun:
             raise self.stop("task", oc.ERROR, oc.TASK_ERROR, source.task_error, f"task_error: {source.task_error}")
         submission = self.judge.submission_of(self.route.candidate)
         if submission is not None and not submission.ok:
-            raise self.stop("fail", submission.status, submission.status, submission.message,
+            raise self.stop("fail", oc.Status(submission.status), oc.FailureType(submission.status), submission.message,
                             f"{submission.status}: {submission.message}")
         if self.build_failed:
-            raise self.stop("fail", oc.COMPILE_FAILED, oc.COMPILE_FAILED, self.build_failed,
+            raise self.stop("fail", oc.COMPILE_FAILED, oc.FailureType.COMPILE_FAILED, self.build_failed,
                             f"{oc.COMPILE_FAILED}: {self.build_failed}")
 
     def run(self) -> CaseOutcome:

@@ -106,6 +106,9 @@ class Judge:
         self._memory_pool: MemoryPool | None = None
         self._kb_state_dir: Path | None = None
         self._references: OrderedDict[Any, Any] = OrderedDict()
+        # goldens kept for other candidates: a few suffice when candidates are innermost (a session); a front-end
+        # grading whole candidates one after another (the service) keeps a case set's worth
+        self.reference_slots = settings.repeat + 4
         self._apart: Judge | None = None
         self._owner: Judge | None = None
 
@@ -168,7 +171,7 @@ class Judge:
         value = make()
         self.goldens_computed[key] += 1
         self._references[key] = value
-        while len(self._references) > self.settings.repeat + 4:
+        while len(self._references) > self.reference_slots:
             self._references.popitem(last=False)
         return value, False
 

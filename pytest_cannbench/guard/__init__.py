@@ -8,5 +8,5 @@ The worker-side modules (``runtime``, ``forbid``, ``containment``) run inside th
 code. The guard kinds are defined once in :mod:`pytest_cannbench.outcome`. The worker hands the runtime guard the
 functions of its own whose identities it must watch (the timers, the tensor wire): the guard knows no other room.
 
-May import: outcome.
+May import: vocab (device kinds, the option words it owns), outcome.
 """

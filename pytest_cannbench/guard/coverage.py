@@ -67,7 +67,7 @@ def judge(found: Coverage | None, floor: float | None) -> list[tuple[str, str]]:
     """Guard problems ``[(kind, detail)]``: the coverage flag, and ``low_kernel_coverage`` under ``floor``."""
     if found is None:
         return []
-    rule = f"; floor {floor:.0%}" if floor is not None else "; no floor (--cann-kb-guard kernelbench)"
+    rule = f"; floor {floor:.0%}" if floor is not None else "; no floor (--cann-guard kernelbench)"
     problems = [(KERNEL_COVERAGE, found.describe() + rule)]
     if floor is not None and found.share < floor:
         problems.insert(0, (LOW_KERNEL_COVERAGE, f"{found.describe()}, under the {floor:.0%} a KernelBench "

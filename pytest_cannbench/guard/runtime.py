@@ -49,6 +49,7 @@ from pytest_cannbench.outcome import (
     HOST_LIBRARY,
     NO_CUSTOM_KERNEL,
 )
+from pytest_cannbench.vocab.registry import DeviceKind, is_kind
 
 MARK = recorder.MARK
 
@@ -228,13 +229,13 @@ class Guard:
         if main is not None and hasattr(main, "Worker"):
             owners += [(main, ("_clock", "_device_coverage")),
                        (main.Worker, ("call", "time", "hello", "discover", "resolve"))]
-        if self.device.startswith("cuda"):
+        if is_kind(self.device, DeviceKind.CUDA):
             owners += [(torch.cuda, ("synchronize", "Event")), (torch.cuda.Event, ("record", "elapsed_time",
                                                                                    "synchronize"))]
             # --cann-cuda-graph: the graph API the graph timer replays through
             owners += [(torch.cuda, ("CUDAGraph", "graph")), (torch.cuda.CUDAGraph, ("replay", "reset"))]
         npu = getattr(torch, "npu", None)
-        if self.device.startswith("npu") and npu is not None:
+        if is_kind(self.device, DeviceKind.NPU) and npu is not None:
             owners += [(npu, ("synchronize", "Event")), (npu.Event, ("record", "elapsed_time"))]
             torch_npu = sys.modules.get("torch_npu")
             prof = getattr(torch_npu, "profiler", None)

@@ -31,7 +31,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-SANDBOX_MODES = ("auto", "bwrap", "off")
 BWRAP = "bwrap"
 OFF = "off"
 SANDBOX_OFF_FLAG = "sandbox_off"  # on every case graded without the OS sandbox

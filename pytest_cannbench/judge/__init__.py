@@ -4,6 +4,6 @@ call and the accuracy verdict (precision standard), the second correctness pass,
 
 Never spawns a process itself: it talks to child processes through ``workers``.
 
-May import: options, outcome, phases, scratch, cbuild (the comparison's C kernel), figures, taskformat, kernelbench,
-timing, workers, submission (the built submission: its state, interfaces and KernelBench modules).
+May import: vocab, options, outcome, phases, scratch, cbuild (the comparison's C kernel), figures, taskformat,
+kernelbench, timing, workers, submission (the built submission: its state, interfaces and KernelBench modules).
 """

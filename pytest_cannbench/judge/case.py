@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from pytest_cannbench.submission.build import SubmissionState
 
 
-def new_outcome(task: OperatorTask, case: CaseSpec, status: str, failure_type: str | None = None,
+def new_outcome(task: OperatorTask, case: CaseSpec, status: oc.Status, failure_type: oc.FailureType | None = None,
                 message: str = "") -> CaseOutcome:
     return CaseOutcome(key=task.result_key(case), rel_path=task.rel_path, operator=task.spec.name, case_id=case.case_id,
                        status=status, failure_type=failure_type, message=message, warnings=list(case.warnings))
@@ -80,8 +80,8 @@ def prepare(task: OperatorTask, case: CaseSpec, service: GoldenService, settings
         text = str(exc)
         text = text[len(golden) + 2:] if text.startswith(golden + ": ") else text  # say the path once
         if exc.needs:  # an NPU-only golden on a host without torch_npu: not gradable here, not a golden error
-            raise SkipCase(oc.NEEDS_NPU, f"{golden}: case_id {case.case_id}: the golden needs {exc.needs}, which "
-                                         f"this host does not have: {text}") from None
+            raise SkipCase(oc.FailureType.NEEDS_NPU, f"{golden}: case_id {case.case_id}: the golden needs "
+                                                     f"{exc.needs}, which this host does not have: {text}") from None
         raise GoldenFailure(f"{golden}: case_id {case.case_id}: {text}", oom=exc.oom) from None
 
 
@@ -115,8 +115,7 @@ class OperatorCase:
 
     @property
     def key(self) -> str:
-        key = self.task.result_key(self.case)
-        return f"cand={self.candidate}/{key}" if self.candidate else key
+        return str(self.task.result_key_of(self.case).of_candidate(self.candidate))
 
     @property
     def rel_path(self) -> str:
@@ -130,7 +129,7 @@ class OperatorCase:
     def task_error(self) -> str | None:
         return self.case.error
 
-    def outcome(self, status: str, failure_type: str | None = None, message: str = "") -> CaseOutcome:
+    def outcome(self, status: oc.Status, failure_type: oc.FailureType | None = None, message: str = "") -> CaseOutcome:
         result = new_outcome(self.task, self.case, status, failure_type, message)
         if self.candidate:
             result.key, result.candidate = self.key, self.candidate

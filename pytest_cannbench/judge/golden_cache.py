@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench.options import DEFAULT_MIN_FREE_GIB
+
 FORMAT = 3
 
 
@@ -39,8 +41,6 @@ class GoldenCacheWarning(UserWarning):
     """The cache stopped writing; grading goes on without it."""
 
 
-DEFAULT_MIN_FREE_GIB = 4.0  # never fill the disk with cache entries (--cann-golden-cache-min-free)
-DEFAULT_MAX_GIB = 32.0  # what the cache may hold between sessions (--cann-golden-cache-max)
 STALE_PARTIAL_S = 3600.0  # a partial write this old belongs to a killed writer, not a running one
 
 
@@ -55,7 +55,7 @@ class GoldenCache:
         if free >= self.min_free_bytes:
             return None
         return (f"{free / (1 << 30):.1f} GiB free on {where}, under the {self.min_free_bytes / (1 << 30):g} GiB "
-                "floor (--cann-golden-cache-min-free)")
+                "floor (cann_golden_cache_min_free)")
 
     def path(self, key: str) -> Path:
         return self.root / key[:2] / f"{key}.pt"
@@ -128,7 +128,7 @@ class Pruned:
         gib = 1 << 30
         return (f"golden cache: removed {self.removed} least recently used files ({self.freed_bytes / gib:.1f} "
                 f"GiB); it holds {self.kept} entries, {self.kept_bytes / gib:.1f} GiB, under its "
-                f"{max_bytes / gib:g} GiB bound (--cann-golden-cache-max)")
+                f"{max_bytes / gib:g} GiB bound (cann_golden_cache_max)")
 
 
 def _is_partial(name: str) -> bool:

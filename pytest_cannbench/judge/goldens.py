@@ -117,7 +117,8 @@ class GoldenService:
         except GoldenWorkerFailure as exc:
             raise GoldenFailure(str(exc)) from None
         if not response.get("ok"):
-            hint = " (raise --cann-golden-memory or make the golden use less memory)" if response.get("oom") else ""
+            hint = (" (raise cann_golden_memory, e.g. -o cann_golden_memory=16, or make the golden use less memory)"
+                    if response.get("oom") else "")
             raise GoldenFailure(f"{response.get('error')}{hint}", oom=bool(response.get("oom")),
                                 needs=str(response.get("needs") or ""))
         return response

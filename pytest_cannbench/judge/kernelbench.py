@@ -30,6 +30,7 @@ from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.submission.kernelbench import build_failure, module_for
 from pytest_cannbench.taskformat.inputs import case_seed
+from pytest_cannbench.vocab.casekey import CaseKey
 from pytest_cannbench.workers.golden_client import GoldenWorkerFailure
 
 if TYPE_CHECKING:
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 
 # KernelBench's per-dtype tolerance (its eval.py, after torchbench): atol = rtol = T.
 KB_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-7}
-TOO_LARGE = "too_large"
 
 
 @dataclass
@@ -85,18 +85,14 @@ def reference(service: GoldenService, folder: Path, problem: Problem, seed: int,
     except GoldenWorkerFailure as exc:
         raise GoldenFailure(f"{problem.path}: {exc}") from None
     if not reply.get("ok"):
-        hint = " (raise --cann-golden-memory or --cann-kb-max-input-gib)" if reply.get("oom") else ""
+        hint = (" (raise cann_golden_memory or cann_kb_max_input_gib: -o cann_golden_memory=GIB)" if reply.get("oom")
+                else "")
         raise GoldenFailure(f"{problem.path}: {reply.get('error')}{hint}", oom=bool(reply.get("oom")))
     if reply.get("too_large"):
-        raise SkipCase(TOO_LARGE, reply["too_large"])
+        raise SkipCase(oc.FailureType.TOO_LARGE, reply["too_large"])
     return ProblemReference(inputs=list(reply["inputs"]), init_inputs=list(reply["init_inputs"]),
                             native=reply["native"], golden=reply.get("golden"), state_file=message["state_file"],
                             seconds=dict(reply.get("seconds") or {}))
-
-
-def candidate_key(candidate: str, key: str) -> str:
-    """A case key of a multi-candidate run names its candidate first: ``cand=<name>/level1/19_ReLU.py_1``."""
-    return f"cand={candidate}/{key}" if candidate else key
 
 
 def target(ref: ProblemReference, module: str, class_name: str, seed: int) -> dict[str, Any]:
@@ -145,7 +141,7 @@ class ProblemCase:
 
     @property
     def key(self) -> str:
-        return candidate_key(self.candidate, self.problem.key(self.case_id))
+        return str(CaseKey.case(self.problem.rel_path, self.case_id, self.candidate))
 
     @property
     def rel_path(self) -> str:
@@ -155,7 +151,7 @@ class ProblemCase:
     def name(self) -> str:
         return self.problem.name
 
-    def outcome(self, status: str, failure_type: str | None = None, message: str = "") -> CaseOutcome:
+    def outcome(self, status: oc.Status, failure_type: oc.FailureType | None = None, message: str = "") -> CaseOutcome:
         return CaseOutcome(key=self.key, rel_path=self.problem.rel_path, operator=self.problem.name,
                            case_id=self.case_id, status=status, failure_type=failure_type, message=message,
                            candidate=self.candidate)

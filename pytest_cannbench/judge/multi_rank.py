@@ -11,7 +11,7 @@ run is the same-precision reference the precision standard allows for), every ra
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,8 @@ from pytest_cannbench.judge.source import SkipCase, case_log_path, fate, is_stru
 from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.submission.interfaces import call_candidates
 from pytest_cannbench.timing.stats import CaseTiming, implausible, summarize
+from pytest_cannbench.vocab.records import TimingRecord
+from pytest_cannbench.workers.batch import WorkerStatus
 from pytest_cannbench.workers.candidate_client import CandidateResult
 from pytest_cannbench.workers.ranks import GoldenRankFailure, RankAnswer
 
@@ -105,7 +107,7 @@ def prepare(task: OperatorTask, case: CaseSpec, settings: Settings, goldens: Gol
         replies = goldens.prepare(request, settings.golden_timeout_s)
     except GoldenRankFailure as exc:
         if exc.needs:
-            raise SkipCase(oc.NEEDS_NPU, f"{NEEDS_NPU_MESSAGE}: {exc}") from None
+            raise SkipCase(oc.FailureType.NEEDS_NPU, f"{NEEDS_NPU_MESSAGE}: {exc}") from None
         raise GoldenFailure(f"{task.op_dir / 'golden.py'}: case_id {case.case_id}: distributed golden, {exc}",
                             oom=exc.oom) from None
     notes = sorted({str(n) for r in replies for n in r.get("notes") or []})
@@ -142,7 +144,7 @@ def judge_rank(task: OperatorTask, rank: int, outputs: list, ref: RankReference,
             any(is_structural(v.failure_type) for v in failed))
 
 
-def fold(task: OperatorTask, case: CaseSpec, ends: list[tuple[int, str, str, str]], world_size: int,
+def fold(task: OperatorTask, case: CaseSpec, ends: Sequence[tuple[int, oc.Status, str, str]], world_size: int,
          accuracy: list[dict[str, Any]] | None = None) -> CaseOutcome:
     """The case's outcome from each rank's ``(rank, status, failure_type, message)``: passed when every rank
     passed; else the most serious rank's status (:data:`SEVERITY`), every failing rank named in the message."""
@@ -155,7 +157,7 @@ def fold(task: OperatorTask, case: CaseSpec, ends: list[tuple[int, str, str, str
             result = new_outcome(task, case, oc.PASSED)
             result.accuracy = accuracy
             return result
-    order = {kind: i for i, kind in enumerate(SEVERITY)}
+    order: dict[str, int] = {kind: i for i, kind in enumerate(SEVERITY)}
     worst = min(failing, key=lambda e: (order.get(e[2], len(order)), e[0]))
     stopped = [e[0] for e in ends if e[2] == STOPPED_TYPE]
     message = "; ".join(f"rank {r} of {world_size}: {text}" for r, _, _, text in
@@ -163,7 +165,9 @@ def fold(task: OperatorTask, case: CaseSpec, ends: list[tuple[int, str, str, str
     if stopped:
         message += (f"; rank(s) {', '.join(map(str, stopped))} stopped by the judge "
                     f"(they waited in a collective for rank {worst[0]})")
-    result = new_outcome(task, case, worst[1], worst[2], message)
+    # only stopped ranks (the judge broke) is the harness's error
+    failure = oc.HARNESS_ERROR if worst[2] == STOPPED_TYPE else oc.FailureType(worst[2])
+    result = new_outcome(task, case, worst[1], failure, message)
     result.accuracy = accuracy
     return result
 
@@ -172,7 +176,7 @@ STOPPED_TYPE = "stopped_by_judge"
 
 
 def rank_end(answer: RankAnswer, task: OperatorTask, ref: RankReference, checker: str,
-             accuracy: list[dict[str, Any]]) -> tuple[int, str, str, str]:
+             accuracy: list[dict[str, Any]]) -> tuple[int, oc.Status, str, str]:
     """One rank's ``(rank, status, failure_type, message)`` for :func:`fold`."""
     result = answer.result
     if answer.stopped:
@@ -221,7 +225,7 @@ def timed_sets(settings: Settings) -> int:
 
 def measure(task: OperatorTask, case: CaseSpec, settings: Settings, ref: MultiRankReference,
             group: RankGroup, baseline: RankGroup | None, goldens: GoldenRanks, log_dir: Path,
-            judge_flush: Callable[[], None] | None = None) -> tuple[dict[str, Any], CaseOutcome | None]:
+            judge_flush: Callable[[], None] | None = None) -> tuple[TimingRecord, CaseOutcome | None]:
     """Timed calls in lockstep: for each input set every rank's worker is let go at once (each waits, frozen, for
     the judge's go: the streamed batch of a single-rank case), each rank times its own call, and the call's time is
     its slowest rank's. Every timed output of every rank is judged against its set's reference. The baseline is the
@@ -286,7 +290,7 @@ def _batch(task: OperatorTask, case: CaseSpec, settings: Settings, sets: list[Mu
     if failing:
         ends = []
         for r, res in failing:
-            answer = RankAnswer(r, CandidateResult(res.status if res else "crashed",
+            answer = RankAnswer(r, CandidateResult(res.status if res else WorkerStatus.CRASHED,
                                                    message=res.message if res else "no result"),
                                 stopped=res is not None and res.message == "stopped by the judge")
             ends.append(rank_end(answer, task, sets[0].ranks[r], settings.checker, []))

@@ -47,6 +47,7 @@ from pytest_cannbench.timing.stats import (
     summarize,
     unaccounted_per_handshake,
 )
+from pytest_cannbench.vocab.records import TimingRecord
 from pytest_cannbench.workers.limits import usable_cores
 
 if TYPE_CHECKING:
@@ -406,7 +407,7 @@ def _precision(got: _Samples, seed: int) -> tuple[Interval | None, Interval]:
 
 
 def measure(source: CaseSource, ref: Reference, worker: CandidateWorker, ctx: PerfContext,
-            clock: PhaseClock | None = None, lean: bool = False) -> tuple[dict[str, Any], CaseOutcome | None]:
+            clock: PhaseClock | None = None, lean: bool = False) -> tuple[TimingRecord, CaseOutcome | None]:
     """The case's timing record, and a failure outcome when timing exposed the candidate.
 
     ``lean``: the case's first verdict read no native reference, so the timed sets' references are asked ``like``
@@ -495,11 +496,19 @@ def measure(source: CaseSource, ref: Reference, worker: CandidateWorker, ctx: Pe
                      "spent_s": _work(clock) - worked, "elapsed_s": time.monotonic() - started}
     if record.t_hw_us is not None and record.t_cand_us is not None and record.t_cand_us < record.t_hw_us:
         record.flags.append("implausible_time")  # faster than the hardware limit: the anchors or the timer lie
-        return {**record.to_dict(), **extra}, source.outcome(
+        return _with_extra(record, extra), source.outcome(
             oc.FAILED, oc.IMPLAUSIBLE_TIME,
             f"timed at {record.t_cand_us:.1f} us, below the hardware limit T_HW = {record.t_hw_us:.1f} us "
             f"({record.t_hw_source}): no honest kernel beats it, so the time cannot be scored")
-    return {**record.to_dict(), **extra}, None
+    return _with_extra(record, extra), None
+
+
+def _with_extra(record: CaseTiming, extra: dict[str, Any]) -> TimingRecord:
+    """The record with the extra baselines' fields (``t_<name>_us``, ``<name>_baseline``: KernelBench's compile
+    baseline, vocab.records.TimingRecord)."""
+    out = record.to_dict()
+    out.update(extra)  # type: ignore[typeddict-item]  # keys named after the source's baselines
+    return out
 
 
 def _summarise(source: CaseSource, ref: Reference, ctx: PerfContext, record: CaseTiming,

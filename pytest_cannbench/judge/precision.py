@@ -30,7 +30,7 @@ This module imports torch at top level; the plugin imports it lazily.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -46,6 +46,7 @@ from pytest_cannbench.judge.thresholds import (
     thresholds_for,
 )
 from pytest_cannbench.outcome import PRECISION, STRUCTURAL
+from pytest_cannbench.vocab.registry import CHECKER_ALIASES, DEFAULT_CHECKER, resolve_checker
 from pytest_cannbench.workers.tensor_wire import OutputProblem
 
 __all__ = ["OutputVerdict", "compare_output", "compare_outputs"]
@@ -73,7 +74,7 @@ class OutputVerdict:
     compared: bool
     failure_type: str | None = None
     message: str = ""
-    checker: str = "relative_error"
+    checker: str = DEFAULT_CHECKER
     threshold: float | None = None
     total_count: int = 0
     mismatch_count: int = 0
@@ -396,12 +397,25 @@ def _judge_allclose(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor
 # Public entry points
 # --------------------------------------------------------------------------------------------
 
-_CHECKERS = {"relative_error": "relative_error", "cann_default": "relative_error", "allclose": "allclose"}
+def _relative(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | None,
+              th: DtypeThresholds, overrides: Mapping[str, float] | None, stats: bool) -> OutputVerdict:
+    return _judge_relative(v, actual, golden, native, th, stats)
+
+
+def _allclose(v: OutputVerdict, actual: torch.Tensor, golden: torch.Tensor, native: torch.Tensor | None,
+              th: DtypeThresholds, overrides: Mapping[str, float] | None, stats: bool) -> OutputVerdict:
+    return _judge_allclose(v, actual, golden, native, th, overrides)
+
+
+FloatJudge = Callable[[OutputVerdict, torch.Tensor, torch.Tensor, "torch.Tensor | None", DtypeThresholds,
+                       "Mapping[str, float] | None", bool], OutputVerdict]
+# One judge of floating outputs per registered checker (vocab.registry.CHECKERS; the two are held equal by a test).
+JUDGES: Mapping[str, FloatJudge] = {"relative_error": _relative, "allclose": _allclose}
 
 
 def compare_output(actual: Any, golden: Any, native: Any = None, *, index: int = 0, name: str = "y",
                    expected_dtype: Any = None, overrides: Mapping[str, float] | None = None,
-                   checker: str = "relative_error", compare: bool = True, stats: bool = True) -> OutputVerdict:
+                   checker: str = DEFAULT_CHECKER, compare: bool = True, stats: bool = True) -> OutputVerdict:
     """Judge one output: structure first, then numbers by its own dtype's rule.
 
     ``stats=False`` asks for the verdict alone: an output that passes on MERE and MARE then carries only those
@@ -413,9 +427,7 @@ def compare_output(actual: Any, golden: Any, native: Any = None, *, index: int =
     TypeError/ValueError: those are reference-side faults the caller must not charge
     to the candidate.
     """
-    if checker not in _CHECKERS:
-        raise ValueError(f"unknown checker {checker!r}; expected one of {sorted(_CHECKERS)}")
-    checker = _CHECKERS[checker]
+    checker = resolve_checker(checker)  # ValueError naming the choices
     if expected_dtype is not None:
         expected = dtype_name(expected_dtype)
     elif isinstance(native, torch.Tensor):
@@ -452,16 +464,14 @@ def compare_output(actual: Any, golden: Any, native: Any = None, *, index: int =
     th = thresholds_for(actual.dtype, overrides)
     if is_exact_family(dtype):
         return _judge_integer(v, actual, golden, th)
-    if checker == "allclose":
-        return _judge_allclose(v, actual, golden, native, th, overrides)
-    return _judge_relative(v, actual, golden, native, th, stats)
+    return JUDGES[checker](v, actual, golden, native, th, overrides, stats)
 
 
 def compare_outputs(actual: Sequence[Any], golden: Sequence[Any], native: Sequence[Any] | None, *,
                     names: Sequence[str], expected_dtypes: Sequence[Any] | None = None,
                     overrides: Mapping[str, float] | None = None,
                     compare_flags: Sequence[bool] | None = None,
-                    checker: str = "relative_error", stats: bool = True) -> list[OutputVerdict]:
+                    checker: str = DEFAULT_CHECKER, stats: bool = True) -> list[OutputVerdict]:
     """Judge already-flattened outputs position by position.
 
     A count mismatch yields one structural verdict (nothing can be paired safely).
@@ -470,7 +480,7 @@ def compare_outputs(actual: Sequence[Any], golden: Sequence[Any], native: Sequen
     actual, golden = list(actual), list(golden)
     if len(actual) != len(golden):
         v = OutputVerdict(index=0, name="outputs", dtype="", expected_dtype="", passed=False,
-                          compared=True, checker=_CHECKERS.get(checker, checker))
+                          compared=True, checker=CHECKER_ALIASES.get(checker, checker))
         return [_fail(v, STRUCTURAL, "count",
                       f"output count mismatch: candidate returned {len(actual)}, golden has {len(golden)}")]
     if native is not None and len(native) != len(golden):

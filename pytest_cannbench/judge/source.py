@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.judge.goldens import GoldenFailure
-from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.outcome import CaseOutcome, FailureType, Status
 from pytest_cannbench.phases import PhaseClock, measured
+from pytest_cannbench.workers.batch import WorkerStatus
 
 if TYPE_CHECKING:
     from pytest_cannbench.submission.build import SubmissionState
@@ -47,7 +48,7 @@ class Baseline:
 class SkipCase(Exception):
     """The reference side declines the case (it is skipped, not graded); ``failure_type`` says why."""
 
-    def __init__(self, failure_type: str, message: str) -> None:
+    def __init__(self, failure_type: FailureType, message: str) -> None:
         super().__init__(message)
         self.failure_type = failure_type
 
@@ -78,7 +79,7 @@ class CaseSource(Protocol[R]):
     def task_error(self) -> str | None:
         """The case itself is broken (a task_error, not the candidate's)."""
 
-    def outcome(self, status: str, failure_type: str | None = None, message: str = "") -> CaseOutcome: ...
+    def outcome(self, status: Status, failure_type: FailureType | None = None, message: str = "") -> CaseOutcome: ...
 
     def missing(self, submission: SubmissionState) -> str | None:
         """Why the submission does not provide this case (None: it does)."""
@@ -106,21 +107,23 @@ class CaseSource(Protocol[R]):
         """Hardware and metadata anchors of the timing record (empty: none)."""
 
 
-CANDIDATE_FATES = {  # candidate_client status -> (case status, failure type)
-    "raised": (oc.FAILED, oc.STRUCTURAL),
-    "crashed": (oc.CRASHED, oc.CANDIDATE_CRASH),
-    "timeout": (oc.TIMEOUT, oc.CANDIDATE_TIMEOUT),
-    "oom_killed": (oc.OOM_KILLED, oc.OUT_OF_MEMORY),
-    "import_failed": (oc.IMPORT_FAILED, oc.IMPORT_FAILED),
-    "input_mutated": (oc.FAILED, oc.INPUT_MUTATED),
-    "async_escape": (oc.FAILED, oc.ASYNC_ESCAPE),
-    **{kind: (oc.FAILED, kind) for kind in oc.GUARD_FAILURES},
+W = WorkerStatus
+CANDIDATE_FATES: dict[WorkerStatus, tuple[Status, FailureType]] = {  # a call's end -> (case status, failure type)
+    W.RAISED: (oc.FAILED, oc.STRUCTURAL),
+    W.CRASHED: (oc.CRASHED, oc.CANDIDATE_CRASH),
+    W.TIMEOUT: (oc.TIMEOUT, oc.CANDIDATE_TIMEOUT),
+    W.OOM_KILLED: (oc.OOM_KILLED, oc.OUT_OF_MEMORY),
+    W.IMPORT_FAILED: (oc.IMPORT_FAILED, FailureType.IMPORT_FAILED),
+    W.INPUT_MUTATED: (oc.FAILED, oc.INPUT_MUTATED),
+    W.ASYNC_ESCAPE: (oc.FAILED, oc.ASYNC_ESCAPE),
+    **{W(kind): (oc.FAILED, kind) for kind in oc.GUARD_FAILURES},
 }
 
 
-def fate(worker_status: str) -> tuple[str, str]:
-    """The case status and failure type of a candidate-worker result that is not an answer."""
-    return CANDIDATE_FATES.get(worker_status, (oc.CRASHED, oc.CANDIDATE_CRASH))
+def fate(worker_status: str) -> tuple[Status, FailureType]:
+    """The case status and failure type of a candidate-worker result that is not an answer (anything unknown is a
+    crash)."""
+    return CANDIDATE_FATES.get(worker_status, (oc.CRASHED, oc.CANDIDATE_CRASH))  # type: ignore[call-overload]
 
 
 def case_log_path(log_dir: Path, key: str) -> Path:

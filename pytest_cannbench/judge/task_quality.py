@@ -45,6 +45,7 @@ from pytest_cannbench.taskformat.errors import TaskFormatError
 from pytest_cannbench.taskformat.generate import generate_inputs
 from pytest_cannbench.taskformat.inputs import plan_inputs
 from pytest_cannbench.taskformat.spec import load_operator
+from pytest_cannbench.vocab.registry import DEFAULT_CHECKER, checker_help, checker_names
 from pytest_cannbench.workers.golden_binding import bind, call_get_output, flatten_outputs, load_golden, upcast
 from pytest_cannbench.workers.golden_main import prepare
 
@@ -425,7 +426,7 @@ def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> i
                                      description="Judge null candidates on every case of a task tree.")
     parser.add_argument("root", type=Path, help="a task tree, a level directory or one operator directory")
     parser.add_argument("-k", dest="keyword", default="", help="only operators whose directory name contains this")
-    parser.add_argument("--checker", default="relative_error", choices=("relative_error", "allclose"))
+    parser.add_argument("--checker", default=DEFAULT_CHECKER, choices=checker_names(), help=checker_help())
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's)")
     args = parser.parse_args(argv)
     if args.threads > 0:

@@ -2,5 +2,5 @@
 collection) and loading a problem (``Model``, ``get_inputs``, ``get_init_inputs``) in a worker. The pytest nodes
 are ``nodes.problems``; the judge's case is ``judge.kernelbench``.
 
-May import: nothing.
+May import: vocab (the case-key grammar).
 """

@@ -155,7 +155,7 @@ def prepare(req: dict) -> dict:
             size = input_bytes(module)
             if size > limit:
                 return {"ok": True, "too_large": f"get_inputs() makes {size / 2**30:.2f} GiB of tensors, over the "
-                                                 f"{limit / 2**30:.2f} GiB budget (--cann-kb-max-input-gib)"}
+                                                 f"{limit / 2**30:.2f} GiB budget (cann_kb_max_input_gib)"}
         stage = "build Model"
         module, model, init_inputs = _reference(req["path"], req["init_seed"])
         _save_state(model, req["state_file"])

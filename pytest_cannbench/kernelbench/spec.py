@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pytest_cannbench.vocab.casekey import CaseKey
+
 LEVEL_DIR = re.compile(r"^level(\d+)$")
 PROBLEM_NAME = re.compile(r"^\d+_\w+\.py$")
 MAX_PROBLEM_BYTES = 1 << 20
@@ -32,7 +34,7 @@ class Problem:
     level: int | None
 
     def key(self, case_id: int) -> str:
-        return f"{self.rel_path}_{case_id}"
+        return str(CaseKey.case(self.rel_path, case_id))
 
 
 def is_problem_source(text: str) -> bool:
@@ -81,5 +83,4 @@ def key_of_name(path: Path, name: str, trials: int) -> str | None:
     if match is None or match["problem"] != path.stem:
         return None
     case_id = trials + 1 if match["label"] == "timed" else int(match["trial"])
-    key = problem_of(path).key(case_id)
-    return f"cand={match['cand']}/{key}" if match["cand"] else key
+    return str(CaseKey.case(problem_of(path).rel_path, case_id, match["cand"] or ""))

@@ -72,11 +72,11 @@ def timing_lines(config: pytest.Config, run: RunController) -> list[str]:
            "in native precision on the device, unless metadata has one"]
     out.append(header_line(threads, core.processes, plan.worker_device))  # thread budget, CPU meter
     if s.timing_isolation == "off":
-        out.append("cannbench: timing isolation off (--cann-timing-isolation off): other workers' accuracy "
+        out.append("cannbench: timing isolation off (cann_timing_isolation = off): other workers' accuracy "
                    "work runs during timed windows")
     if plan.kind == "cuda":
         out.append(f"cannbench: GPU clocks, temperature and power read around each window (a throttled one is "
-                   f"timed again once); CUDA graphs {s.cuda_graph} (--cann-cuda-graph)")
+                   f"timed again once); CUDA graphs {s.cuda_graph} (cann_cuda_graph)")
     key = hardware_key(s, plan)
     if key:
         out.append(f"cannbench: anchors from metadata/<{key}>.json where it has the case; else live")

@@ -26,13 +26,14 @@ from pytest_cannbench.nodes.items import OUTCOME_KEY, CaseFailed, CaseItem, Gold
 from pytest_cannbench.nodes.session import settings_of
 from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.taskformat.hidden import GENERATED, HiddenCaseError, generation_key, load_hidden
+from pytest_cannbench.vocab.casekey import CaseKey
+from pytest_cannbench.vocab.records import sealed_timing
 
 if TYPE_CHECKING:
     from pytest_cannbench.judge.source import CaseSource
     from pytest_cannbench.options import Settings
     from pytest_cannbench.taskformat.hidden import HiddenCase
 
-TIMES = ("t_cand_us", "t_baseline_us", "t_hw_us")  # what scoring needs of a hidden case's timing
 DROP_GOLDEN = "dropped: the golden rejects it"
 DROP_WEAK = "dropped: the quality gate finds it weak (a null candidate passes)"
 DROP_BROKEN = "dropped: the quality gate finds it broken (a correct answer fails)"
@@ -48,13 +49,11 @@ def header_line(settings: Settings) -> str:
 
 def seal(result: CaseOutcome, key: str, message: str = "") -> CaseOutcome:
     """What of a hidden case may leave the judge: key, status, failure type and the times HAP needs."""
-    timing = result.timing or {}
-    sealed = {"measured": bool(timing.get("measured")), **{t: timing.get(t) for t in TIMES if t in timing}}
-    label = key.rpartition("#")[2]
+    label = CaseKey.parse(key).label
     text = message or f"{label}: {result.status}" + (f" ({result.failure_type})" if result.failure_type else "")
     return CaseOutcome(key=key, rel_path=result.rel_path, operator=result.operator, case_id=None,
                        status=result.status, failure_type=result.failure_type, message=text,
-                       timing=sealed if timing else {}, split=oc.SPLIT_HIDDEN)
+                       timing=sealed_timing(result.timing), split=oc.SPLIT_HIDDEN)
 
 
 @contextlib.contextmanager
@@ -71,8 +70,8 @@ class HiddenCaseItem(CaseItem):
     def __init__(self, *, task: Any, case: Any, hidden: HiddenCase, **kwargs: Any) -> None:
         super(CaseItem, self).__init__(**kwargs)  # not CaseItem's: its property names the real case id
         self.task, self.case, self.hidden = task, case, hidden
-        self.key = f"{task.rel_path}#{hidden.label}"
-        self.user_properties += [("cann_case", self.key), ("cann_split", oc.SPLIT_HIDDEN)]
+        self.key = str(CaseKey.hidden(task.rel_path, hidden.label))
+        self.user_properties += [("cann_case", self.key), ("cann_split", oc.SPLIT_HIDDEN.value)]
 
     def case_run(self, judge: Judge) -> CaseRun:
         """The case on the judge's apart judge (private logs, no golden cache), its outcomes sealed."""

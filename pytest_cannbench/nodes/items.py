@@ -30,6 +30,7 @@ from pytest_cannbench.taskformat.dirs import find_bench_root
 from pytest_cannbench.taskformat.errors import TaskFormatError
 from pytest_cannbench.taskformat.spec import load_operator
 from pytest_cannbench.taskformat.task_warnings import operator_warning
+from pytest_cannbench.vocab.casekey import CaseKey, candidate_of, split_key
 
 if TYPE_CHECKING:
     from pytest_cannbench.judge.source import CaseSource
@@ -74,10 +75,10 @@ class InvalidTaskItem(_CannItem):
         super().__init__(**kwargs)
         self.error = error
         self.rel_path = rel_path
-        self.user_properties.append(("cann_case", f"{rel_path}_task"))
+        self.user_properties.append(("cann_case", str(CaseKey.task(rel_path))))
 
     def runtest(self) -> None:
-        self.stash[OUTCOME_KEY] = CaseOutcome(key=f"{self.rel_path}_task", rel_path=self.rel_path, operator="",
+        self.stash[OUTCOME_KEY] = CaseOutcome(key=str(CaseKey.task(self.rel_path)), rel_path=self.rel_path, operator="",
                                               case_id=None, status=oc.ERROR, failure_type=oc.TASK_ERROR,
                                               message=self.error)
         raise TaskInputError(self.error)
@@ -172,8 +173,7 @@ class CaseItem(SourceItem):
         self.task = task
         self.case = case
         self.candidate = candidate
-        key = task.result_key(case)
-        self.user_properties.append(("cann_case", f"cand={candidate}/{key}" if candidate else key))
+        self.user_properties.append(("cann_case", str(task.result_key_of(case).of_candidate(candidate))))
 
     def route(self, judge: Judge) -> Route:
         source = OperatorCase(task=self.task, case=self.case, settings=judge.settings, service=judge.golden_service,
@@ -274,18 +274,18 @@ def key_of_name(path: Path, name: str) -> str | None:
         rel_path = op_dir.resolve().relative_to(find_bench_root(op_dir)).as_posix()
     except ValueError:
         return None
-    label, candidate = match["label"] or match["hidden"], match["cand"]
+    label, candidate = match["label"] or match["hidden"], match["cand"] or ""
     if label == "task":
-        key = f"{rel_path}_task"
+        key = CaseKey.task(rel_path, candidate)
     elif label.startswith("hidden-"):
-        key = f"{rel_path}#{label}"
+        key = CaseKey.hidden(rel_path, label, candidate)
     elif label.startswith("#") and label[1:].isdigit():
-        key = f"{rel_path}_#{label[1:]}"
+        key = CaseKey.position(rel_path, int(label[1:]), candidate)
     elif label.partition("#")[0].isdigit():
-        key = f"{rel_path}_{int(label.partition('#')[0])}"
+        key = CaseKey.case(rel_path, int(label.partition("#")[0]), candidate)
     else:
         return None
-    return f"cand={candidate}/{key}" if candidate else key
+    return str(key)
 
 
 def case_key(item: pytest.Item) -> str | None:
@@ -299,14 +299,14 @@ def fallback_outcome(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseExcept
     key = case_key(item)
     if key is None:
         return None
-    rel_path, _, tail = key.rpartition("_")
-    rel_path, case_id = (rel_path, int(tail)) if rel_path and tail.isdigit() else (key, None)
+    rel_path, case_id = split_key(key)
     if isinstance(excinfo.value, pytest.fail.Exception):
         status, failure_type = oc.TIMEOUT, oc.PYTEST_TIMEOUT
     else:
         status, failure_type = oc.ERROR, oc.HARNESS_ERROR
     return CaseOutcome(key=key, rel_path=rel_path, operator="", case_id=case_id, status=status,
-                       failure_type=failure_type, message=f"{excinfo.typename}: {excinfo.value}"[:2000])
+                       failure_type=failure_type, message=f"{excinfo.typename}: {excinfo.value}"[:2000],
+                       candidate=candidate_of(key))
 
 
 def _warns(config: pytest.Config) -> bool:

@@ -15,6 +15,8 @@ from pytest_cannbench.kernelbench.spec import Problem, is_problem, problem_of
 from pytest_cannbench.nodes.items import SourceItem
 from pytest_cannbench.nodes.session import judge_of, settings_of
 from pytest_cannbench.nodes.sharding import in_shard
+from pytest_cannbench.vocab.casekey import CaseKey
+from pytest_cannbench.vocab.records import times_of
 
 if TYPE_CHECKING:
     from pytest_cannbench.outcome import CaseOutcome
@@ -27,8 +29,7 @@ class ProblemItem(SourceItem):
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.problem, self.case_id, self.trials, self.candidate = problem, case_id, trials, candidate
-        key = problem.key(case_id)
-        self.user_properties.append(("cann_case", f"cand={candidate}/{key}" if candidate else key))
+        self.user_properties.append(("cann_case", str(CaseKey.case(problem.rel_path, case_id, candidate or ""))))
         if candidate:
             self.user_properties.append(("cann_candidate", candidate))
 
@@ -43,9 +44,9 @@ class ProblemItem(SourceItem):
         return Route(source=source, candidate=self.candidate, timed=self.timed, coverage=True)
 
     def recorded(self, result: CaseOutcome) -> None:
-        t = result.timing or {}
-        if t.get("t_cand_us") and t.get("t_baseline_us"):
-            self.user_properties.append(("cann_kb_speedup", round(t["t_baseline_us"] / t["t_cand_us"], 4)))
+        cand, base, _ = times_of(result.timing)
+        if cand and base:
+            self.user_properties.append(("cann_kb_speedup", round(base / cand, 4)))
         if result.kernel_coverage.get("share") is not None:
             self.user_properties.append(("cann_kb_coverage", result.kernel_coverage["share"]))
 

@@ -4,5 +4,5 @@ and resume), scoring (Eq.3/4/5), the leaderboard, HTML, Markdown, the official E
 Nothing here imports torch. The report is fed plain data (outcomes, the board, what the front-end knows of the
 run): it reaches into no room that grades.
 
-May import: options, outcome, atomic, figures.
+May import: vocab, options, outcome, atomic, figures.
 """

@@ -8,7 +8,7 @@ attribute and becomes a ``crashed`` case, so no case is lost from the tally.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,10 +16,12 @@ import pytest
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.figures import hap
-from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.outcome import CaseOutcome, FailureType, Status
 from pytest_cannbench.report.kernelbench import summary_lines as kernelbench_lines
 from pytest_cannbench.report.passk import summary_lines as candidate_lines
 from pytest_cannbench.report.splits import summary_lines as split_lines
+from pytest_cannbench.vocab.casekey import parse_key, split_key
+from pytest_cannbench.vocab.records import TIME_KEYS, TimingRecord, times_of
 
 
 def _crashed_worker(report: pytest.TestReport) -> bool:
@@ -35,13 +37,14 @@ def _case_key(report: pytest.TestReport) -> str:
     return report.nodeid
 
 
-def _split_key(key: str) -> tuple[str, int | None]:
-    """``level1/exp_3`` -> (``level1/exp``, 3): what a crash report, which carries only the key, is about.
-    A hidden case's ``level1/exp#hidden-04`` -> (``level1/exp``, None)."""
-    if "#hidden-" in key:
-        return key.partition("#")[0], None
-    rel_path, _, tail = key.rpartition("_")
-    return (rel_path, int(tail)) if rel_path and tail.isdigit() else (key, None)
+def _from_key(key: str, status: Status, failure_type: FailureType, message: str) -> CaseOutcome:
+    """The outcome of a case known only by its key (a crash report, a case that never ran): what the key says of
+    its operator, case id, candidate and split; a bare node id (no worker named the key) is its own rel_path."""
+    found = parse_key(key)
+    rel_path, case_id = split_key(key)
+    return CaseOutcome(key=key, rel_path=rel_path, operator="", case_id=case_id, status=status,
+                       failure_type=failure_type, message=message, candidate=found.candidate if found else "",
+                       split=oc.SPLIT_HIDDEN if found and found.is_hidden else oc.SPLIT_PUBLIC)
 
 
 WORKEROUTPUT_KEYS = "cannbench_case_keys"
@@ -93,7 +96,7 @@ class ResultCollector:
     outcomes: dict[str, CaseOutcome] = field(default_factory=dict)
     journal: Any = None  # reporting.Journal once the run's identity is known
     resumed: set[str] = field(default_factory=set)  # keys taken from an earlier run's results.jsonl
-    board: dict | None = None  # the leaderboard, once built
+    board: Mapping[str, Any] | None = None  # the leaderboard, once built (or read back: cannbench show)
     written: list[str] = field(default_factory=list)  # files this session wrote, for the summary
     notes: list[str] = field(default_factory=list)  # what else the session did that a user should know of
     run_flags: list[str] = field(default_factory=list)  # weaker modes of the whole run, put on every case
@@ -151,8 +154,9 @@ class ResultCollector:
             key = self.expected.get(nodeid)
             if key and key != old and old in self.outcomes and key not in self.outcomes:
                 crash = self.outcomes.pop(old)
-                crash.key, (crash.rel_path, crash.case_id) = key, _split_key(key)
-                self.record(crash)
+                sealed = (found := parse_key(key)) is not None and found.is_hidden
+                self.record(_from_key(key, crash.status, crash.failure_type or oc.WORKER_CRASH,
+                                      "worker crashed" if sealed else crash.message))
         count = 0
         for nodeid, key in sorted(self.expected.items()):
             if nodeid in self.settled:
@@ -165,9 +169,7 @@ class ResultCollector:
                 key = nodeid
             if key in self.outcomes:
                 continue
-            rel_path, case_id = _split_key(key)
-            self.record(CaseOutcome(key=key, rel_path=rel_path, operator="", case_id=case_id,
-                                    status=oc.INTERRUPTED, failure_type=oc.SESSION_INTERRUPTED, message=reason))
+            self.record(_from_key(key, oc.INTERRUPTED, oc.SESSION_INTERRUPTED, reason))
             count += 1
         return count
 
@@ -185,12 +187,10 @@ class ResultCollector:
         elif _crashed_worker(report):
             key = self.expected.get(report.nodeid) or _case_key(report)
             self.crashed[report.nodeid] = key
-            rel_path, case_id = _split_key(key)
-            hidden = "#hidden-" in key  # issue 18: a sealed case says nothing but its fate
-            self.record(CaseOutcome(key=key, rel_path=rel_path, operator="", case_id=case_id, status=oc.CRASHED,
-                                    failure_type=oc.WORKER_CRASH,
-                                    message="worker crashed" if hidden else str(report.longrepr)[:500],
-                                    split=oc.SPLIT_HIDDEN if hidden else oc.SPLIT_PUBLIC))
+            found = parse_key(key)
+            sealed = found is not None and found.is_hidden  # a sealed case says nothing but its fate
+            self.record(_from_key(key, oc.CRASHED, oc.WORKER_CRASH,
+                                  "worker crashed" if sealed else str(report.longrepr)[:500]))
 
     def summary_lines(self, verbose: bool = False) -> list[str]:
         if not self.outcomes:
@@ -264,7 +264,7 @@ def _us(value: float | None) -> str:
     return f"{value:.1f}" if value < 1000 else f"{value:.0f}"
 
 
-def _speedup(t: dict) -> str:
+def _speedup(t: TimingRecord) -> str:
     """The paired speed-up and its 95% interval, e.g. ``2.41x [2.37, 2.46]``."""
     iv = t.get("speedup")
     if not isinstance(iv, dict) or not all(isinstance(iv.get(k), (int, float)) for k in ("estimate", "low", "high")):
@@ -287,11 +287,13 @@ def timing_lines(results: list[CaseOutcome], limit: int | None) -> list[str]:
              f"{'n':>4}  anchors"]
     for r in timed[:limit]:
         t = r.timing
-        spread = f"{t['cand']['spread'] * 100:.1f}%" if t.get("cand") else "-"
+        cand = t.get("cand")
+        spread = f"{cand['spread'] * 100:.1f}%" if cand else "-"
         source = f"base {t.get('baseline_source') or '-'}, hw {t.get('t_hw_source') or '-'}"
         flags = f" [{', '.join(t['flags'])}]" if t.get("flags") else ""
-        lines.append(f"  {r.key:<28} {_us(t.get('t_cand_us')):>9} {spread:>7} {_us(t.get('t_baseline_us')):>9} "
-                     f"{_us(t.get('t_hw_us')):>9} {_speedup(t):>24} {t.get('input_sets') or '-':>4}  {source}{flags}")
+        times = times_of(t)
+        lines.append(f"  {r.key:<28} {_us(times.cand):>9} {spread:>7} {_us(times.baseline):>9} "
+                     f"{_us(times.hw):>9} {_speedup(t):>24} {t.get('input_sets') or '-':>4}  {source}{flags}")
     if limit is not None and len(timed) > limit:
         lines.append(f"  ... {len(timed) - limit} more timed cases (-v lists all)")
     return lines
@@ -307,15 +309,15 @@ def attach(item: pytest.Item, report: pytest.TestReport, outcome: CaseOutcome | 
     if outcome is None:
         return
     if report.when == "call" or (report.when == "setup" and not report.passed):
-        report.cann = outcome.to_dict()  # type: ignore[attr-defined]
-        extra = [("cann_status", outcome.status), ("cann_split", outcome.split)] + junit_properties(outcome)
-        if outcome.failure_type:
-            extra.append(("cann_failure_type", outcome.failure_type))
+        record = report.cann = outcome.to_dict()  # type: ignore[attr-defined]  # plain data: xdist's wire
+        extra = [("cann_status", record["status"]), ("cann_split", record.get("split"))] + junit_properties(outcome)
+        if record.get("failure_type"):
+            extra.append(("cann_failure_type", record.get("failure_type")))
         # on the item, so the teardown report (what junit-xml writes) carries them too
         item.user_properties.extend(p for p in extra if p not in item.user_properties)
 
 
-def score_lines(board: dict, limit: int | None) -> list[str]:
+def score_lines(board: Mapping[str, Any], limit: int | None) -> list[str]:
     """Per operator (passed/total, the three parts, score, speed-up), per level, total; failures by type."""
     ops = board["operators"]
     lines = [f"scores (compile {board['weights']['compile']:.0%} + function {board['weights']['function']:.0%} + "
@@ -354,13 +356,14 @@ def score_lines(board: dict, limit: int | None) -> list[str]:
 def junit_properties(outcome: CaseOutcome) -> list[tuple[str, Any]]:
     """Scalars CI tools read from junit-xml: HAP, the three times, the worst MERE/MARE over outputs."""
     props: list[tuple[str, Any]] = []
-    t = outcome.timing or {}
+    t = outcome.timing
     if t.get("measured"):
-        value, _ = hap(t.get("t_baseline_us"), t.get("t_cand_us"), t.get("t_hw_us"))
+        times = times_of(t)
+        value, _ = hap(times.baseline, times.cand, times.hw)
         props.append(("cann_hap", "" if value is None else round(value, 6)))
-        for name in ("t_cand_us", "t_baseline_us", "t_hw_us"):
-            if t.get(name) is not None:
-                props.append((f"cann_{name}", round(float(t[name]), 3)))
+        for name, time in zip(TIME_KEYS, times):
+            if time is not None:
+                props.append((f"cann_{name}", round(time, 3)))
     for metric in ("mere", "mare"):
         values = [m for v in outcome.accuracy if isinstance(m := v.get(metric), (int, float))]
         if values:

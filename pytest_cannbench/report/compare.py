@@ -14,11 +14,14 @@ the HTML page is :mod:`page`'s.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_cannbench.outcome import PASSED
 from pytest_cannbench.report.markdown import cell
+from pytest_cannbench.vocab.casekey import parse_key
+from pytest_cannbench.vocab.records import times_of
 
 ABSENT = "absent"
 
@@ -34,7 +37,7 @@ def number(value: Any) -> float | None:
     return found if math.isfinite(found) else None
 
 
-def speedup(case: dict[str, Any]) -> float | None:
+def speedup(case: Mapping[str, Any]) -> float | None:
     """The speed-up of a passed, timed case, else None: the paired estimate (``speedup.estimate``, issue 20) where
     the board has one, else T_baseline / T_cand."""
     if case.get("status") != PASSED:
@@ -43,11 +46,12 @@ def speedup(case: dict[str, Any]) -> float | None:
     if isinstance(paired, dict) and number(paired.get("estimate")) is not None:
         found = number(paired.get("estimate"))
         return found if found is not None and found > 0 else None
-    base, cand = number(case.get("t_baseline_us")), number(case.get("t_cand_us"))
+    times = times_of(case)
+    base, cand = number(times.baseline), number(times.cand)
     return base / cand if base is not None and cand is not None and base > 0 and cand > 0 else None
 
 
-def interval(case: dict[str, Any], name: str = "speedup_ci") -> tuple[float, float] | None:
+def interval(case: Mapping[str, Any], name: str = "speedup_ci") -> tuple[float, float] | None:
     """A case's confidence interval ``[low, high]`` (or ``{"low", "high"}``), on the case or in its timing; for
     the speed-up also the paired interval our boards write (``speedup: {estimate, low, high, ...}``)."""
     raw = case.get(name)
@@ -63,7 +67,7 @@ def interval(case: dict[str, Any], name: str = "speedup_ci") -> tuple[float, flo
     return (min(low, high), max(low, high)) if low is not None and high is not None else None
 
 
-def partial_reasons(board: dict[str, Any]) -> list[str]:
+def partial_reasons(board: Mapping[str, Any]) -> list[str]:
     """Why a board may not be a whole run: a recorded selection (-k, -m, deselected cases) or a shard.
 
     Written before the selection schema was settled (issue 19, another branch): it reads ``selection`` at the top
@@ -204,12 +208,12 @@ class Comparison:
         return found
 
 
-def _cases(board: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def _cases(board: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     return {str(c.get("key")): c for op in board.get("operators") or [] if isinstance(op, dict)
             for c in op.get("cases") or [] if isinstance(c, dict) and c.get("key")}
 
 
-def _case_delta(key: str, a: dict[str, Any] | None, b: dict[str, Any] | None) -> tuple[CaseDelta, bool]:
+def _case_delta(key: str, a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> tuple[CaseDelta, bool]:
     ia, ib = (interval(a) if a else None), (interval(b) if b else None)
     significant = None
     if ia is not None and ib is not None:
@@ -222,7 +226,7 @@ def _case_delta(key: str, a: dict[str, Any] | None, b: dict[str, Any] | None) ->
     return delta, significant is not None
 
 
-def compare(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str = "B") -> Comparison:
+def compare(a: Mapping[str, Any], b: Mapping[str, Any], a_name: str = "A", b_name: str = "B") -> Comparison:
     """Both boards side by side: every operator and case in either, sorted by path and case id."""
     ops_a = {str(op.get("rel_path")): op for op in a.get("operators") or [] if isinstance(op, dict)}
     ops_b = {str(op.get("rel_path")): op for op in b.get("operators") or [] if isinstance(op, dict)}
@@ -256,9 +260,10 @@ def compare(a: dict[str, Any], b: dict[str, Any], a_name: str = "A", b_name: str
     return result
 
 
-def _case_order(key: str) -> tuple[str, int, str]:
-    head, _, tail = key.rpartition("_")
-    return (head, int(tail), "") if tail.isdigit() else (key, -1, key)
+def _case_order(key: str) -> tuple[str, str, int, str]:
+    """Cases by candidate, operator and id (a board's keys are case keys; anything else sorts by its text)."""
+    found = parse_key(key)
+    return found.order() if found is not None else ("", key, -1, key)
 
 
 def _score(value: float | None) -> str:

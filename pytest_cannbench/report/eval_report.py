@@ -31,14 +31,16 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
 from pytest_cannbench.figures import baseline_proxy
 from pytest_cannbench.outcome import BUILD_FAILURES
 from pytest_cannbench.report.scoring import PRECISION_FAILURES
+from pytest_cannbench.vocab.records import times_of
 
-STATUS_MAP = {"passed": "success", "missing": "skipped", "skipped": "skipped",
+STATUS_MAP: dict[str, str] = {"passed": "success", "missing": "skipped", "skipped": "skipped",
               **{status: "cascade" for status in BUILD_FAILURES}}
 FAILURE_TYPE_MAP = {"timed_output_wrong": "precision_mismatch", "candidate_timeout": "timeout",
                     "pytest_timeout": "timeout", "out_of_memory": "oom_killed",
@@ -61,7 +63,7 @@ def number(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def board_device(board: dict[str, Any]) -> str:
+def board_device(board: Mapping[str, Any]) -> str:
     """Where the run timed its cases: the environment's device, else the devices its timings name."""
     device = (board.get("environment") or {}).get("device")
     if device:
@@ -71,7 +73,7 @@ def board_device(board: dict[str, Any]) -> str:
     return ",".join(seen)
 
 
-def _setting(board: dict[str, Any], name: str) -> Any:
+def _setting(board: Mapping[str, Any], name: str) -> Any:
     for part in ("config", "environment"):
         value = (board.get(part) or {}).get(name)
         if value not in (None, ""):
@@ -79,7 +81,7 @@ def _setting(board: dict[str, Any], name: str) -> Any:
     return None
 
 
-def _eval_code(board: dict[str, Any]) -> str:
+def _eval_code(board: Mapping[str, Any]) -> str:
     code = _setting(board, "eval_code")
     if code:
         return str(code)
@@ -90,9 +92,9 @@ def _eval_code(board: dict[str, Any]) -> str:
     return f"cannbench_eval_{stamp}"
 
 
-def speedup(case: dict[str, Any]) -> float:
+def speedup(case: Mapping[str, Any]) -> float:
     """T_base / T_cand, with the official proxy baseline when T_base is missing; 0.0 when not measured."""
-    t_cand, t_base, t_hw = (number(case.get(k)) for k in ("t_cand_us", "t_baseline_us", "t_hw_us"))
+    t_cand, t_base, t_hw = (number(t) for t in times_of(case))
     if t_cand is None or t_cand <= 0:
         return 0.0
     if t_base is not None and t_base > 0:
@@ -107,7 +109,7 @@ def _dtype_category(dtype: Any) -> str:
     return "int" if ("int" in text or "bool" in text) else "float"
 
 
-def _output_result(verdict: dict[str, Any]) -> dict[str, Any]:
+def _output_result(verdict: Mapping[str, Any]) -> dict[str, Any]:
     """One output's verdict under the official field names, with our own fields flattened beside them."""
     official = {
         "index": verdict.get("index", 0), "name": verdict.get("name", ""), "dtype": verdict.get("dtype", ""),
@@ -126,7 +128,7 @@ def _max(values: list[Any]) -> float | None:
     return max(found) if found else None
 
 
-def _accuracy(case: dict[str, Any]) -> dict[str, Any] | None:
+def _accuracy(case: Mapping[str, Any]) -> dict[str, Any] | None:
     verdicts = [v for v in case.get("accuracy") or [] if isinstance(v, dict)]
     failure = case.get("failure_type")
     if not verdicts and failure not in CHECKED_FAILURES:
@@ -156,7 +158,7 @@ def _accuracy(case: dict[str, Any]) -> dict[str, Any] | None:
     return result
 
 
-def _case(op: dict[str, Any], case: dict[str, Any], device: str, timestamp: str) -> dict[str, Any]:
+def _case(op: Mapping[str, Any], case: Mapping[str, Any], device: str, timestamp: str) -> dict[str, Any]:
     ours = str(case.get("status"))
     status = STATUS_MAP.get(ours, "failed")
     failure = case.get("failure_type")
@@ -170,7 +172,8 @@ def _case(op: dict[str, Any], case: dict[str, Any], device: str, timestamp: str)
         official_failure = None
     raw_timing = case.get("timing")
     timing: dict[str, Any] = raw_timing if isinstance(raw_timing, dict) else {}
-    measured = bool(timing.get("measured")) and number(case.get("t_cand_us")) is not None
+    cand = number(times_of(case).cand)
+    measured = bool(timing.get("measured")) and cand is not None
     perf_error = None
     if status == "success" and not measured:
         perf_error = f"not measured: {timing.get('reason') or 'no timing'}"
@@ -179,7 +182,7 @@ def _case(op: dict[str, Any], case: dict[str, Any], device: str, timestamp: str)
         "operator": op.get("name", ""),
         "case_id": case.get("key", ""),
         "status": status,
-        "elapsed_us": number(case.get("t_cand_us")) if measured else None,
+        "elapsed_us": cand if measured else None,
         "op_times": {},
         "error_msg": (case.get("message") or None) if status != "success" else None,
         "performance_error_msg": perf_error,
@@ -198,7 +201,7 @@ def _case(op: dict[str, Any], case: dict[str, Any], device: str, timestamp: str)
     }
 
 
-def _score_error(op: dict[str, Any]) -> str | None:
+def _score_error(op: Mapping[str, Any]) -> str | None:
     code = op.get("score_error")
     if not code:
         return None
@@ -209,7 +212,7 @@ def _score_error(op: dict[str, Any]) -> str | None:
     return f"operator scores 0: {why}" + (f" ({first[:300]})" if first else "")
 
 
-def _operator(op: dict[str, Any], device: str, timestamp: str) -> dict[str, Any]:
+def _operator(op: Mapping[str, Any], device: str, timestamp: str) -> dict[str, Any]:
     cases = [_case(op, c, device, timestamp) for c in op.get("cases") or []]
     total = int(op.get("cases_total") or len(cases))
     passed = int(op.get("cases_passed") or 0)
@@ -243,7 +246,7 @@ def _operator(op: dict[str, Any], device: str, timestamp: str) -> dict[str, Any]
     }
 
 
-def to_eval_report(board: dict[str, Any]) -> dict[str, Any]:
+def to_eval_report(board: Mapping[str, Any]) -> dict[str, Any]:
     """The official ``EvalReport.to_dict`` shape of a leaderboard (scores as the board has them)."""
     device = board_device(board)
     timestamp = str(board.get("generated_at") or "")

@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
 from pytest_cannbench.figures import hap
+from pytest_cannbench.vocab.records import times_of
 
-BoardGetter = Callable[[], dict[str, Any] | None]
+BoardGetter = Callable[[], Mapping[str, Any] | None]
 
 # (data-column-type, header text, sortable). The type doubles as the cell class "col-<type>", which pytest-html
 # reads back with r"col-(\w+)" to sort, so it must be a \w+ word that does not clash with its own columns.
@@ -113,7 +114,7 @@ def row_values(report: Any, *, cap: bool = False) -> RowValues:
     case_id = cann.get("case_id")
     raw_timing = cann.get("timing")
     timing: dict[str, Any] = raw_timing if isinstance(raw_timing, dict) else {}
-    t_cand, t_base, t_hw = (_number(timing.get(k)) for k in ("t_cand_us", "t_baseline_us", "t_hw_us"))
+    t_cand, t_base, t_hw = (_number(t) for t in times_of(timing))
     hap_text, hap_title = MISSING, ""
     if cann.get("status") == "passed" and timing.get("measured", True):
         value, flags = hap(t_base, t_cand, t_hw, cap=cap)
@@ -165,7 +166,7 @@ def svg_bar_chart(items: list[tuple[str, float]], width: int = 640, max_value: f
     return "".join(parts)
 
 
-def crashed_cases(board: dict[str, Any]) -> list[dict[str, Any]]:
+def crashed_cases(board: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Cases lost with their xdist worker: pytest-html has no row for them, the leaderboard does."""
     return [case for op in board.get("operators") or [] for case in op.get("cases") or []
             if case.get("status") == "crashed" and case.get("failure_type") == "worker_crashed"]
@@ -177,7 +178,7 @@ def _table(header: Iterable[str], rows: Iterable[Iterable[Any]], css_class: str)
     return f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def summary_html(board: dict[str, Any]) -> str:
+def summary_html(board: Mapping[str, Any]) -> str:
     """The summary section: total score, per-level table, operator chart and the cases lost to crashed workers."""
     operators = board.get("operators") or []
     levels = board.get("levels") or {}

@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from pytest_cannbench import __version__
 from pytest_cannbench.atomic import write_bytes_atomic
 from pytest_cannbench.options import Settings
+from pytest_cannbench.options.table import identity_fields
 from pytest_cannbench.outcome import TOO_LARGE, CaseOutcome
 from pytest_cannbench.report import leaderboard
 from pytest_cannbench.report.eval_report import to_eval_report
@@ -28,10 +30,9 @@ from pytest_cannbench.report.markdown import render
 from pytest_cannbench.report.secret import commitment, reveal
 from pytest_cannbench.report.splits import junit_properties
 
-# Options that change a case's verdict, time or score: a resumed case must have been graded under the same.
-IDENTITY_OPTIONS = ("seed", "input_dist", "input_compat", "golden_precision", "checker", "device", "warmup",
-                    "repeat", "perf", "hardware", "self_check", "no_install", "guard", "bench", "kb_trials",
-                    "kb_accuracy", "kb_compile", "kb_max_input_gib", "sandbox", "timing_threads")
+# Settings a case's recorded outcome depends on (declared with results=True): a resumed case must have been
+# graded under the same.
+IDENTITY_OPTIONS = identity_fields()
 
 
 def submission_summary(state: Any, settings: Settings) -> dict[str, Any]:
@@ -157,7 +158,10 @@ def start(config: Any, collector: Any, settings: Settings, submission: Any) -> f
     path = Path(s.leaderboard).with_name("results.jsonl")
     if s.resume:
         for key, data in recorded(path, identity).items():
-            collector.outcomes[key] = CaseOutcome.from_dict(data)
+            try:
+                collector.outcomes[key] = CaseOutcome.from_dict(data)
+            except (TypeError, ValueError):  # a record this version cannot read: the case is graded again
+                continue
             collector.resumed.add(key)
     collector.journal = Journal(path, identity, commitment(s.secret))
     return frozenset(collector.resumed)
@@ -222,7 +226,7 @@ def reveal_secret(settings: Settings) -> None:
               "commitment was recorded)", file=sys.stderr)
 
 
-def _junit_suite_properties(config: Any, board: dict[str, Any]) -> None:
+def _junit_suite_properties(config: Any, board: Mapping[str, Any]) -> None:
     """Issue 18: the scores (public, hidden, combined) as junit-xml suite properties, when junit-xml is on."""
     from _pytest.junitxml import xml_key
 

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import Any, cast
+
+from pytest_cannbench.report.board import KernelBenchSection, ProblemEntry
+from pytest_cannbench.vocab.records import CaseRecord, times_of, timing_of
 
 FAST_P = (0.0, 1.0, 1.5, 2.0)
 NOT_GRADED = frozenset({"skipped"})
@@ -45,11 +48,11 @@ class ProblemResult:
     def graded(self) -> bool:
         return self.status not in NOT_GRADED
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> ProblemEntry:
+        return cast(ProblemEntry, asdict(self))  # the entry's keys are the fields (tested)
 
 
-def is_kernelbench(outcome: dict[str, Any]) -> bool:
+def is_kernelbench(outcome: Mapping[str, Any]) -> bool:
     return str(outcome.get("rel_path") or "").endswith(".py")
 
 
@@ -59,11 +62,11 @@ def _ratio(base: float | None, cand: float | None) -> float | None:
     return None
 
 
-def problem_results(outcomes: Iterable[dict[str, Any]]) -> list[ProblemResult]:
-    by_problem: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def problem_results(outcomes: Iterable[CaseRecord]) -> list[ProblemResult]:
+    by_problem: dict[str, list[CaseRecord]] = defaultdict(list)
     for o in outcomes:
         if is_kernelbench(o):
-            by_problem[o["rel_path"]].append(o)
+            by_problem[o.get("rel_path", "")].append(o)
     results = []
     for rel_path in sorted(by_problem):
         cases = sorted(by_problem[rel_path], key=lambda o: o.get("case_id") or 0)
@@ -72,11 +75,12 @@ def problem_results(outcomes: Iterable[dict[str, Any]]) -> list[ProblemResult]:
         correct = passed == len(cases)
         failing = [s for s in statuses if s not in ("passed", "skipped")]
         status = "passed" if correct else "missing" if "missing" in failing else failing[0] if failing else "skipped"
-        timed = next((o.get("timing") or {} for o in reversed(cases) if (o.get("timing") or {}).get("measured")), {})
+        timed = next((timing_of(o) for o in reversed(cases) if timing_of(o).get("measured")), timing_of({}))
         bad = next((o for o in cases if o["status"] != "passed"), None)
+        times = times_of(timed)
         result = ProblemResult(rel_path=rel_path, name=cases[0].get("operator") or rel_path, correct=correct,
                                status=status, items_passed=passed, items_total=len(cases),
-                               t_cand_us=timed.get("t_cand_us"), t_baseline_us=timed.get("t_baseline_us"),
+                               t_cand_us=times.cand, t_baseline_us=times.baseline,
                                t_compile_us=timed.get("t_compile_us"),
                                failure=f"{bad.get('failure_type')}: {(bad.get('message') or '')[:300]}" if bad else "")
         measured = [o["kernel_coverage"] for o in cases if isinstance(o.get("kernel_coverage"), dict)
@@ -107,24 +111,24 @@ def geomean(values: Iterable[float | None]) -> float | None:
     return math.exp(sum(logs) / len(logs)) if logs else None
 
 
-def section(outcomes: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+def section(outcomes: Iterable[CaseRecord]) -> KernelBenchSection | None:
     """The leaderboard's ``kernelbench`` section, or None when no KernelBench problem was collected."""
     outcomes = list(outcomes)
     results = problem_results(outcomes)
     if not results:
         return None
     graded = [r for r in results if r.graded]
-    out: dict[str, Any] = {
+    out = KernelBenchSection(
         # several candidates: each problem's items are every candidate's together (see summary_lines)
-        "candidates": len({o.get("candidate") for o in outcomes if is_kernelbench(o) and o.get("candidate")}),
-        "problems_total": len(results),
-        "problems_graded": len(graded),
-        "problems_correct": sum(1 for r in graded if r.correct),
-        "correctness_rate": fast_p(results, 0.0),
-        "fast_p": {f"{p:g}": fast_p(results, p) for p in FAST_P},
-        "speedup_geomean": geomean(r.speedup for r in graded if r.correct),
-        "problems": [r.to_dict() for r in results],
-    }
+        candidates=len({o.get("candidate") for o in outcomes if is_kernelbench(o) and o.get("candidate")}),
+        problems_total=len(results),
+        problems_graded=len(graded),
+        problems_correct=sum(1 for r in graded if r.correct),
+        correctness_rate=fast_p(results, 0.0),
+        fast_p={f"{p:g}": fast_p(results, p) for p in FAST_P},
+        speedup_geomean=geomean(r.speedup for r in graded if r.correct),
+        problems=[r.to_dict() for r in results],
+    )
     if any(r.t_compile_us for r in results):
         out["fast_p_vs_compile"] = {f"{p:g}": fast_p(results, p, key="speedup_vs_compile") for p in FAST_P}
         out["speedup_vs_compile_geomean"] = geomean(r.speedup_vs_compile for r in graded if r.correct)
@@ -135,7 +139,7 @@ def _pct(value: float | None) -> str:
     return "-" if value is None else f"{value:.1%}"
 
 
-def summary_lines(kb: dict[str, Any] | None, limit: int | None = 30) -> list[str]:
+def summary_lines(kb: Mapping[str, Any] | None, limit: int | None = 30) -> list[str]:
     """The terminal's KernelBench block: per problem, then fast_p and the geometric mean."""
     if not kb:
         return []

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import html
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from pytest_cannbench.outcome import HARNESS_FAILURES
 from pytest_cannbench.report.eval_report import board_device, number
+from pytest_cannbench.vocab.records import times_of
 
 EXAMPLE_CHARS = 300
 DETAILS_OVER = 40  # operator tables longer than this fold into <details>
@@ -47,7 +49,7 @@ def _table(header: list[str], rows: list[list[str]], align: str) -> list[str]:
             *("| " + " | ".join(row) + " |" for row in rows)]
 
 
-def _submission_line(submission: dict[str, Any] | None) -> str:
+def _submission_line(submission: Mapping[str, Any] | None) -> str:
     if not submission:
         return "**Submission:** unknown (built from results.jsonl only)"
     kind = submission.get("kind")
@@ -55,7 +57,7 @@ def _submission_line(submission: dict[str, Any] | None) -> str:
         return "**Submission:** self-check (the goldens graded as the candidate)"
     if kind == "none":
         return "**Submission:** none (no candidate; every case is missing)"
-    what = "the installed `cann_bench` (--cann-no-install)" if kind == "installed" else ""
+    what = "the installed `cann_bench` (--cann-source @installed)" if kind == "installed" else ""
     if submission.get("wheel"):
         wheel = str(submission["wheel"]).replace("\\", "/").rsplit("/", 1)[-1]
         sha = str(submission.get("wheel_sha256") or "")[:12]
@@ -70,7 +72,7 @@ def _submission_line(submission: dict[str, Any] | None) -> str:
     return f"**Submission:** {what} — **{cell(status.upper())}**" + (f": {message}" if message else "")
 
 
-def _headline(board: dict[str, Any]) -> list[str]:
+def _headline(board: Mapping[str, Any]) -> list[str]:
     operators = board.get("operators") or []
     cases = [c for op in operators for c in op.get("cases") or []]
     passed = sum(1 for c in cases if c.get("status") == "passed")
@@ -83,7 +85,7 @@ def _headline(board: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _levels(board: dict[str, Any]) -> list[str]:
+def _levels(board: Mapping[str, Any]) -> list[str]:
     levels = board.get("levels") or {}
     if not levels:
         return []
@@ -98,7 +100,7 @@ def _levels(board: dict[str, Any]) -> list[str]:
     return ["### Levels", "", *_table(["Level", "Operators", "Score", "Average"], rows, "lrrr"), ""]
 
 
-def _operators(board: dict[str, Any]) -> list[str]:
+def _operators(board: Mapping[str, Any]) -> list[str]:
     operators = board.get("operators") or []
     if not operators:
         return ["No operators were graded.", ""]
@@ -122,21 +124,22 @@ def _operators(board: dict[str, Any]) -> list[str]:
     return ["### Operators", "", *table, ""]
 
 
-def _timing(board: dict[str, Any]) -> list[str]:
+def _timing(board: Mapping[str, Any]) -> list[str]:
     """Every timed case with its paired speed-up and HAP intervals and the calls it took (issue 20)."""
     rows = []
     for op in board.get("operators") or []:
         for case in op.get("cases") or []:
             iv, hi = case.get("speedup"), case.get("hap_interval")
-            if not number(case.get("t_cand_us")):
+            times = times_of(case)
+            if not number(times.cand):
                 continue
             speed = (f"{iv['estimate']:.3g}x [{iv['low']:.3g}, {iv['high']:.3g}]"
                      if isinstance(iv, dict) and all(number(iv.get(k)) for k in ("estimate", "low", "high")) else "–")
             hap_text = _fmt(case.get("hap"), 3) + (f" [{hi[0]:.3f}, {hi[1]:.3f}]" if isinstance(hi, list)
                                                    and len(hi) == 2 and all(number(v) for v in hi) else "")
             precision = case.get("precision")
-            rows.append([cell(case.get("key")), _fmt(case.get("t_cand_us"), 1), _fmt(case.get("t_baseline_us"), 1),
-                         _fmt(case.get("t_hw_us"), 1), speed, hap_text, cell(case.get("timed_calls") or "–"),
+            rows.append([cell(case.get("key")), _fmt(times.cand, 1), _fmt(times.baseline, 1),
+                         _fmt(times.hw, 1), speed, hap_text, cell(case.get("timed_calls") or "–"),
                          f"±{precision * 100:.1f}%" if number(precision) else "–"])
     if not rows:
         return []
@@ -146,7 +149,7 @@ def _timing(board: dict[str, Any]) -> list[str]:
             "</details>", ""]
 
 
-def _failures(board: dict[str, Any]) -> list[str]:
+def _failures(board: Mapping[str, Any]) -> list[str]:
     groups: dict[str, list[tuple[str, dict[str, Any]]]] = {}
     for op in board.get("operators") or []:
         for case in op.get("cases") or []:
@@ -168,13 +171,13 @@ def _failures(board: dict[str, Any]) -> list[str]:
     return ["### Failures", "", *_table(["Failure type", "Cases", "Whose", "Example"], rows, "lrll"), ""]
 
 
-def _notes(board: dict[str, Any]) -> list[str]:
+def _notes(board: Mapping[str, Any]) -> list[str]:
     cases = [c for op in board.get("operators") or [] for c in op.get("cases") or []]
     unmeasured: Counter[str] = Counter()
     flags: Counter[str] = Counter()
     for case in cases:
         timing = case.get("timing") if isinstance(case.get("timing"), dict) else {}
-        if case.get("status") == "passed" and not (timing.get("measured") and number(case.get("t_cand_us"))):
+        if case.get("status") == "passed" and not (timing.get("measured") and number(times_of(case).cand)):
             unmeasured[str(timing.get("reason") or "no timing recorded")] += 1
         flags.update(str(f) for f in case.get("flags") or [])
     notes = []
@@ -203,7 +206,7 @@ def _notes(board: dict[str, Any]) -> list[str]:
     return ["### Notes", "", *notes, ""] if notes else []
 
 
-def render(board: dict[str, Any]) -> str:
+def render(board: Mapping[str, Any]) -> str:
     """The board as Markdown: headline, levels, operators, failures by type, notes."""
     lines = (_headline(board) + _levels(board) + _splits(board) + _operators(board) + _kernelbench(board)
              + _timing(board)
@@ -211,7 +214,7 @@ def render(board: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _splits(board: dict[str, Any]) -> list[str]:
+def _splits(board: Mapping[str, Any]) -> list[str]:
     """Issue 18: public, hidden and combined scores per level and in total, the gap, who is not ranked."""
     splits = board.get("splits")
     if not splits:
@@ -230,7 +233,7 @@ def _splits(board: dict[str, Any]) -> list[str]:
             *(f"{n}  " for n in notes), ""]
 
 
-def _kernelbench(board: dict[str, Any]) -> list[str]:
+def _kernelbench(board: Mapping[str, Any]) -> list[str]:
     """KernelBench problems (docs/kernelbench.md): correctness, speed-up, fast_p and the geometric mean."""
     kb = board.get("kernelbench")
     if not kb:

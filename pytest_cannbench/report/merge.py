@@ -15,22 +15,26 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO, TypeGuard
+from typing import Any, TextIO, TypeGuard, cast, get_type_hints
 
+from pytest_cannbench.options.table import compared_fields
 from pytest_cannbench.report import leaderboard
-from pytest_cannbench.report.passk import candidate_of_key
+from pytest_cannbench.report.board import Board
 from pytest_cannbench.report.secret import commitment
+from pytest_cannbench.vocab.casekey import candidate_of
+from pytest_cannbench.vocab.records import CaseRecord, TimingRecord
 
 SCHEMA_PREFIX = "pytest-cannbench/leaderboard/"
-# Config entries that legitimately differ between the jobs of one sharded run (paths, shard, resume bookkeeping).
-PER_JOB_CONFIG = frozenset({"shard", "resume", "resumed_cases", "leaderboard", "markdown", "eval_report",
-                            "report_dir", "golden_cache", "source", "tasks", "device_ids", "run_identity",
-                            "secret", "secret_commitment", "journal_rewritten", "selection"})  # each job: its secret
-# Timing fields that are numbers; a board written by leaderboard.dumps spells NaN and infinities as strings.
-TIMING_NUMBERS = ("t_cand_us", "t_baseline_us", "t_hw_us", "bytes", "flops")
+# Config entries the jobs of one run must share (settings declared neither per job nor unrecorded): every one that
+# changes a result, and the per-session rest (timeouts, the HAP cap, the hidden gate). Paths, shard, resume
+# bookkeeping, the machine's memory and each job's secret legitimately differ.
+COMPARED_CONFIG = compared_fields()
+# Timing fields that are numbers (vocab.records.TimingRecord's); a board written by leaderboard.dumps spells NaN and
+# infinities as strings.
+TIMING_NUMBERS = tuple(name for name, kind in get_type_hints(TimingRecord).items() if kind == float | None)
 NON_FINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 LISTED = 20  # replacements named one by one on stderr before a count
 BAD_LINES_LISTED = 5
@@ -46,7 +50,7 @@ class Source:
 
     path: str
     kind: str  # "leaderboard" or "results.jsonl"
-    outcomes: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: list[CaseRecord] = field(default_factory=list)
     board: dict[str, Any] | None = None
     runs: dict[str, int] = field(default_factory=dict)  # results.jsonl: run identity -> lines
     commitments: dict[str, int] = field(default_factory=dict)  # session secrets' commitments -> cases
@@ -54,46 +58,46 @@ class Source:
     repeated: int = 0  # results.jsonl: cases recorded more than once (the last line wins)
 
 
-def _restore_numbers(timing: Any) -> dict[str, Any]:
-    """The timing dict with "nan"/"inf" strings turned back into floats, so scoring sees what the run saw."""
+def _restore_numbers(timing: Any) -> TimingRecord:
+    """The timing record with "nan"/"inf" strings turned back into floats, so scoring sees what the run saw."""
     if not isinstance(timing, dict):
-        return {}
-    out = dict(timing)
+        return TimingRecord()
+    out: dict[str, Any] = dict(timing)
     for name in TIMING_NUMBERS:
         if isinstance(out.get(name), str) and out[name] in NON_FINITE:
             out[name] = NON_FINITE[out[name]]
     for summary in ("cand", "baseline"):
         if isinstance(out.get(summary), dict):
             out[summary] = {k: NON_FINITE.get(v, v) if isinstance(v, str) else v for k, v in out[summary].items()}
-    return out
+    return cast(TimingRecord, out)  # a file's record, read as the run wrote it
 
 
-def _valid_outcome(data: Any) -> TypeGuard[dict[str, Any]]:
+def _valid_outcome(data: Any) -> TypeGuard[CaseRecord]:
     return (isinstance(data, dict) and isinstance(data.get("key"), str) and bool(data["key"])
             and isinstance(data.get("status"), str) and bool(data["status"]))
 
 
-def outcomes_from_board(board: dict[str, Any], path: str = "<board>") -> list[dict[str, Any]]:
+def outcomes_from_board(board: Mapping[str, Any], path: str = "<board>") -> list[CaseRecord]:
     """The case outcomes a leaderboard was built from (as ``CaseOutcome.to_dict`` has them, less what the board
     drops: per-phase seconds, the golden-cache flag and the timing lock windows, none of which scoring reads)."""
     operators = board.get("operators")
     if not isinstance(operators, list):
         raise InputError(f"{path}: a leaderboard without an 'operators' list")
-    outcomes = []
+    outcomes: list[CaseRecord] = []
     for index, op in enumerate(operators):
         if not isinstance(op, dict) or not isinstance(op.get("rel_path"), str) or not isinstance(op.get("cases"), list):
             raise InputError(f"{path}: operator #{index} has no rel_path or no cases list")
         for case in op["cases"]:
             if not _valid_outcome(case):
                 raise InputError(f"{path}: {op['rel_path']}: a case without a key or status: {str(case)[:200]}")
-            outcomes.append({
-                "key": case["key"], "rel_path": op["rel_path"], "operator": op.get("name") or "",
-                "case_id": case.get("case_id"), "status": case["status"], "failure_type": case.get("failure_type"),
-                "message": case.get("message") or "", "accuracy": case.get("accuracy") or [],
-                "warnings": case.get("warnings") or [], "timing": _restore_numbers(case.get("timing")),
-                "candidate": candidate_of_key(case["key"]),  # issue 17: multi-candidate keys name it
-                "kernel_coverage": case.get("kernel_coverage") or {},
-            })
+            outcomes.append(CaseRecord(
+                key=case["key"], rel_path=op["rel_path"], operator=op.get("name") or "",
+                case_id=case.get("case_id"), status=case["status"], failure_type=case.get("failure_type"),
+                message=case.get("message") or "", accuracy=case.get("accuracy") or [],
+                warnings=case.get("warnings") or [], timing=_restore_numbers(case.get("timing")),
+                candidate=candidate_of(case["key"]),  # a multi-candidate run's keys name it
+                kernel_coverage=case.get("kernel_coverage") or {},
+            ))
     return outcomes
 
 
@@ -123,7 +127,7 @@ def _read_board(path: str, data: dict[str, Any]) -> Source:
 
 def _read_jsonl(path: str, text: str) -> Source:
     source = Source(path, "results.jsonl")
-    latest: dict[str, dict[str, Any]] = {}
+    latest: dict[str, CaseRecord] = {}
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -182,7 +186,7 @@ def warn(message: str, stream: TextIO | None = None) -> None:
 
 
 def _comparable(config: Any) -> dict[str, Any]:
-    return {k: v for k, v in (config or {}).items() if k not in PER_JOB_CONFIG} if isinstance(config, dict) else {}
+    return {k: v for k, v in config.items() if k in COMPARED_CONFIG} if isinstance(config, dict) else {}
 
 
 def _check_agreement(sources: list[Source]) -> None:
@@ -225,7 +229,7 @@ def _check_agreement(sources: list[Source]) -> None:
              "merged_from names each input's commitment")
 
 
-def partial_reasons(board: dict[str, Any], *, shard: bool = True) -> list[str]:
+def partial_reasons(board: Mapping[str, Any], *, shard: bool = True) -> list[str]:
     """Why a board is not the whole tree's grade, from its ``config.selection`` (issue 19): ``-k``/``-m``,
     deselected or interrupted cases, and (unless ``shard`` is false, as when merging shards) ``--cann-shard``.
     Empty for a complete board and for boards written before selections were recorded. For merge and compare."""
@@ -246,7 +250,7 @@ def partial_reasons(board: dict[str, Any], *, shard: bool = True) -> list[str]:
     return reasons
 
 
-def merge(paths: Sequence[str], *, cap: bool | None = None) -> dict[str, Any]:
+def merge(paths: Sequence[str], *, cap: bool | None = None) -> Board:
     """Read every input and build one board from their outcomes (later inputs win on a shared case key)."""
     sources = [read_input(p) for p in paths]
     for s in sources:
@@ -260,7 +264,7 @@ def merge(paths: Sequence[str], *, cap: bool | None = None) -> dict[str, Any]:
             partial = True
             warn(f"warning: {s.path} is a partial board ({', '.join(reasons)}): the merged board grades only "
                  "what it selected")
-    merged: dict[str, dict[str, Any]] = {}
+    merged: dict[str, CaseRecord] = {}
     origin: dict[str, str] = {}
     replaced = []
     for s in sources:

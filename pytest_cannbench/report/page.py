@@ -10,6 +10,7 @@ strings, escaped where they are built, are marked safe. A pure function of the b
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,12 +55,12 @@ CATEGORIES: dict[str, tuple[str, str, str]] = {
     "missing": ("M", "#9e9e9e", "not provided by the submission"),
     "skipped": ("S", "#c8c8c8", "skipped"),
 }
-OPERATOR_COLORS = {"passed": "#2e8b57", "partial": "#e0a100", "failed": "#c0392b", "missing": "#9e9e9e",
+OPERATOR_COLORS: dict[str, str] = {"passed": "#2e8b57", "partial": "#e0a100", "failed": "#c0392b", "missing": "#9e9e9e",
                    **{b: "#6d4c41" for b in BUILD_FAILURES}}
 OTHER_COLOR = "#607d8b"
 
 
-def category(case: dict[str, Any]) -> str:
+def category(case: Mapping[str, Any]) -> str:
     status, failure = case.get("status"), case.get("failure_type")
     if status == PASSED:
         return "passed"
@@ -118,12 +119,12 @@ def _speedup(value: Any) -> str:
     return "-" if found is None else f"×{found:.2f}"
 
 
-def _cases(board: dict[str, Any]) -> list[dict[str, Any]]:
+def _cases(board: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [c for op in board.get("operators") or [] if isinstance(op, dict)
             for c in op.get("cases") or [] if isinstance(c, dict)]
 
 
-def _kpis(board: dict[str, Any]) -> list[Kpi]:
+def _kpis(board: Mapping[str, Any]) -> list[Kpi]:
     operators = [op for op in board.get("operators") or [] if isinstance(op, dict)]
     cases = _cases(board)
     passed = sum(1 for c in cases if c.get("status") == PASSED)
@@ -138,7 +139,7 @@ def _kpis(board: dict[str, Any]) -> list[Kpi]:
             Kpi("Cases failed", str(failed), "skipped not counted", "bad" if failed else "good")]
 
 
-def _level_chart(board: dict[str, Any]) -> Markup:
+def _level_chart(board: Mapping[str, Any]) -> Markup:
     levels = _section(board, "levels")
     bars = [Bar(f"{name} ({entry.get('operators', '?')} ops)", number(entry.get("score")), "#4a7bb7",
                 f"{name}: {_fmt(entry.get('score'))} over {entry.get('operators', '?')} operators")
@@ -148,7 +149,7 @@ def _level_chart(board: dict[str, Any]) -> Markup:
     return Markup(bar_chart(bars, "Score per level", scale=max([ceiling, *(b.value or 0 for b in bars)])))
 
 
-def _operator_chart(board: dict[str, Any]) -> Markup:
+def _operator_chart(board: Mapping[str, Any]) -> Markup:
     bars = [Bar(str(op.get("rel_path")), number(op.get("score")),
                 OPERATOR_COLORS.get(str(op.get("status")), OTHER_COLOR),
                 f"{op.get('rel_path')}: {_fmt(op.get('score'))} ({op.get('status')}, "
@@ -157,7 +158,7 @@ def _operator_chart(board: dict[str, Any]) -> Markup:
     return Markup(bar_chart(bars, "Score per operator (colour: status)", reference=100.0))
 
 
-def _grid(board: dict[str, Any]) -> Markup:
+def _grid(board: Mapping[str, Any]) -> Markup:
     rows = []
     for op in board.get("operators") or []:
         if not isinstance(op, dict):
@@ -172,7 +173,7 @@ def _grid(board: dict[str, Any]) -> Markup:
     return Markup(grid(rows))
 
 
-def _speedup_chart(board: dict[str, Any]) -> Markup:
+def _speedup_chart(board: Mapping[str, Any]) -> Markup:
     points = []
     for case in _cases(board):
         found = speedup(case)
@@ -185,7 +186,7 @@ def _speedup_chart(board: dict[str, Any]) -> Markup:
     return Markup(speedup_chart(points))
 
 
-def _failures(board: dict[str, Any]) -> list[FailureGroup]:
+def _failures(board: Mapping[str, Any]) -> list[FailureGroup]:
     groups: dict[str, list[tuple[str, str, str]]] = defaultdict(list)
     for case in _cases(board):
         if case.get("status") in (PASSED, SKIPPED) or not case.get("failure_type"):
@@ -196,12 +197,12 @@ def _failures(board: dict[str, Any]) -> list[FailureGroup]:
             for ft, cases in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0]))]
 
 
-def _section(board: dict[str, Any], name: str) -> dict[str, Any]:
+def _section(board: Mapping[str, Any], name: str) -> dict[str, Any]:
     found = board.get(name)
     return found if isinstance(found, dict) else {}
 
 
-def _identity(board: dict[str, Any]) -> list[tuple[str, str]]:
+def _identity(board: Mapping[str, Any]) -> list[tuple[str, str]]:
     sub, env, config, weights = (_section(board, n) for n in ("submission", "environment", "config", "weights"))
     committed = config.get("secret_commitment")
     seed = (f"per-session secret (seed {config.get('seed')} mixed with it" + (f"; commitment sha256 {committed})"
@@ -238,7 +239,7 @@ def _identity(board: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def _operators(board: dict[str, Any]) -> list[dict[str, Any]]:
+def _operators(board: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{"rel_path": op.get("rel_path"), "status": op.get("status"),
              "color": OPERATOR_COLORS.get(str(op.get("status")), OTHER_COLOR),
              "passed": f"{op.get('cases_passed', '?')}/{op.get('cases_total', '?')}",
@@ -249,7 +250,7 @@ def _operators(board: dict[str, Any]) -> list[dict[str, Any]]:
             for op in board.get("operators") or [] if isinstance(op, dict)]
 
 
-def view(board: dict[str, Any], title: str = "CANN-Bench report") -> BoardView:
+def view(board: Mapping[str, Any], title: str = "CANN-Bench report") -> BoardView:
     reasons = partial_reasons(board)
     return BoardView(title=title, kpis=_kpis(board), level_chart=_level_chart(board),
                      operator_chart=_operator_chart(board), grid=_grid(board), speedup_chart=_speedup_chart(board),
@@ -267,14 +268,14 @@ def _legend() -> list[tuple[str, str, str]]:
     return list(CATEGORIES.values())
 
 
-def render(board: dict[str, Any], title: str = "CANN-Bench report") -> str:
+def render(board: Mapping[str, Any], title: str = "CANN-Bench report") -> str:
     """The page of one board."""
     return _environment().get_template(TEMPLATE).render(
         page_title=f"{title}: {_fmt(board.get('total_score'))}", views=[view(board, title)], comparison=None,
         legend=_legend(), operator_colors=OPERATOR_COLORS)
 
 
-def render_comparison(a: dict[str, Any], b: dict[str, Any], comparison: Comparison,
+def render_comparison(a: Mapping[str, Any], b: Mapping[str, Any], comparison: Comparison,
                       regression_pct: float | None = None) -> str:
     """Both boards side by side under a table of what changed (``cannbench compare A B --html``)."""
     rows = [{"rel_path": op.rel_path, "status": op.status_a if op.status_a == op.status_b
@@ -298,11 +299,11 @@ def render_comparison(a: dict[str, Any], b: dict[str, Any], comparison: Comparis
         legend=_legend(), operator_colors=OPERATOR_COLORS)
 
 
-def write(path: Path, board: dict[str, Any]) -> None:
+def write(path: Path, board: Mapping[str, Any]) -> None:
     write_atomic(path, render(board))
 
 
-def write_beside(board_path: Path, board: dict[str, Any], pytest_html: str | None = None) -> str:
+def write_beside(board_path: Path, board: Mapping[str, Any], pytest_html: str | None = None) -> str:
     """``report.html`` next to the leaderboard at the end of a graded run: what the summary's "written:" lists.
 
     ``pytest_html`` is pytest-html's ``--html`` path: when it is the same file (``--html reports/report.html``),

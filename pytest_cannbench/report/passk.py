@@ -11,20 +11,14 @@ graded (candidate, problem) pair. Outcomes carry their candidate (``CaseOutcome.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from pytest_cannbench.report.board import CandidatesSummary, ScoredCases, SummaryRow
 from pytest_cannbench.report.kernelbench import FAST_P, ProblemResult, problem_results, section
+from pytest_cannbench.vocab.records import CaseRecord
 
 KS = (1, 2, 5, 10, 20, 50, 100)
-CANDIDATE_KEY_PREFIX = "cand="  # a multi-candidate case key: cand=<name>/<rel_path>_<case_id>
-
-
-def candidate_of_key(key: str) -> str:
-    """The candidate a case key names ("" for a single-candidate run's key)."""
-    if key.startswith(CANDIDATE_KEY_PREFIX) and "/" in key:
-        return key[len(CANDIDATE_KEY_PREFIX):].split("/", 1)[0]
-    return ""
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -39,30 +33,30 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - miss
 
 
-def by_candidate(outcomes: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+def by_candidate(outcomes: Iterable[CaseRecord]) -> dict[str, list[CaseRecord]]:
+    groups: dict[str, list[CaseRecord]] = defaultdict(list)
     for o in outcomes:
         if o.get("candidate"):
             groups[str(o["candidate"])].append(o)
     return dict(sorted(groups.items()))
 
 
-def summary(results: dict[str, list[ProblemResult]]) -> dict[str, Any]:
+def summary(results: dict[str, list[ProblemResult]]) -> CandidatesSummary:
     """Per problem pass@k and best speed-up over the candidates, pass@k over problems, fast_p over the batch."""
     per_problem: dict[str, list[tuple[str, ProblemResult]]] = defaultdict(list)
     for name, problems in results.items():
         for r in problems:
             if r.graded:
                 per_problem[r.rel_path].append((name, r))
-    rows: list[dict[str, Any]] = []
+    rows: list[SummaryRow] = []
     for rel_path, graded in sorted(per_problem.items()):
         n, correct = len(graded), [(name, r) for name, r in graded if r.correct]
         speeds = [(r.speedup, name) for name, r in correct if r.speedup]
         best = max(speeds) if speeds else None
-        rows.append({"rel_path": rel_path, "samples": n, "correct": len(correct),
-                     "pass_at_k": {str(k): pass_at_k(n, len(correct), k) for k in KS if k <= n},
-                     "best_speedup": best[0] if best else None, "best_candidate": best[1] if best else None,
-                     "correct_candidates": [name for name, _ in correct]})
+        rows.append(SummaryRow(rel_path=rel_path, samples=n, correct=len(correct),
+                               pass_at_k={str(k): pass_at_k(n, len(correct), k) for k in KS if k <= n},
+                               best_speedup=best[0] if best else None, best_candidate=best[1] if best else None,
+                               correct_candidates=[name for name, _ in correct]))
     pass_k = {}
     for k in KS:
         values = [row["pass_at_k"][str(k)] for row in rows if str(k) in row["pass_at_k"]]
@@ -71,28 +65,28 @@ def summary(results: dict[str, list[ProblemResult]]) -> dict[str, Any]:
     pairs = [r for problems in results.values() for r in problems if r.graded]
     fast = {f"{p:g}": (sum(1 for r in pairs if r.correct and (p == 0 or (r.speedup or 0) > p)) / len(pairs)
                        if pairs else None) for p in FAST_P}
-    return {"candidates": len(results), "problems": rows, "pass_at_k": pass_k, "fast_p": fast,
-            "graded_pairs": len(pairs)}
+    return CandidatesSummary(candidates=len(results), problems=rows, pass_at_k=pass_k, fast_p=fast,
+                             graded_pairs=len(pairs))
 
 
-def candidate_boards(outcomes: Iterable[dict[str, Any]],
-                     score: Callable[[list[dict[str, Any]]], dict[str, Any]]) -> dict[str, Any] | None:
-    """``{"candidates": {name: board}, "summary": {...}}``, or None for a single-candidate run. ``score`` is the
+def candidate_boards(outcomes: Iterable[CaseRecord], score: Callable[[list[CaseRecord]], ScoredCases]
+                     ) -> tuple[dict[str, ScoredCases], CandidatesSummary] | None:
+    """Each candidate's board and the summary over the batch, or None for a single-candidate run. ``score`` is the
     leaderboard's own scoring of a list of outcomes (so each candidate's board is exactly a single run's)."""
     groups = by_candidate(outcomes)
     if not groups:
         return None
-    boards = {}
+    boards: dict[str, ScoredCases] = {}
     for name, group in groups.items():
         board = score(group)
         kb = section(group)
         if kb is not None:
             board["kernelbench"] = kb
         boards[name] = board
-    return {"candidates": boards, "summary": summary({n: problem_results(g) for n, g in groups.items()})}
+    return boards, summary({n: problem_results(g) for n, g in groups.items()})
 
 
-def summary_lines(multi: dict[str, Any] | None) -> list[str]:
+def summary_lines(multi: Mapping[str, Any] | None) -> list[str]:
     """The terminal's account of a multi-candidate run."""
     if not multi:
         return []

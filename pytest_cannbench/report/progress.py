@@ -8,10 +8,12 @@ and other plugins see what they always saw; only the letter and the verbose word
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.figures import hap
+from pytest_cannbench.vocab.records import times_of
 
 LETTERS = {oc.MISSING: "M", oc.TIMEOUT: "T", oc.CRASHED: "C", oc.INTERRUPTED: "I", oc.OOM_KILLED: "O"}
 WORDS = {oc.MISSING: "MISSING", oc.TIMEOUT: "TIMEOUT", oc.CRASHED: "CRASHED", oc.INTERRUPTED: "INTERRUPTED",
@@ -24,11 +26,11 @@ def _category(report: Any) -> str:
     return str(report.outcome)
 
 
-def passed_word(timing: dict[str, Any]) -> str:
+def passed_word(timing: Mapping[str, Any]) -> str:
     """``PASSED ×1.83 HAP 0.62`` when the case was timed, else ``PASSED``."""
     if not timing.get("measured"):
         return "PASSED"
-    t_cand, t_base, t_hw = timing.get("t_cand_us"), timing.get("t_baseline_us"), timing.get("t_hw_us")
+    t_cand, t_base, t_hw = times_of(timing)
     word = "PASSED"
     if t_cand and t_base:
         word += f" ×{t_base / t_cand:.2f}"
@@ -58,7 +60,7 @@ def teststatus(report: Any) -> tuple[str, str, tuple[str, dict[str, bool]]] | No
     return category, "F" if category == "failed" else "E", (f"{word} {failure}".rstrip(), {"red": True})
 
 
-def below_gate(board: dict[str, Any] | None, fail_under: float | None) -> str | None:
+def below_gate(board: Mapping[str, Any] | None, fail_under: float | None) -> str | None:
     """The message when ``--cann-fail-under`` fails the session (total score below it), else None."""
     if fail_under is None or board is None:
         return None

@@ -27,6 +27,8 @@ from typing import Any
 
 from pytest_cannbench.figures import hap
 from pytest_cannbench.outcome import BUILD_FAILURES, NOT_GRADED, PRECISION, TAINTING_FAILURES, TOO_LARGE
+from pytest_cannbench.report.board import LevelEntry
+from pytest_cannbench.vocab.records import CaseRecord, times_of, timing_of
 
 W_COMPILE, W_FUNCTION, W_PERF = 0.2, 0.3, 0.5
 WEIGHTS = {"compile": W_COMPILE, "function": W_FUNCTION, "performance": W_PERF}
@@ -45,6 +47,11 @@ class CaseScore:
     t_cand_us: float | None = None
     t_baseline_us: float | None = None
     t_hw_us: float | None = None
+
+    @classmethod
+    def of(cls, outcome: CaseRecord) -> CaseScore:
+        cand, baseline, hw = times_of(timing_of(outcome))
+        return cls(outcome["status"], outcome.get("failure_type"), cand, baseline, hw)
 
 
 @dataclass
@@ -109,13 +116,13 @@ def level_of(rel_path: str) -> str:
     return first if first.startswith("level") and first[5:].isdigit() else ""
 
 
-def totals(operators: Iterable[tuple[str, float]]) -> tuple[float, dict[str, dict[str, Any]]]:
+def totals(operators: Iterable[tuple[str, float]]) -> tuple[float, dict[str, LevelEntry]]:
     """Eq.5: the total and per-level sums of (rel_path, operator score) pairs."""
     total = 0.0
-    levels: dict[str, dict[str, Any]] = {}
+    levels: dict[str, LevelEntry] = {}
     for rel_path, score in operators:
         total += score
-        entry = levels.setdefault(level_of(rel_path) or "other", {"score": 0.0, "operators": 0})
+        entry = levels.setdefault(level_of(rel_path) or "other", LevelEntry(score=0.0, operators=0))
         entry["score"] += score
         entry["operators"] += 1
     return total, dict(sorted(levels.items(), key=lambda kv: (len(kv[0]), kv[0])))

@@ -3,5 +3,5 @@ stage for code that compiles at import (``jit_build`` judge side, ``jit_main`` t
 (which callable implements which operator), KernelBench module lookup, and the candidates of a multi-candidate run
 (``generations``). The worker's router to the JIT stage's artefacts is ``workers.jit_load``.
 
-May import: outcome, scratch, procs, guard (scans), workers (discovery runs in a candidate worker).
+May import: vocab, outcome, scratch, procs, guard (scans), workers (discovery runs in a candidate worker).
 """

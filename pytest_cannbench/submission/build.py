@@ -228,7 +228,7 @@ def build(source: Path, state: SubmissionState, work: Path, log: Path, timeout: 
         if newer:
             more = f" and {len(newer) - 3} more" if len(newer) > 3 else ""
             state.stale = (f"{', '.join(newer[:3])}{more} changed after {wheels[0].name} was built; grading the "
-                           "prebuilt wheel anyway: pass --cann-rebuild to build from build.sh")
+                           "prebuilt wheel anyway: set cann_rebuild (-o cann_rebuild=true) to build from build.sh")
         return (wheels[0], *runs)
     if not (source / "build.sh").is_file():
         state.status, state.message = COMPILE_FAILED, (
@@ -248,7 +248,7 @@ def build(source: Path, state: SubmissionState, work: Path, log: Path, timeout: 
     state.seconds["build"] = round(seconds, 3)
     say(f"cannbench: build.sh {'finished' if rc == 0 else 'failed'} in {seconds:.1f} s")
     if rc != 0:
-        why = (f"build.sh did not finish within {timeout:g} s (--cann-build-timeout) and was killed" if rc is None
+        why = (f"build.sh did not finish within {timeout:g} s (cann_build_timeout) and was killed" if rc is None
                else f"build.sh exited with code {rc} after {seconds:.1f} s")
         state.status, state.message = COMPILE_FAILED, f"{why}; log {log}\n{_file_tail(log)}"
         return None
@@ -438,7 +438,7 @@ def cleanup(state: SubmissionState) -> None:
 
 def header_lines(state: SubmissionState) -> list[str]:
     """The terminal header's account of the submission (printed once, by the controller)."""
-    what = state.source or "the installed cann_bench (--cann-no-install)"
+    what = state.source or "the installed cann_bench (--cann-source @installed)"
     if state.wheel:
         how = "prebuilt" if state.prebuilt else f"built in {state.seconds.get('build', 0):.1f} s"
         what += f"; wheel {state.wheel} ({how}, sha256 {state.wheel_sha256[:12]})" if state.wheel_sha256 else ""

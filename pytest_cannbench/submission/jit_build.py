@@ -112,7 +112,7 @@ def run_jit_build(site: Path, work: Path, log_dir: Path, timeout: float, *, runn
     manifest.write_text(record.to_json())
     failures = {label: message for label, message in record.modules.items() if message}
     for (labelled, _, _), (rc, _) in zip(shards, results):
-        why = (f"the JIT build did not finish within {timeout:g} s (--cann-build-timeout) and was killed"
+        why = (f"the JIT build did not finish within {timeout:g} s (cann_build_timeout) and was killed"
                if rc is None else f"the JIT build exited with code {rc}")
         for label, _ in labelled:
             if label not in record.modules:

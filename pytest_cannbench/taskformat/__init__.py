@@ -4,5 +4,5 @@
 Owns everything collection needs, so nothing here imports torch at module level (``inputs`` imports it
 inside the generation functions). Besides the standard library and yaml:
 
-May import: cbuild (the input draw's C kernel).
+May import: vocab (the case-key grammar, the input words), cbuild (the input draw's C kernel).
 """

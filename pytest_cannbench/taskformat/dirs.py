@@ -10,40 +10,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pytest_cannbench.taskformat.spec import REQUIRED_FILES
+from pytest_cannbench import REQUIRED_FILES, holds_task_tree, is_operator_dir
+
+__all__ = ["REQUIRED_FILES", "holds_task_tree", "is_operator_dir"]
 
 _LEVEL_DIR = re.compile(r"level\d+")
-
-
-def is_operator_dir(path: Path) -> bool:
-    return all((path / name).is_file() for name in REQUIRED_FILES)
 
 
 def looks_like_operator_dir(path: Path) -> bool:
     """proto.yaml and cases.yaml together: an operator directory, broken if golden.py is missing."""
     return (path / "proto.yaml").is_file() and (path / "cases.yaml").is_file()
-
-
-def holds_task_tree(path: Path) -> bool:
-    """An operator directory, a level directory or a bench root holding operators, or a path inside an operator
-    directory: what makes a plain ``pytest PATH`` a cannbench run (the plugin is inert otherwise).
-
-    Looks two levels down only (operator, level, bench root), so an unrelated project is never walked."""
-    try:
-        path = path.resolve()
-        if not path.exists():
-            return False
-        if any(is_operator_dir(p) for p in [path, *path.parents][:4] if p.is_dir()):
-            return True
-        if not path.is_dir():
-            return False
-        for child in path.iterdir():
-            if child.is_dir() and (is_operator_dir(child) or any(
-                    is_operator_dir(grandchild) for grandchild in child.iterdir() if grandchild.is_dir())):
-                return True
-    except OSError:
-        return False
-    return False
 
 
 def find_bench_root(op_dir: Path) -> Path:

@@ -82,5 +82,5 @@ def _written(task: OperatorTask, path: Path) -> list[CaseSpec]:
         raise HiddenCaseError(
             f"hidden case file {path}: cases[{', '.join(map(str, bad))}] invalid against "
             f"{task.op_dir / 'proto.yaml'} (details withheld: the hidden split is sealed; to see them, put the file "
-            "in a copy of the operator directory and run --cann-self-check on it)")
+            "in a copy of the operator directory and run --cann-source @golden on it)")
     return cases

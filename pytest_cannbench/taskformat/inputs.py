@@ -26,6 +26,7 @@ from typing import Any
 
 from pytest_cannbench.taskformat.dtypes import DTYPE_INFO
 from pytest_cannbench.taskformat.errors import CaseFormatError
+from pytest_cannbench.vocab.registry import INPUT_COMPAT_MODES, INPUT_DISTS
 
 __all__ = [
     "DTYPES",
@@ -43,8 +44,6 @@ Range = tuple[float, float]
 DTYPES = tuple(DTYPE_INFO)
 _INT64_MAX = 2**63 - 1
 
-INPUT_DISTS = ("uniform", "normal")
-INPUT_COMPAT_MODES = ("fixed", "official")
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench import REQUIRED_FILES
 from pytest_cannbench.taskformat.dtypes import KNOWN_DTYPES, canonical_dtype
 from pytest_cannbench.taskformat.errors import CaseFormatError, TaskFormatError
 from pytest_cannbench.taskformat.inputs import plan_inputs
 from pytest_cannbench.taskformat.perf_model import PerfModel, parse_perf_model
 from pytest_cannbench.taskformat.yaml_load import load_yaml
+from pytest_cannbench.vocab.casekey import CaseKey
 
-REQUIRED_FILES = ("proto.yaml", "cases.yaml", "golden.py")
 # a multi-rank (MC2) operator's golden hooks: the distributed truth (required), each rank's inputs, the candidate's call
 MC2_GOLDEN, MC2_INPUTS, MC2_CALL = "mc2_distributed_golden", "mc2_make_rank_inputs", "mc2_call_candidate"
 MC2_HOOKS = (MC2_GOLDEN, MC2_INPUTS, MC2_CALL)
@@ -170,11 +171,16 @@ class OperatorTask:
 
     def case_key(self, case_id: int) -> str:
         """The official case key, e.g. ``level1/exp_1``: it seeds the inputs and keys the metadata."""
-        return f"{self.rel_path}_{case_id}"
+        return str(CaseKey.case(self.rel_path, case_id))
+
+    def result_key_of(self, case: CaseSpec) -> CaseKey:
+        """The key results are filed under: the case key, or the file position of a case with no usable id."""
+        if case.case_id is not None:
+            return CaseKey.case(self.rel_path, case.case_id)
+        return CaseKey.position(self.rel_path, case.index)
 
     def result_key(self, case: CaseSpec) -> str:
-        """The key results are filed under: the case key, or the file position of a case with no usable id."""
-        return self.case_key(case.case_id) if case.case_id is not None else f"{self.rel_path}_#{case.index}"
+        return str(self.result_key_of(case))
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,5 +4,5 @@ devices and the timing lock, the timing fence and load samples (``isolation``), 
 or live) and the roofline with its calibration child. The judge's protocol that drives them for one case is
 ``judge.perf``.
 
-May import: options, atomic, procs, figures, taskformat.
+May import: vocab, options, atomic, procs, figures, taskformat.
 """

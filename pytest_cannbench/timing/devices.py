@@ -19,8 +19,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-DEVICE_KINDS = ("auto", "cpu", "cuda", "npu")
-VISIBILITY_ENV = {"cuda": "CUDA_VISIBLE_DEVICES", "npu": "ASCEND_RT_VISIBLE_DEVICES"}
+from pytest_cannbench.vocab.registry import AUTO, DEVICE_CHOICES, DeviceKind
+from pytest_cannbench.vocab.registry import parse_ids as parse_ids  # the option's grammar lives with the kinds
+
+DEVICE_KINDS = DEVICE_CHOICES
+VISIBILITY_ENV = {k.value: env for k in DeviceKind if (env := k.visibility_env) is not None}
 
 
 @dataclass(frozen=True)
@@ -58,21 +61,6 @@ def detect_kind() -> str:
     return "cpu"
 
 
-def parse_ids(text: str | None) -> list[int]:
-    """``0,3`` -> [0, 3]; ``all`` or nothing -> [] (every device of the host, see :func:`all_ids`), as the official
-    harness spreads its workers over every card."""
-    if not text or str(text).strip().lower() == "all":
-        return []
-    try:
-        ids = [int(part) for part in str(text).split(",") if part.strip()]
-    except ValueError:
-        raise ValueError(f"--cann-device-ids {text!r}: expected 'all' or comma-separated integers such as 0,1") \
-            from None
-    if not ids or any(i < 0 for i in ids):
-        raise ValueError(f"--cann-device-ids {text!r}: expected non-negative integers")
-    return ids
-
-
 def all_ids(kind: str, env: dict[str, str], count: int) -> list[int | str]:
     """Every device a run may use: those ``CUDA_VISIBLE_DEVICES``/``ASCEND_RT_VISIBLE_DEVICES`` names (physical
     ids, or UUIDs as the variable spells them, which the workers are then given), else ``0..count-1``; [0] when
@@ -87,9 +75,9 @@ def all_ids(kind: str, env: dict[str, str], count: int) -> list[int | str]:
 def device_count(kind: str) -> int:
     import torch
 
-    if kind == "npu":
+    if kind == DeviceKind.NPU:
         return int(torch.npu.device_count())  # type: ignore[attr-defined]
-    return int(torch.cuda.device_count()) if kind == "cuda" else 0
+    return int(torch.cuda.device_count()) if kind == DeviceKind.CUDA else 0
 
 
 def worker_index(worker_id: str) -> int:
@@ -98,10 +86,10 @@ def worker_index(worker_id: str) -> int:
 
 
 def plan(kind: str, ids: list[int] | list[int | str], worker_id: str) -> DevicePlan:
-    if kind == "auto":
+    if kind == AUTO:
         kind = detect_kind()
-    if kind == "cpu":
-        return DevicePlan("cpu", None)
+    if kind == DeviceKind.CPU:
+        return DevicePlan(DeviceKind.CPU.value, None)
     ids = ids or all_ids(kind, dict(os.environ), device_count(kind))
     physical = ids[worker_index(worker_id) % len(ids)]
     return DevicePlan(kind, physical, {VISIBILITY_ENV[kind]: str(physical)})

@@ -30,6 +30,7 @@ from pytest_cannbench.timing.machine import last_level_cache_bytes, private_cach
 from pytest_cannbench.timing.npu_parse import shape_key
 from pytest_cannbench.timing.npu_run import profile_steps
 from pytest_cannbench.timing.raw_memory import read_every_line
+from pytest_cannbench.vocab.registry import TIMER_AUTO, DeviceKind, is_kind, on_accelerator
 
 MAX_FLUSH_BYTES = 128 << 20  # virtual machines report the host's whole L3 (480 MiB here: 94 ms a flush)
 
@@ -42,7 +43,7 @@ class Flusher:
         import torch
 
         self.device = device
-        if device.startswith("cuda"):
+        if is_kind(device, DeviceKind.CUDA):
             l2 = getattr(torch.cuda.get_device_properties(torch.device(device)), "L2_cache_size", 0) or (64 << 20)
             size = 2 * l2
         elif private_only:
@@ -68,9 +69,9 @@ class Flusher:
 def synchronize(device: str) -> None:
     import torch
 
-    if device.startswith("cuda"):
+    if is_kind(device, DeviceKind.CUDA):
         torch.cuda.synchronize()
-    elif device.startswith("npu"):
+    elif is_kind(device, DeviceKind.NPU):
         torch.npu.synchronize()  # type: ignore[attr-defined]
 
 
@@ -110,7 +111,7 @@ def run_batch(fn: Callable, warmup_kwargs: Any, fetch: Callable[[int], Any], cou
     synchronize(device)
     mark = clock()
     out.phases["warmup"] = mark - start
-    if device.startswith(("cuda", "npu")):
+    if on_accelerator(device):
         return with_waits(_device_batch(fn, warmup_kwargs, fetch, count, device, clock, flusher, sink, timer, npu,
                                         graph, out, start), waits)
     # One clock reading ends a phase and starts the next, so the phases tile the batch exactly: a preemption
@@ -161,16 +162,16 @@ def _device_batch(fn: Callable, warmup_kwargs: Any, fetch: Callable[[int], Any],
                   clock: Callable[[], float], flusher: Flusher | None, sink: Callable[[int, Any], None], timer: str,
                   npu: dict | None, graph: str, out: BatchTimes, start: float) -> BatchTimes:
     """The timed calls on a card: the NPU's profiler, CUDA graph replays, the CUDA profiler or events."""
-    if device.startswith("npu"):
+    if is_kind(device, DeviceKind.NPU):
         return _npu_profiled(fn, fetch, count, device, clock, sink, out, start, npu or {})
-    if device.startswith("cuda") and graph != "off":
+    if is_kind(device, DeviceKind.CUDA) and graph != "off":
         graphed = graph_batch(fn, warmup_kwargs, fetch, count, device, graph,
                               flusher.flush if flusher is not None else None, sink, out.notes)
         if graphed is not None:
             out.seconds, out.timer = graphed
             out.phases["total"] = clock() - start
             return out
-    if device.startswith("cuda") and timer in ("auto", "cuda_profiler"):
+    if is_kind(device, DeviceKind.CUDA) and timer in (TIMER_AUTO, "cuda_profiler"):
         try:
             import torch.autograd.profiler  # noqa: F401 - fails before any set is fetched when there is none
         except Exception as exc:  # noqa: BLE001 - no CUPTI: fall back to events
@@ -290,3 +291,13 @@ def _npu_profiled(fn: Callable, fetch: Callable[[int], Any], count: int, device:
     out.phases["total"] = clock() - start
     out.timer = "npu_profiler"
     return out
+
+
+# Every timer (vocab.registry.TIMERS) by the function that takes its times; the guard captures these functions'
+# identities from here (guard.runtime), with the helpers every timed batch goes through.
+TIMED_BY: dict[str, Callable[..., Any]] = {
+    "cpu_clock": run_batch, "host_clock": run_batch, "cuda_graph": graph_batch, "cuda_graph_fallback": graph_batch,
+    "cuda_profiler": _cuda_profiled, "cuda_events": _cuda_events, "npu_profiler": _npu_profiled,
+}
+GUARDED = tuple(dict.fromkeys(("run_batch", "synchronize", "_device_batch", "with_waits", "device_span_us",
+                               *(fn.__name__ for fn in TIMED_BY.values()))))

@@ -16,7 +16,16 @@ import math
 import random
 import statistics
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
+
+from pytest_cannbench.vocab.records import (
+    CudaGraphRecord,
+    IntervalRecord,
+    RepeatRecord,
+    TimingRecord,
+    TimingSummaryRecord,
+)
+from pytest_cannbench.vocab.registry import host_clock
 
 # Slack of the CPU-time floor: reading the request and encoding the reply cost the worker a little CPU outside
 # the phases it reports. Measured on the bundled example (-n 2, 95 batches) and the timing tests under load:
@@ -54,8 +63,8 @@ class TimingSummary:
     spread: float  # (p75 - p25) / median
     samples: int
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> TimingSummaryRecord:
+        return cast(TimingSummaryRecord, asdict(self))  # the record's keys are the fields (tested)
 
 
 def summarize(seconds: list[float]) -> TimingSummary:
@@ -153,7 +162,7 @@ def implausible(seconds: list[float], phases: dict[str, float], wall_s: float, t
                  f"keeps them), {floor['used_ms']:.2f} ms over its budget of {max(1, threads)} thread(s)")
         return (f"the worker accounts for {floor['accounted_ms']:.2f} ms of a batch {bound} (its clock runs slow; "
                 f"allowed {floor['slack_ms']:.2f} ms for {handshakes} handshakes; its phases, ms: {parts})")
-    if timer in ("cpu_clock", "host_clock"):
+    if host_clock(timer):
         inner = sum(phases.get(k, 0.0) for k in ("warmup", "flush", "wait", "calls", "write"))
         if abs(sum(seconds) - phases.get("calls", 0.0)) > 1e-6 + 1e-6 * abs(sum(seconds)):
             return "the call times do not add up to the reported calls phase"
@@ -174,9 +183,9 @@ class CaseTiming:
     device: str = ""
     timer: str = ""
     t_cand_us: float | None = None
-    cand: dict[str, Any] | None = None  # TimingSummary
+    cand: TimingSummaryRecord | None = None
     t_baseline_us: float | None = None
-    baseline: dict[str, Any] | None = None
+    baseline: TimingSummaryRecord | None = None
     baseline_source: str = ""
     t_hw_us: float | None = None
     t_hw_source: str = ""
@@ -190,11 +199,11 @@ class CaseTiming:
     load: list[dict[str, Any]] = field(default_factory=list)
     # CUDA, per window: {"start": reading, "end": reading} of timing.gpu_telemetry (clocks, temperature, power)
     gpu: list[dict[str, Any]] = field(default_factory=list)
-    cuda_graph: dict[str, Any] | None = None  # CUDA: {"mode": auto|on|off, "used": whether graphs timed the case}
+    cuda_graph: CudaGraphRecord | None = None  # CUDA: --cann-cuda-graph and whether graphs timed the case
     accuracy_spans: list[list[float]] = field(default_factory=list)  # time.monotonic() spans of fenced accuracy work
-    speedup: dict[str, Any] | None = None  # Interval of T_base / T_cand, calls paired on the same input sets
-    cand_interval: dict[str, Any] | None = None  # Interval of T_cand's median (µs)
-    repeat: dict[str, Any] = field(default_factory=dict)  # mode, count used, target, achieved, budget, why it stopped
+    speedup: IntervalRecord | None = None  # T_base / T_cand, calls paired on the same input sets
+    cand_interval: IntervalRecord | None = None  # T_cand's median (µs)
+    repeat: RepeatRecord = field(default_factory=lambda: RepeatRecord())  # count used, target, achieved, why stopped
     # per candidate window, the judge's CPU check (cpu_floor): accounted_ms, used_ms, slack_ms, the handshakes,
     # the allowance per handshake (allowance_ms) and the baseline worker's unaccounted CPU per handshake it was
     # calibrated on (baseline_ms; None without a streamed baseline in the window)
@@ -203,11 +212,11 @@ class CaseTiming:
     # or the weaker schedstat, which misses threads that exit inside a batch)
     cpu_meter: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> TimingRecord:
+        return cast(TimingRecord, asdict(self))  # the record's keys are the fields (tested)
 
 
-def not_measured(reason: str) -> dict[str, Any]:
+def not_measured(reason: str) -> TimingRecord:
     """A case that was not timed: "not measured", never a zero time."""
     return CaseTiming(measured=False, reason=reason).to_dict()
 
@@ -229,8 +238,8 @@ class Interval:
     samples: int
     confidence: float = CONFIDENCE
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+    def to_dict(self) -> IntervalRecord:
+        return cast(IntervalRecord, asdict(self))  # the record's keys are the fields (tested)
 
 
 def bootstrap_seed(secret: str, seed: int, key: str) -> int:

@@ -8,5 +8,5 @@ region), :mod:`env_scrub` what a submission sees of the environment, :mod:`limit
 (rlimits, cgroups) and the budgets clamped to it, :mod:`jit_load` the candidate worker's router to the JIT build
 stage's artefacts.
 
-May import: outcome, phases, atomic, procs, taskformat, guard, kernelbench, timing.
+May import: vocab, outcome, phases, atomic, procs, taskformat, guard, kernelbench, timing.
 """

@@ -19,7 +19,7 @@ from typing import Any
 from pytest_cannbench import procs
 from pytest_cannbench.guard.policy import guard_problems, guard_verdict
 from pytest_cannbench.phases import PhaseClock, peak_mib
-from pytest_cannbench.workers.batch import BatchResult, StreamedBatch
+from pytest_cannbench.workers.batch import BatchResult, StreamedBatch, WorkerStatus
 from pytest_cannbench.workers.candidate_process import (
     ASYNC_ESCAPE,
     CRASHED,
@@ -40,7 +40,7 @@ EXIT_GRACE_POLLS, EXIT_GRACE_S = 4, 0.025  # how long a finished thread may take
 
 @dataclass
 class CandidateResult:
-    status: str  # one of candidate_process's statuses, or a guard finding's
+    status: WorkerStatus
     outputs: list | None = None  # tensors are views of the region: valid until the next call
     message: str = ""
     seconds: float | None = None
@@ -48,7 +48,6 @@ class CandidateResult:
     case_log: str | None = None
     flags: list[str] = field(default_factory=list)  # guard findings that did not decide the verdict (warn mode)
     phases: dict[str, float] = field(default_factory=dict)  # the judge's account of the call (phases.PhaseClock)
-
 
 
 @dataclass
@@ -111,7 +110,7 @@ class CandidateWorker(CandidateProcess):
             return self._finish(problem, case_log)
         verdict, why, flags = guard_verdict(self.import_problems + guard_problems(reply) + sampled, self.guard)
         if verdict is not None:
-            return self._finish(CandidateResult(verdict, message=why, flags=flags), case_log)
+            return self._finish(CandidateResult(WorkerStatus(verdict), message=why, flags=flags), case_log)
         if not reply.get("ok"):
             return self._finish(CandidateResult(RAISED, message=f"candidate raised {reply.get('error')}"
                                                 if reply.get("stage") == "call" else
@@ -299,7 +298,7 @@ class CandidateWorker(CandidateProcess):
                                         case_log)
         verdict, why, flags = guard_verdict(self.import_problems + guard_problems(reply) + sampled, self.guard)
         if verdict is not None:
-            return self._finish(BatchResult(verdict, message=why, wall_s=wall, flags=flags), case_log)
+            return self._finish(BatchResult(WorkerStatus(verdict), message=why, wall_s=wall, flags=flags), case_log)
         if not reply.get("ok"):
             text = (f"candidate raised {reply.get('error')}" if reply.get("stage") == "call"
                     else f"{reply.get('stage')}: {reply.get('error')}")

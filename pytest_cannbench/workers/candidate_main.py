@@ -35,6 +35,7 @@ from pytest_cannbench.guard.runtime import Guard, hide_host_modules
 from pytest_cannbench.kernelbench.problem import build_callable
 from pytest_cannbench.timing import cuda_graph, in_worker
 from pytest_cannbench.timing.in_worker import Flusher, run_batch
+from pytest_cannbench.vocab.registry import DeviceKind, is_kind
 from pytest_cannbench.workers import tensor_wire, triton_helper, wire
 from pytest_cannbench.workers.golden_binding import load_golden
 from pytest_cannbench.workers.jit_load import route_from_environment
@@ -335,12 +336,11 @@ def watched(device: str) -> list[tuple[Any, tuple[str, ...]]]:
     """This worker's own functions a submission could replace to cheat, by owner: the timers, the flush and the
     tensor wire (and, on CUDA, the graph timer). The guard compares their identities after every request."""
     owners: list[tuple[Any, tuple[str, ...]]] = [
-        (in_worker, ("run_batch", "synchronize", "_device_batch", "with_waits", "_cuda_profiled", "_cuda_events",
-                     "_npu_profiled", "graph_batch", "device_span_us")),
+        (in_worker, in_worker.GUARDED),  # every timer's function (timing.in_worker.TIMED_BY)
         (in_worker.Flusher, ("flush",)),
         (tensor_wire, ("read_args", "write_outputs", "flatten", "poison")),
     ]
-    if device.startswith("cuda"):  # --cann-cuda-graph: the graph timer
+    if is_kind(device, DeviceKind.CUDA):  # --cann-cuda-graph: the graph timer
         owners += [(cuda_graph, ("graph_batch", "subtract", "wants_graph", "_Graphs", "_copy_into", "_clone",
                                  "_poison", "_aliases", "_eager_median", "_eager_rest", "LAUNCH_BOUND_S",
                                  "_RandomState")),

@@ -16,6 +16,7 @@ from pytest_cannbench import procs
 from pytest_cannbench.guard import sandbox
 from pytest_cannbench.guard.policy import guard_problems
 from pytest_cannbench.workers import wire
+from pytest_cannbench.workers.batch import WorkerStatus
 from pytest_cannbench.workers.client import WorkerClient
 from pytest_cannbench.workers.env_scrub import scrubbed_environment
 from pytest_cannbench.workers.evidence import OutsideEvidence
@@ -29,17 +30,16 @@ from pytest_cannbench.workers.tensor_wire import Region
 STEADY_MALLOC = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
 POLL_S = 0.05  # memory watchdog period while a call runs
 
-OK, RAISED, CRASHED, TIMEOUT, OOM_KILLED, IMPORT_FAILED = "ok", "raised", "crashed", "timeout", "oom_killed", \
-    "import_failed"
-INPUT_MUTATED, ASYNC_ESCAPE = "input_mutated", "async_escape"
-# Guard findings are statuses of their own, named like their failure types (outcome.GUARD_FAILURES); the most
-# serious decides when a call has several (guard.policy).
+# a call's or a batch's end (workers.batch.WorkerStatus), by their old names
+OK, RAISED, CRASHED, TIMEOUT = WorkerStatus.OK, WorkerStatus.RAISED, WorkerStatus.CRASHED, WorkerStatus.TIMEOUT
+OOM_KILLED, IMPORT_FAILED = WorkerStatus.OOM_KILLED, WorkerStatus.IMPORT_FAILED
+INPUT_MUTATED, ASYNC_ESCAPE = WorkerStatus.INPUT_MUTATED, WorkerStatus.ASYNC_ESCAPE
 
 
 class WorkerGone(Exception):
     """The worker cannot answer this request (``status``: crashed, timeout, oom_killed, import_failed)."""
 
-    def __init__(self, status: str, message: str) -> None:
+    def __init__(self, status: WorkerStatus, message: str) -> None:
         super().__init__(message)
         self.status = status
 
@@ -223,7 +223,7 @@ class CandidateProcess(WorkerClient):
             used = procs.rss_bytes(self.pid)
             if self.memory_bytes and used > self.memory_bytes:
                 self._killed_for = (f"the worker used {used / 2**30:.1f} GiB, over its limit of "
-                                    f"{self.memory_bytes / 2**30:.1f} GiB (--cann-worker-memory)")
+                                    f"{self.memory_bytes / 2**30:.1f} GiB (cann_worker_memory)")
                 raise self._gone(proc, kill=True)
 
         timed_out = WorkerGone(TIMEOUT, f"no answer within {timeout:g} s; the worker's process group was killed")

@@ -61,7 +61,7 @@ class GoldenWorker(WorkerClient):
             with clock.phase("start"):
                 proc = self._start()
         response = self._exchange(proc, message, timeout, f"golden did not finish within {timeout:g} s "
-                                                          "(--cann-golden-timeout); its worker was killed")
+                                                          "(cann_golden_timeout); its worker was killed")
         path = response.get("reply_file")
         if path is None:
             _add_seconds(response, clock)

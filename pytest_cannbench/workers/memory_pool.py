@@ -44,7 +44,6 @@ from typing import Any
 
 from pytest_cannbench.workers.memory_plan import GIB, MIN_SLOT
 
-POOL_MODES = ("auto", "machine")  # or a number of GiB
 POLL_FIRST, POLL_MOST = 0.002, 0.02  # seconds between looks while waiting (doubling)
 QUARTILE = 0.75  # the other judges' cases the largest runs beside: up to this quantile of the needs
 
@@ -69,7 +68,7 @@ class PoolSize:
         if self.rule == "auto":
             return (f"{size} (the largest case, {self.largest / GIB:.2f} GiB, + {self.workers - 1} x a case at "
                     f"the third quartile, {self.quartile / GIB:.2f} GiB)")
-        why = "every judge's slot" if self.rule == "machine" else "--cann-memory-pool"
+        why = "every judge's slot" if self.rule == "machine" else "cann_memory_pool"
         return f"{size} ({why})"
 
 

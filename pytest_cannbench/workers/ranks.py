@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cannbench import procs
+from pytest_cannbench.workers.batch import WorkerStatus
 from pytest_cannbench.workers.candidate_client import CandidateResult, CandidateWorker
 from pytest_cannbench.workers.candidate_process import CRASHED, IMPORT_FAILED, OOM_KILLED, TIMEOUT, WorkerGone
 from pytest_cannbench.workers.golden_client import GoldenWorker, GoldenWorkerFailure
@@ -216,7 +217,7 @@ class RankGroup:
                 seconds = worker.start()
             except WorkerGone as exc:
                 return CandidateResult(exc.status, message=str(exc))
-            return CandidateResult("ok", seconds=seconds)
+            return CandidateResult(WorkerStatus.OK, seconds=seconds)
 
         del timeout  # each worker's own startup timeout applies
         return self.each(one)

@@ -20,7 +20,7 @@ import pytest
 import yaml  # noqa: F401
 from inner import InnerRun, run_inner
 
-BASE_ARGS = ("--cann-tasks=tasks", "--cann-self-check", "-p", "no:cacheprovider", "--cann-golden-cache=off",
+BASE_ARGS = ("--cann-tasks=tasks", "--cann-source=@golden", "-p", "no:cacheprovider", "--cann-golden-cache=off",
              "--cann-no-perf")
 
 TASK, GOLDEN = "task_error", "golden_error"
@@ -268,9 +268,9 @@ def test_xdist_gives_the_same_statuses(malformed, pytester, task_tree, capsys):
 
 
 def test_golden_over_its_memory_budget(pytester, task_tree, capsys):
-    run = run_tasks(pytester, capsys, task_tree("golden_memory"), "--cann-golden-memory=1")
+    run = run_tasks(pytester, capsys, task_tree("golden_memory"), "-o", "cann_golden_memory=1")
     assert run.ret == pytest.ExitCode.TESTS_FAILED
-    hint = "(raise --cann-golden-memory or make the golden use less memory)"
+    hint = "(raise cann_golden_memory, e.g. -o cann_golden_memory=16, or make the golden use less memory)"
     check_bad(run, "memory_hog[01]", "memory_hog", "01", Bad("error", GOLDEN, "golden.py", (
         "case_id 1", "can't allocate memory", "8589934592 bytes", hint)))
     check_bad(run, "memory_hog[02]", "memory_hog", "02", Bad("error", GOLDEN, "golden.py", (
@@ -280,10 +280,10 @@ def test_golden_over_its_memory_budget(pytester, task_tree, capsys):
 
 
 def test_golden_past_its_timeout_is_killed_and_the_next_case_runs(pytester, task_tree, capsys):
-    run = run_tasks(pytester, capsys, task_tree("golden_timeout"), "--cann-golden-timeout=3")
+    run = run_tasks(pytester, capsys, task_tree("golden_timeout"), "-o", "cann_golden_timeout=3")
     assert run.ret == pytest.ExitCode.TESTS_FAILED
     check_bad(run, "slow_golden[01]", "slow_golden", "01", Bad("error", GOLDEN, "golden.py", (
-        "case_id 1", "golden did not finish within 3 s (--cann-golden-timeout); its worker was killed")))
+        "case_id 1", "golden did not finish within 3 s (cann_golden_timeout); its worker was killed")))
     # on a fresh worker: its start-up (python + torch import) is not charged to the 3 s
     assert run.cases["slow_golden[02]"].outcome == "passed", run.cases["slow_golden[02]"].longrepr
     assert run.seconds < 120  # the golden sleeps 600 s

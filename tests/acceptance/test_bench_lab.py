@@ -66,7 +66,7 @@ def test_a_test_module_named_as_a_path_is_collected_as_pytest_would(pytester, be
     """pytest never asks a plugin whether to collect a path on its command line: naming the tree's own test
     module runs it (here it raises at import, so collection fails naming it)."""
     module = bench / "lab" / "level1" / "affine_lab" / "test_baseline_perf.py"
-    _, reprec = pytester.inline_genitems("--cann-self-check", str(module), "-p", "no:cacheprovider")
+    _, reprec = pytester.inline_genitems("--cann-source=@golden", str(module), "-p", "no:cacheprovider")
     failed = [str(r.longrepr) for r in reprec.getreports("pytest_collectreport") if r.failed]
     assert failed and "the task tree's own test module was imported" in failed[0]
 
@@ -114,7 +114,7 @@ def test_two_trees_with_one_rel_path_do_not_share_keys(pytester, bench) -> None:
 def test_the_golden_and_the_candidate_get_the_golden_parameters_only(pytester, bench) -> None:
     """Self-check of both trees: the goldens take no **kwargs, so a descriptive attr passed on would fail them;
     every case passes, filed under its level."""
-    reprec = pytester.inline_run("--cann-tasks=bench", "--cann-self-check", *BASE)
+    reprec = pytester.inline_run("--cann-tasks=bench", "--cann-source=@golden", *BASE)
     outcomes = {r.cann["key"]: r.cann["status"] for r in reprec.getreports("pytest_runtest_logreport")
                 if getattr(r, "cann", None) is not None}
     assert outcomes == {**{k: "passed" for k in LAB_KEYS}, **{f"attn_like_{i}": "passed" for i in (1, 2, 3, 4)}}
@@ -152,7 +152,7 @@ def test_an_interrupted_session_on_a_level_directory_files_unrun_cases_under_the
     cases_yaml.write_text(cases_yaml.read_text().replace("attrs: {", "attrs: {delay_s: 600.0, "))
     run = pytester.path / "run"
     run.mkdir()
-    cmd = [sys.executable, "-m", "pytest", *BASE, f"--cann-tasks={bench / 'lab' / 'level5'}", "--cann-self-check",
+    cmd = [sys.executable, "-m", "pytest", *BASE, f"--cann-tasks={bench / 'lab' / 'level5'}", "--cann-source=@golden",
            "-n", "2"]
     proc = subprocess.Popen(cmd, cwd=run, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))

@@ -1,7 +1,7 @@
 """End-to-end tests of the CANN Bench task-format variants, one fixture tree per variant.
 
 Each test copies ``tests/fixtures/fmt_<variant>`` into a pytester sandbox as ``tasks/`` and runs an inner
-pytest session on it, usually with ``--cann-self-check`` (each golden, computed in the case's native dtype,
+pytest session on it, usually with ``--cann-source @golden`` (each golden, computed in the case's native dtype,
 graded as the candidate). Goldens that need to show what they received append one JSON line per call to
 the file named by ``CANNBENCH_FIXTURE_LOG`` (see the ``golden_log`` fixture); they run in the golden worker
 subprocess, which inherits the environment.
@@ -19,7 +19,7 @@ from pytest_cannbench.nodes.items import CannTaskWarning
 from pytest_cannbench.taskformat.dirs import find_bench_root, find_metadata_dir, iter_operator_dirs
 from pytest_cannbench.taskformat.spec import load_operator
 
-BASE_ARGS = ("--cann-self-check", "-p", "no:cacheprovider", "--cann-no-perf")
+BASE_ARGS = ("--cann-source=@golden", "-p", "no:cacheprovider", "--cann-no-perf")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -315,8 +315,8 @@ def test_index_outputs_compare_false_and_index_gather(pytester, task_tree, golde
 
 def test_golden_hooks(pytester, task_tree, golden_log) -> None:
     task_tree("fmt_hooks")
-    floor = "--cann-golden-cache-min-free=0"  # the second run reads the cache, however full the disk is
-    reprec, cases = run_cases(pytester, floor)
+    floor = ("-o", "cann_golden_cache_min_free=0")  # the second run reads the cache, however full the disk is
+    reprec, cases = run_cases(pytester, *floor)
     reprec.assertoutcome(passed=2)
     assert [cases[f"level3/box_area_{i}"]["status"] for i in (1, 2)] == ["passed", "passed"]
 
@@ -339,7 +339,7 @@ def test_golden_hooks(pytester, task_tree, golden_log) -> None:
 
     # second run: golden data from the cache, hooked inputs included; only the candidate is recomputed
     golden_log.clear()
-    result = pytester.runpytest("--cann-tasks=tasks", *BASE_ARGS, floor)
+    result = pytester.runpytest("--cann-tasks=tasks", *BASE_ARGS, *floor)
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["golden outputs from cache: 2/2 cases"])
     assert golden_log.calls("get_input") == [] and golden_log.calls("oracle") == []

@@ -135,8 +135,8 @@ def test_an_honest_submission_scores_on_both_splits(pytester, capsys, task_tree)
 def test_a_submission_fitted_to_the_public_shapes_is_not_ranked_and_nothing_leaks(pytester, capsys, task_tree):
     pytest.importorskip("pytest_html")
     run = grade(pytester, capsys, task_tree, FITTED, "-n", "2", "--cann-repeat=2", "--cann-warmup=0",
-                "--junitxml=junit.xml", "--cann-markdown=summary.md", "--html=report.html",
-                "--cann-eval-report=eval.json", "-rA")
+                "--junitxml=junit.xml", "-o", "cann_markdown=summary.md", "--html=report.html",
+                "-o", "cann_eval_report=eval.json", "-rA")
     board = board_of(pytester.path)
     for name in PUBLIC_NAMES:
         assert run.cases[name].cann["status"] == "passed", (name, run.cases[name].longrepr)

@@ -25,7 +25,7 @@ def test_pytest_timeout_in_setup_keeps_the_case_on_the_board(pytester, capsys, t
     """A golden slower than --timeout: pytest-timeout fires in setup; the case is a timeout, the next one runs on a
     fresh golden worker (the interrupted one's late reply must not answer it)."""
     tasks = task_tree("golden_timeout")
-    run = run_inner(pytester, capsys, tasks, *BASE, "--cann-self-check", "--timeout=30")
+    run = run_inner(pytester, capsys, tasks, *BASE, "--cann-source=@golden", "--timeout=30")
     assert _board(pytester.path) == {"slow_golden_1": ("timeout", "pytest_timeout"),
                                      "slow_golden_2": ("passed", None)}, run.text[-3000:]
     assert run.cases["slow_golden[02]"].outcome == "passed"
@@ -60,7 +60,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL], ids=["SIGINT", "SIGTERM", "SIGKILL"])
 def test_a_killed_session_leaves_no_child_and_accounts_for_its_cases(pytester, task_tree, sig) -> None:
     task_tree("golden_timeout")
-    cmd = [sys.executable, "-m", "pytest", *BASE, "--cann-tasks=tasks", "--cann-self-check"]
+    cmd = [sys.executable, "-m", "pytest", *BASE, "--cann-tasks=tasks", "--cann-source=@golden"]
     # An xdist worker (where this test may run) ignores SIGINT, and an ignored SIGINT is inherited: Python then
     # installs no KeyboardInterrupt handler. A terminal's pytest has the default one, so give the child that.
     proc = subprocess.Popen(cmd, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -110,7 +110,7 @@ def test_a_lost_xdist_worker_leaves_no_case_unaccounted(pytester, capsys, task_t
     tasks = task_tree("basic")
     int_attr_operator(tasks, "judge_killer", "JudgeKiller", KILLER, "deadly", "kills its judge",
                       ["attrs: {deadly: 1}, value_range: [-1, 1], note: a", "attrs: {}, value_range: [-1, 1], note: b"])
-    result = pytester.runpytest_subprocess(*BASE, "--cann-tasks=tasks", "--cann-self-check", "-n", "2",
+    result = pytester.runpytest_subprocess(*BASE, "--cann-tasks=tasks", "--cann-source=@golden", "-n", "2",
                                            "--max-worker-restart=0")
     cases = _board(pytester.path)
     assert set(cases) == {"level1/axpy_1", "level1/axpy_2", "level1/axpy_3", "level1/judge_killer_1",
@@ -121,7 +121,7 @@ def test_a_lost_xdist_worker_leaves_no_case_unaccounted(pytester, capsys, task_t
 
 def test_the_board_records_the_selection(pytester, capsys, task_tree) -> None:
     tasks = task_tree("basic")
-    run_inner(pytester, capsys, tasks, *BASE, "--cann-self-check", "-k", "axpy and 01")
+    run_inner(pytester, capsys, tasks, *BASE, "--cann-source=@golden", "-k", "axpy and 01")
     board = json.loads((pytester.path / "reports" / "leaderboard.json").read_text())
     selection = board["config"]["selection"]
     assert {k: selection[k] for k in ("keyword", "markexpr", "selected", "deselected", "interrupted", "partial")} == {
@@ -137,7 +137,7 @@ def test_an_interrupted_xdist_session_files_unrun_cases_under_their_operators(py
     tasks = task_tree("golden_timeout")
     cases_yaml = tasks / "slow_golden" / "cases.yaml"  # both workers busy: neither can name the other's keys
     cases_yaml.write_text(cases_yaml.read_text().replace("delay_s: 0.0", "delay_s: 600.0"))
-    cmd = [sys.executable, "-m", "pytest", *BASE, "--cann-tasks=tasks", "--cann-self-check", "-n", "2"]
+    cmd = [sys.executable, "-m", "pytest", *BASE, "--cann-tasks=tasks", "--cann-source=@golden", "-n", "2"]
     proc = subprocess.Popen(cmd, cwd=pytester.path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"), start_new_session=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.default_int_handler))
@@ -168,7 +168,7 @@ def test_every_collected_key_reads_back_from_its_node_id(pytester, task_tree) ->
     task_tree("basic")
     shutil.copytree(Path(__file__).resolve().parents[1] / "fixtures" / "kernelbench" / "problems",
                     pytester.path / "problems")
-    for args in (("tasks", "--cann-self-check"), ("problems", "--cann-kb-trials=3", "--cann-self-check")):
+    for args in (("tasks", "--cann-source=@golden"), ("problems", "--cann-kb-trials=3", "--cann-source=@golden")):
         items, _ = pytester.inline_genitems(*args, "-p", "no:cacheprovider")
         keys = {item.nodeid: case_key(item) for item in items}
         assert keys and all(keys.values()), keys

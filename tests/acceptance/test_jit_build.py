@@ -78,7 +78,7 @@ def test_a_modelnew_without_any_custom_kernel_fails_under_kernelbench_rule(pytes
                     f"--cann-source={honest}", "--cann-guard=block", "-k", "relu")
     assert statuses(run, "1_ReLU") == {("failed", "no_custom_kernel")}
     strict = run_inner(pytester, capsys, problems, str(problems), *BASE, "--cann-kb-trials=1",
-                       f"--cann-source={honest}", "--cann-guard=block", "--cann-kb-guard=cann", "-k", "relu")
+                       f"--cann-source={honest}", "--cann-guard=strict", "-k", "relu")
     assert statuses(strict, "1_ReLU") == {("failed", "builtin_compute")}
 
 

@@ -55,7 +55,7 @@ def test_problems_collect_as_items_with_levels_and_keywords(pytester, capsys, pr
 
 
 def test_self_check_runs_each_reference_as_the_candidate(pytester, capsys, problems):
-    run = grade(pytester, capsys, problems, "--cann-self-check", "--cann-no-perf", "--cann-kb-trials=2")
+    run = grade(pytester, capsys, problems, "--cann-source=@golden", "--cann-no-perf", "--cann-kb-trials=2")
     assert run.ret == 0, run.text
     assert len(run.cases) == 12 and all(c.cann["status"] == "passed" for c in run.cases.values())
     kb = board(run)["kernelbench"]
@@ -68,7 +68,7 @@ def test_honest_submission_is_graded_end_to_end(pytester, capsys, problems):
     markdown, html = pytester.path / "summary.md", pytester.path / "report.html"
     run = grade(pytester, capsys, problems, f"--cann-source={FIXTURES / 'honest'}", "--cann-guard=off",
                 "--cann-kb-trials=2", "--cann-warmup=1", "--cann-repeat=2", f"--junitxml={junit}",
-                f"--cann-markdown={markdown}", f"--html={html}")
+                "-o", f"cann_markdown={markdown}", f"--html={html}")
     assert run.ret == 0, run.text
     text = markdown.read_text()  # the same reports as CANN tasks: Markdown, HTML, junit, leaderboard
     assert "### KernelBench" in text and "4/4 problems correct" in text and "fast_1.5" in text
@@ -109,13 +109,13 @@ def test_right_only_when_checked_fails_the_timed_case(pytester, capsys, problems
 
 def test_the_guard_applies_to_modelnew(pytester, capsys, problems):
     run = grade(pytester, capsys, problems, f"--cann-source={FIXTURES / 'honest'}", "--cann-no-perf",
-                "--cann-guard=block", "--cann-kb-guard=cann", "--cann-kb-trials=1", "-k", "relu")
+                "--cann-guard=strict", "--cann-kb-trials=1", "-k", "relu")
     assert {s[1:] for s in statuses(run, "1_ReLU")} == {("failed", "builtin_compute")}
 
 
 def test_a_problem_over_the_input_budget_is_skipped_not_graded(pytester, capsys, problems):
-    run = grade(pytester, capsys, problems, "--cann-self-check", "--cann-no-perf", "--cann-kb-trials=1",
-                "--cann-kb-max-input-gib=0.00005", "-k", "relu or matmul")
+    run = grade(pytester, capsys, problems, "--cann-source=@golden", "--cann-no-perf", "--cann-kb-trials=1",
+                "-o", "cann_kb_max_input_gib=0.00005", "-k", "relu or matmul")
     assert {s[1:] for s in statuses(run, "1_ReLU")} == {("skipped", "too_large")}  # 64 KiB of input
     assert {s[1:] for s in statuses(run, "2_Matmul")} == {("passed", None)}  # 18 KiB
     kb = board(run)["kernelbench"]

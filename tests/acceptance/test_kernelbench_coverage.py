@@ -60,9 +60,9 @@ def test_a_decoy_fails_every_item_and_the_honest_kernel_passes(pytester, capsys,
 
 def test_kernelbench_s_own_rule_kept_by_name_passes_the_decoy_with_its_coverage_flagged(pytester, capsys, problems):
     run = run_inner(pytester, capsys, problems, str(problems), *BASE, f"--cann-source={COVERAGE / 'decoy'}",
-                    "--cann-kb-guard=kernelbench", "--cann-no-perf", "--cann-kb-trials=1")
+                    "--cann-guard=kernelbench", "--cann-no-perf", "--cann-kb-trials=1")
     cases = items_of(run)
     assert {c["status"] for c in cases.values()} == {"passed"}, run.text[-3000:]
     for case in cases.values():
         assert case["kernel_coverage"]["share"] < 0.2
-        assert any("no floor (--cann-kb-guard kernelbench)" in f for f in case["flags"]), case["flags"]
+        assert any("no floor (--cann-guard kernelbench)" in f for f in case["flags"]), case["flags"]

@@ -98,10 +98,46 @@ def test_results_jsonl_and_resume(pytester, capsys, task_tree, prebuilt):
     assert board["total_score"] == pytest.approx(first_board["total_score"])
     assert board["config"]["resumed_cases"] == 6
 
+    # a recorded case this version cannot read (a status it does not know) is graded again, never resumed
+    text = journal.read_text()
+    journal.write_text(text.replace('"key": "level1/softplus_1", "rel_path": "level1/softplus", "operator": '
+                                    '"Softplus", "case_id": 1, "status": "passed"', '"key": "level1/softplus_1", '
+                                    '"rel_path": "level1/softplus", "operator": "Softplus", "case_id": 1, '
+                                    '"status": "exploded"', 1))
+    assert journal.read_text() != text
+    regraded = run_inner(pytester, capsys, tasks, *QUICK, source, "--cann-resume")
+    assert regraded.cases["softplus[01]"].outcome == "passed" and regraded.cases["softplus[02]"].outcome == "skipped"
+    assert "resumed from results.jsonl: 5 cases" in regraded.text
+
     # another configuration is another run: nothing is skipped
     third = run_inner(pytester, capsys, tasks, *QUICK, source, "--cann-resume", "--cann-seed=5")
     assert third.cases["softplus[01]"].outcome == "passed"
     assert first.ret == 0
+
+
+def test_a_resume_regrades_after_any_result_changing_setting_and_keeps_what_did_not(pytester, capsys, task_tree):
+    """The resume identity is every setting declared to change results, on the command line or ini-only; a
+    setting that does not (a timeout) keeps the recorded cases, and a previous release's spelling of a setting is
+    the same run as its new spelling."""
+    tasks = task_tree("submission")
+    base = ("--cann-tasks=tasks", "-p", "no:cacheprovider", "--cann-golden-cache=off", "--cann-source=@golden",
+            "--cann-no-perf")
+    assert run_inner(pytester, capsys, tasks, *base).ret == 0
+
+    def resumed(*args: str) -> int:
+        run = run_inner(pytester, capsys, tasks, *base, "--cann-resume", *args)
+        assert run.ret == 0 and set(run.cases) >= {"softplus[01]", "rms_scale[02]"}, run.text[-2000:]
+        skipped = {name for name, case in run.cases.items() if case.outcome == "skipped"}
+        assert skipped in (set(), set(run.cases)), skipped  # all kept, or all graded again
+        return len(skipped)
+
+    assert resumed("--cann-case-timeout=200") == 6  # a resource bound: not part of the identity
+    assert resumed("--cann-guard=strict") == 0  # the KernelBench guard rule
+    assert resumed("--cann-timing-target=5") == 0
+    assert resumed("-o", "cann_timing_isolation=off") == 0  # ini-only settings count too
+    assert resumed("-o", "cann_hap_target=0.05") == 0
+    assert resumed("--cann-kb-guard=cann") == 6  # the previous spelling of --cann-guard=strict: graded above
+    assert resumed() == 6
 
 
 def test_a_killed_session_keeps_what_it_finished(pytester, task_tree, prebuilt):
@@ -137,11 +173,11 @@ def test_merged_shards_score_like_the_unsharded_run(pytester, capsys, task_tree,
     tasks = task_tree("submission")
     base = ("--cann-tasks=tasks", "-p", "no:cacheprovider", "--cann-golden-cache=off", "--cann-no-perf",
             f"--cann-source={prebuilt('broken/segfault')}")
-    run_inner(pytester, capsys, tasks, *base, f"--cann-leaderboard={tmp_path / 'whole.json'}")
+    run_inner(pytester, capsys, tasks, *base, "-o", f"cann_leaderboard={tmp_path / 'whole.json'}")
     shards = []
     for k in (1, 2):
         out = tmp_path / f"shard{k}.json"
-        run_inner(pytester, capsys, tasks, *base, f"--cann-shard={k}/2", f"--cann-leaderboard={out}")
+        run_inner(pytester, capsys, tasks, *base, f"--cann-shard={k}/2", "-o", f"cann_leaderboard={out}")
         shards.append(json.loads(out.read_text()))
     ops = [{o["rel_path"] for o in board["operators"]} for board in shards]
     assert ops[0] | ops[1] == {"level1/softplus", "level2/rms_scale"} and not ops[0] & ops[1]

@@ -52,7 +52,7 @@ def test_multi_rank_cases_and_their_task_errors(pytester, capsys, task_tree) -> 
     # no_hook[02] has no usable world_size: an ordinary item, which fails as its task error
     assert {n for n, k in kinds.items() if k == MultiRankItem.__name__} == {*CASES, "no_hook[01]"}
     run = run_inner(pytester, capsys, Path("tasks"), "--cann-tasks=tasks", "-p", "no:cacheprovider",
-                    "--cann-no-perf", "--cann-self-check", "-k", "no_hook")
+                    "--cann-no-perf", "--cann-source=@golden", "-k", "no_hook")
     errors = {name: c.cann["message"] for name, c in run.cases.items() if c.cann}
     assert "defines no mc2_distributed_golden(ctx, inputs, attrs)" in errors["no_hook[01]"]
     assert "needs an int world_size from 1 to 64, got 'two'" in errors["no_hook[02]"]
@@ -63,7 +63,7 @@ def test_self_check_runs_the_distributed_golden_on_every_rank(pytester, capsys, 
     """The golden as the candidate: world_size golden workers make each rank's inputs and truth, world_size
     candidate workers run the distributed golden in their own group; each rank is judged."""
     tasks = task_tree("mc2")
-    run = run_inner(pytester, capsys, tasks, "--cann-tasks=tasks", *BASE, "--cann-self-check", "--cann-no-perf")
+    run = run_inner(pytester, capsys, tasks, "--cann-tasks=tasks", *BASE, "--cann-source=@golden", "--cann-no-perf")
     assert {n: c.cann["status"] for n, c in run.cases.items()} == {n: "passed" for n in CASES}, run.text[-3000:]
     names = [v["name"] for v in run.cases["all_gather_mm[02]"].cann["accuracy"]]
     assert names == ["rank0:y", "rank1:y", "rank2:y", "rank3:y"]

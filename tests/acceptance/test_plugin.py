@@ -39,7 +39,7 @@ def test_an_xdist_controller_never_imports_torch(pytester: pytest.Pytester, task
             if not hasattr(config, "workerinput"):
                 _probe("end")
     """)
-    result = pytester.runpytest_subprocess("--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf",
+    result = pytester.runpytest_subprocess("--cann-tasks=tasks", "--cann-source=@golden", "--cann-no-perf",
                                            "--cann-golden-cache=off", "-p", "no:cacheprovider", "-n", "2")
     result.assert_outcomes(passed=3)
     assert probe.read_text() == "start[];end[];"
@@ -60,20 +60,21 @@ def test_header_and_help(pytester: pytest.Pytester, task_tree) -> None:
     result.stdout.fnmatch_lines(["cannbench: tasks tasks", "cannbench: no candidate; seed 7, inputs uniform/fixed, "
                                  "golden fp64_cpu, checker relative_error", "*3 tests collected*"])
     help_text = pytester.runpytest("--help").stdout.str()
-    for option in ("--cann-tasks", "--cann-self-check", "--cann-seed", "--cann-input-dist", "--cann-input-compat",
-                   "--cann-golden-precision", "--cann-golden-cache", "--cann-golden-timeout",
-                   "--cann-golden-memory", "--cann-checker"):
+    for option in ("--cann-tasks", "--cann-source", "--cann-seed", "cann_input_dist", "cann_input_compat",
+                   "cann_golden_precision", "--cann-golden-cache", "cann_golden_timeout", "cann_golden_memory",
+                   "--cann-checker"):
         assert option in help_text
+    assert "--cann-self-check" not in help_text  # a spelling of the previous release: accepted, not shown
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--cann-golden-timeout=0"], "--cann-golden-timeout must be positive"),
-    (["--cann-golden-memory=-1"], "--cann-golden-memory must be at least 1 GiB*"),
-    (["--cann-golden-memory=0.5"], "--cann-golden-memory must be at least 1 GiB*"),
-    (["--cann-seed=-1"], "--cann-seed must be >= 0*"),
-    (["-o", "cann_checker=exact"], "cann_checker = 'exact': expected one of relative_error, allclose"),
-    (["--cann-timing-threads=0"], "cann_timing_threads = '0': expected a positive count or 'all'"),
-    (["--cann-timing-threads=many"], "cann_timing_threads = 'many': expected a positive count or 'all'"),
+    (["-o", "cann_golden_timeout=0"], "-o cann_golden_timeout=0: expected a number > 0 seconds"),
+    (["-o", "cann_golden_memory=-1"], "-o cann_golden_memory=-1: expected a number >= 1 GiB*"),
+    (["-o", "cann_golden_memory=0.5"], "-o cann_golden_memory=0.5: expected a number >= 1 GiB*"),
+    (["--cann-seed=-1"], "--cann-seed -1: expected a whole number >= 0"),
+    (["-o", "cann_checker=exact"], "-o cann_checker=exact: expected one of relative_error, allclose, kernelbench"),
+    (["-o", "cann_timing_threads=0"], "-o cann_timing_threads=0: expected a positive count of threads or 'all'"),
+    (["-o", "cann_timing_threads=many"], "-o cann_timing_threads=many: expected a positive count of threads or*"),
 ])
 def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: list[str], message: str) -> None:
     result = pytester.runpytest(*args, "--collect-only")
@@ -83,7 +84,7 @@ def test_bad_option_values_are_usage_errors(pytester: pytest.Pytester, args: lis
 
 def test_ini_keys_configure_the_run(pytester: pytest.Pytester, task_tree) -> None:
     task_tree("basic")
-    pytester.makeini("[pytest]\ncann_tasks = tasks\ncann_self_check = true\ncann_golden_cache = off\n")
+    pytester.makeini("[pytest]\ncann_tasks = tasks\ncann_source = @golden\ncann_golden_cache = off\n")
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(passed=3)
     result.stdout.fnmatch_lines(["cannbench: golden cache off; logs *", "1 operators, 3 cases: 3 passed"])
@@ -94,8 +95,8 @@ def test_golden_cache_second_run_computes_no_golden(pytester: pytest.Pytester, t
     tasks = task_tree("basic")
     cache = pytester.path / "gcache"
     # the floor at 0: the test must not depend on how full the disk of the machine running it is
-    args = ("--cann-tasks=tasks", "--cann-self-check", f"--cann-golden-cache={cache}", "-p", "no:cacheprovider",
-            "--cann-no-perf", "--cann-golden-cache-min-free=0")
+    args = ("--cann-tasks=tasks", "--cann-source=@golden", f"--cann-golden-cache={cache}", "-p", "no:cacheprovider",
+            "--cann-no-perf", "-o", "cann_golden_cache_min_free=0")
     first = pytester.runpytest(*args)
     first.assert_outcomes(passed=3)
     first.stdout.no_fnmatch_line("golden outputs from cache*")
@@ -117,20 +118,20 @@ def test_golden_cache_second_run_computes_no_golden(pytester: pytest.Pytester, t
     assert len(list(cache.rglob("*.pt"))) == 6
 
     # a floor above what the disk has: the cache stops writing with a warning naming the option, cases pass
-    floor = pytester.runpytest(*args[:-1], "--cann-golden-cache-min-free=1e9", f"--cann-golden-cache={cache}2")
+    floor = pytester.runpytest(*args[:-2], "-o", "cann_golden_cache_min_free=1e9", f"--cann-golden-cache={cache}2")
     floor.assert_outcomes(passed=3, warnings=1)
     floor.stdout.fnmatch_lines(["*GoldenCacheWarning: golden cache stopped writing: * GiB free on *, under the "
-                                "1e+09 GiB floor (--cann-golden-cache-min-free)*"])
+                                "1e+09 GiB floor (cann_golden_cache_min_free)*"])
     assert not list((pytester.path / "gcache2").rglob("*.pt"))
-    bad = pytester.runpytest(*args[:-1], "--cann-golden-cache-min-free=-1")
-    bad.stderr.fnmatch_lines(["*--cann-golden-cache-min-free must be >= 0*"])
+    bad = pytester.runpytest(*args[:-2], "-o", "cann_golden_cache_min_free=-1")
+    bad.stderr.fnmatch_lines(["*-o cann_golden_cache_min_free=-1: expected a number >= 0 GiB*"])
 
 
-@pytest.mark.parametrize("extra", [["--cann-golden-precision=native_cpu"], ["--cann-checker=allclose"],
-                                   ["--cann-input-dist=normal"], ["--cann-input-compat=official"]])
+@pytest.mark.parametrize("extra", [["-o", "cann_golden_precision=native_cpu"], ["--cann-checker=allclose"],
+                                   ["-o", "cann_input_dist=normal"], ["-o", "cann_input_compat=official"]])
 def test_alternative_modes_grade_the_goldens(pytester: pytest.Pytester, task_tree, extra: list[str]) -> None:
     task_tree("basic")
-    reprec = pytester.inline_run("--cann-tasks=tasks", "--cann-self-check", "--cann-golden-cache=off",
+    reprec = pytester.inline_run("--cann-tasks=tasks", "--cann-source=@golden", "--cann-golden-cache=off",
                                  "-p", "no:cacheprovider", *extra)
     reprec.assertoutcome(passed=3)
     checkers = {v["checker"] for rep in reprec.getreports("pytest_runtest_logreport")
@@ -140,7 +141,7 @@ def test_alternative_modes_grade_the_goldens(pytester: pytest.Pytester, task_tre
 
 def test_outcome_reaches_junit_properties(pytester: pytest.Pytester, task_tree) -> None:
     task_tree("basic")
-    result = pytester.runpytest("--cann-tasks=tasks", "--cann-self-check", "--cann-golden-cache=off",
+    result = pytester.runpytest("--cann-tasks=tasks", "--cann-source=@golden", "--cann-golden-cache=off",
                                 "-p", "no:cacheprovider", "--junitxml=out.xml", "-k", "01")
     result.assert_outcomes(passed=1)
     xml = (pytester.path / "out.xml").read_text()
@@ -152,7 +153,7 @@ def test_seed_changes_inputs_but_not_case_keys(pytester: pytest.Pytester, task_t
     task_tree("basic")
     results = {}
     for seed in ("0", "5"):
-        reprec = pytester.inline_run("--cann-tasks=tasks", "--cann-self-check", "--cann-golden-cache=off",
+        reprec = pytester.inline_run("--cann-tasks=tasks", "--cann-source=@golden", "--cann-golden-cache=off",
                                      f"--cann-seed={seed}", "-p", "no:cacheprovider", "-k", "01")
         (rep,) = [r for r in reprec.getreports("pytest_runtest_logreport") if r.when == "call"]
         results[seed] = (rep.cann["key"], rep.cann["accuracy"][0]["max_abs_err"], rep.cann["accuracy"][0]["mere"])

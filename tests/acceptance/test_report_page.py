@@ -193,7 +193,7 @@ def test_a_graded_run_writes_the_page_and_the_cli_reads_it_back(pytester: pytest
                                                                capsys: pytest.CaptureFixture[str], task_tree: Any,
                                                                prebuilt: Any, tmp_path: Path) -> None:
     tasks = task_tree("submission")
-    good = run_inner(pytester, capsys, tasks, *QUICK, "--cann-self-check")
+    good = run_inner(pytester, capsys, tasks, *QUICK, "--cann-source=@golden")
     reports = pytester.path / "reports"
     html, board_a = reports / "report.html", reports / "leaderboard.json"
     assert html.is_file() and any("report.html" in line for line in good.section() if line.startswith("written:"))
@@ -202,7 +202,7 @@ def test_a_graded_run_writes_the_page_and_the_cli_reads_it_back(pytester: pytest
 
     # the second run: a submission that crashes on one case, its board elsewhere
     bad = run_inner(pytester, capsys, tasks, *QUICK, f"--cann-source={prebuilt('broken/segfault')}",
-                    "--cann-leaderboard=reports/b/leaderboard.json")
+                    "-o", "cann_leaderboard=reports/b/leaderboard.json")
     board_b = reports / "b" / "leaderboard.json"
     assert (reports / "b" / "report.html").is_file()
 

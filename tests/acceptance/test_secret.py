@@ -116,7 +116,7 @@ def grade(pytester: pytest.Pytester, capsys, task_tree, *args: str) -> tuple[Inn
     source = pytester.path / "sub"
     make_wheel(source / "dist", {"cann_bench/__init__.py": PRYING})
     run = run_inner(pytester, capsys, tasks, *BASE, f"--cann-source={source}", "--junitxml=junit.xml",
-                    "--cann-markdown=summary.md", "--cann-eval-report=eval.json", *args)
+                    "-o", "cann_markdown=summary.md", "-o", "cann_eval_report=eval.json", *args)
     secret = run.config.stash[options.SETTINGS_KEY].secret
     assert re.fullmatch(r"[0-9a-f]{32}", secret), "a graded run without --cann-seed draws a secret"
     return run, secret

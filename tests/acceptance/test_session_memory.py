@@ -10,7 +10,7 @@ import pytest
 from inner import int_attr_operator, run_inner
 
 GIB = 1 << 30
-ARGS = ("--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf", "--cann-golden-cache=off", "-p",
+ARGS = ("--cann-tasks=tasks", "--cann-source=@golden", "--cann-no-perf", "--cann-golden-cache=off", "-p",
         "no:cacheprovider", "--cann-session-memory=2")
 
 
@@ -70,7 +70,7 @@ def test_a_golden_out_of_its_slots_memory_runs_again_alone(pytester, capsys, tas
                       ["attrs: {gib: 5}, value_range: [-1, 1], note: over its slot",
                        "attrs: {gib: 9}, value_range: [-1, 1], note: over the session",
                        "attrs: {}, value_range: [-1, 1], note: small"])
-    run = run_inner(pytester, capsys, tasks, "--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf",
+    run = run_inner(pytester, capsys, tasks, "--cann-tasks=tasks", "--cann-source=@golden", "--cann-no-perf",
                     "--cann-golden-cache=off", "-p", "no:cacheprovider", "--cann-session-memory=8", "-n", "2",
                     "-k", "hungry")
     assert "cannbench: memory plan: 8.0 GiB usable (--cann-session-memory) / 2 worker(s)" in run.text, run.text
@@ -137,9 +137,9 @@ def test_two_large_cases_never_run_together_in_a_pool_for_one_golden(pool, pytes
     tasks, log = pytester.path / "tasks", pytester.path / "spans.log"
     for name in ("twice_a", "twice_b"):
         _stamped_operator(tasks, name, log)
-    run = run_inner(pytester, capsys, tasks, "--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf",
+    run = run_inner(pytester, capsys, tasks, "--cann-tasks=tasks", "--cann-source=@golden", "--cann-no-perf",
                     "--cann-golden-cache=off", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
-                    f"--cann-memory-pool={pool}")
+                    "-o", f"cann_memory_pool={pool}")
     assert run.ret == pytest.ExitCode.OK, run.text
     assert all(c.cann and c.cann["status"] == "passed" for c in run.cases.values()) and len(run.cases) == 8
     spans = _spans(log)
@@ -152,7 +152,7 @@ def test_two_large_cases_never_run_together_in_a_pool_for_one_golden(pool, pytes
         assert size["rule"] == "asked" and size["bytes"] == int(0.04 * GIB)
         assert waited >= 0.5  # the second large case waited for the first one's golden at least
         (line,) = [line for line in run.section() if line.startswith("memory pool: ")]
-        assert re.fullmatch(r"memory pool: 0\.04 GiB \(--cann-memory-pool\); [1-8] cases waited for room, "
+        assert re.fullmatch(r"memory pool: 0\.04 GiB \(cann_memory_pool\); [1-8] cases waited for room, "
                             r"[0-9.]+ s in all", line), line
     else:
         assert _overlap(spans["twice_a"], spans["twice_b"]), spans
@@ -164,13 +164,13 @@ def test_load_scheduling_hands_large_cases_out_beside_small_ones(dispatch, pytes
     """``--dist load`` (the default of ``-n``), a pool of 0.2 GiB that holds one large case (estimated peak 120
     MiB) and tiny ones, never two large ones: handed out by memory need, the two large cases go first, to one
     worker, while the other runs the tiny ones, so no case waits for room and the large goldens never meet;
-    xdist's own order is kept with ``--cann-dispatch xdist`` (and the report says which)."""
+    xdist's own order is kept with ``cann_dispatch = xdist`` (and the report says which)."""
     tasks, log = pytester.path / "tasks", pytester.path / "spans.log"
     for name in ("twice_a", "twice_b"):
         _stamped_operator(tasks, name, log)
-    run = run_inner(pytester, capsys, tasks, "--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf",
-                    "--cann-golden-cache=off", "-p", "no:cacheprovider", "-n", "2", "--cann-memory-pool=0.2",
-                    f"--cann-dispatch={dispatch}")
+    run = run_inner(pytester, capsys, tasks, "--cann-tasks=tasks", "--cann-source=@golden", "--cann-no-perf",
+                    "--cann-golden-cache=off", "-p", "no:cacheprovider", "-n", "2", "-o", "cann_memory_pool=0.2",
+                    "-o", f"cann_dispatch={dispatch}")
     assert run.ret == pytest.ExitCode.OK, run.text
     assert all(c.cann and c.cann["status"] == "passed" for c in run.cases.values()) and len(run.cases) == 8
     board = json.loads((run.root / "reports" / "leaderboard.json").read_text())

@@ -124,7 +124,7 @@ RUNTIME_BROKEN = {
                   ("candidate raised RuntimeError: tiling failed for shape (1000,)",)),
     "hang": (("--cann-case-timeout=3",), {"softplus[02]": ("failed", "timeout", "candidate_timeout")},
              ("no answer within 3 s", "process group was killed")),
-    "memory_blowup": (("--cann-worker-memory=1.5",), {"softplus[02]": ("failed", "oom_killed", "out_of_memory")},
+    "memory_blowup": (("-o", "cann_worker_memory=1.5"), {"softplus[02]": ("failed", "oom_killed", "out_of_memory")},
                       ("over its limit of 1.5 GiB",)),
     "wrong_dtype": ((), {"softplus[02]": ("failed", "failed", "compile_runtime_error"),
                          "softplus[03]": ("failed", "failed", "compile_runtime_error")},
@@ -209,7 +209,7 @@ def test_build_runs_once_per_session_under_xdist(pytester, capsys, task_tree):
 
 
 @pytest.mark.parametrize("build_sh, fragments", [
-    ("sleep 60\n", ("build.sh did not finish within 2 s (--cann-build-timeout)",)),
+    ("sleep 60\n", ("build.sh did not finish within 2 s (cann_build_timeout)",)),
     ("echo ok\n", ("build.sh succeeded but left nothing in dist/",)),
     (f"{PIP_WHEEL}cp dist/*.whl dist/cann_bench-0.0.2-py3-none-any.whl\n",
      ("left cann_bench-0.0.1-py3-none-any.whl, cann_bench-0.0.2-py3-none-any.whl in dist/",)),
@@ -217,7 +217,7 @@ def test_build_runs_once_per_session_under_xdist(pytester, capsys, task_tree):
 def test_bad_builds_are_compile_failures(build_sh, fragments, pytester, capsys, task_tree):
     source = submission_dir(Path(pytester.path) / "sub", build_sh)
     # only the hanging build gets the short limit: a real `pip wheel` takes ~2 s on a loaded 2-core machine
-    limit = ("--cann-build-timeout=2",) if "sleep" in build_sh else ()
+    limit = ("-o", "cann_build_timeout=2") if "sleep" in build_sh else ()
     run = grade(pytester, capsys, task_tree, source, *limit)
     for name in ALL:
         assert status(run, name) == ("failed", "compile_failed", "compile_failed")
@@ -319,16 +319,16 @@ def test_no_install_grades_the_installed_package(pytester, capsys, task_tree, mo
                    check=True)
     monkeypatch.setenv("PYTHONPATH", str(site))  # "installed" for the worker; the judge never imports it
     tasks = task_tree("submission")
-    run = run_inner(pytester, capsys, tasks, *BASE, "--cann-no-install")
+    run = run_inner(pytester, capsys, tasks, *BASE, "--cann-source=@installed")
     assert_intact(run, {}, missing=("rms_scale[01]", "rms_scale[02]"))
     assert "cann_bench" not in sys.modules
 
 
 @pytest.mark.parametrize("args, message", [
     (("--cann-source=nowhere",), "not a directory"),
-    (("--cann-source=.", "--cann-self-check"), "cannot be combined"),
-    (("--cann-no-install", "--cann-source=."), "drop --cann-source"),
-    (("--cann-case-timeout=0",), "must be positive"),
+    (("--cann-source=.", "--cann-source=@golden"), "cannot be combined"),
+    (("--cann-source=@installed", "--cann-source=."), "cannot be combined"),
+    (("--cann-case-timeout=0",), "--cann-case-timeout 0: expected a number > 0 seconds"),
 ])
 def test_usage_errors(args, message, pytester):
     result = pytester.runpytest(*args)

@@ -191,8 +191,8 @@ def auto_timed(pytester, capsys, task_tree, hap_target: str) -> tuple[InnerRun, 
     source = wheel_dir(Path(pytester.path) / "sub", HONEST)
     args = [a for a in TIMED if not a.startswith("--cann-repeat")]
     run = run_inner(pytester, capsys, task_tree("submission"), *args, f"--cann-source={source}",
-                    "--cann-repeat=auto", "--cann-repeat-min=4", "--cann-repeat-max=8", "--cann-timing-target=0.001",
-                    f"--cann-hap-target={hap_target}", "--cann-timing-budget=60", "-k", "softplus and 04")
+                    "--cann-repeat=4..8", "--cann-timing-target=0.001",
+                    "-o", f"cann_hap_target={hap_target}", "-o", "cann_timing_budget=60", "-k", "softplus and 04")
     return run, run.cases["softplus[04]"].cann["timing"]
 
 
@@ -392,7 +392,7 @@ def softplus(x, beta=1.0, threshold=20.0):
 def test_cuda_graph_timing_replays_verified_calls(pytester, capsys, task_tree):
     """Issue 20 item 6: side-stream work forked and joined back is captured, replayed on every fresh set and
     verified; the baseline is timed the same way."""
-    run = timed(pytester, capsys, task_tree, FORKED_STREAM, "--cann-device=cuda", "--cann-cuda-graph=on")
+    run = timed(pytester, capsys, task_tree, FORKED_STREAM, "--cann-device=cuda", "-o", "cann_cuda_graph=on")
     case = run.cases["softplus[01]"].cann
     t = case["timing"]
     assert case["status"] == "passed", case
@@ -406,7 +406,7 @@ def test_a_call_no_graph_can_capture_is_timed_eagerly(pytester, capsys, task_tre
     """A side stream that never forked from the capturing stream cannot be captured (seen on an H200: "operation
     failed due to a previous error during capture"): the call is timed eagerly, the failure is in the notes, and
     the case still passes."""
-    run = timed(pytester, capsys, task_tree, SIDE_STREAM, "--cann-device=cuda", "--cann-cuda-graph=on")
+    run = timed(pytester, capsys, task_tree, SIDE_STREAM, "--cann-device=cuda", "-o", "cann_cuda_graph=on")
     case = run.cases["softplus[01]"].cann
     t = case["timing"]
     assert case["status"] == "passed", case
@@ -442,7 +442,7 @@ def test_fence_keeps_accuracy_work_out_of_timed_windows_under_xdist(pytester, ca
 
 
 def test_timing_isolation_off_is_recorded_and_shown(pytester, capsys, task_tree):
-    run = timed(pytester, capsys, task_tree, HONEST, "--cann-timing-isolation=off", "-k", "softplus and 01")
+    run = timed(pytester, capsys, task_tree, HONEST, "-o", "cann_timing_isolation=off", "-k", "softplus and 01")
     assert run.cases["softplus[01]"].outcome == "passed", run.cases["softplus[01]"].longrepr
     assert "timing isolation off" in run.text
     assert not run.cases["softplus[01]"].cann["timing"].get("accuracy_spans")  # no fence, no spans
@@ -463,11 +463,11 @@ def softplus(x, beta=1.0, threshold=20.0):
 
 @pytest.mark.parametrize("asked, xdist", [(None, True), (None, False), ("all", True)])
 def test_timed_calls_run_with_the_same_threads_whatever_n_is(pytester, capsys, task_tree, asked, xdist):
-    """--cann-timing-threads (default 1): the candidate and baseline workers run with the same count serially and
+    """cann_timing_threads (default 1): the candidate and baseline workers run with the same count serially and
     under -n 2, for every call; all is every usable core (issue 20)."""
     from pytest_cannbench.workers.limits import usable_cores
 
-    args = (["-n", "2"] if xdist else []) + ([f"--cann-timing-threads={asked}"] if asked else [])
+    args = (["-n", "2"] if xdist else []) + (["-o", f"cann_timing_threads={asked}"] if asked else [])
     run = timed(pytester, capsys, task_tree, THREAD_COUNTING, *args, "-k", "softplus and 01")
     case = run.cases["softplus[01]"]
     assert case.outcome == "passed", case.longrepr
@@ -482,8 +482,8 @@ def test_timed_calls_run_with_the_same_threads_whatever_n_is(pytester, capsys, t
 
 
 def test_cuda_graph_option_is_inert_on_the_cpu(pytester, capsys, task_tree):
-    """Issue 20 item 6: --cann-cuda-graph on changes nothing off CUDA (no telemetry, no graph fields)."""
-    run = timed(pytester, capsys, task_tree, HONEST, "--cann-cuda-graph=on", "-k", "softplus and 01")
+    """Issue 20 item 6: cann_cuda_graph = on changes nothing off CUDA (no telemetry, no graph fields)."""
+    run = timed(pytester, capsys, task_tree, HONEST, "-o", "cann_cuda_graph=on", "-k", "softplus and 01")
     case = run.cases["softplus[01]"]
     assert case.outcome == "passed", case.longrepr
     t = case.cann["timing"]

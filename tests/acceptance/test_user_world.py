@@ -137,9 +137,9 @@ def test_a_stale_prebuilt_wheel_is_reported_and_rebuild_builds(pytester, capsys,
             f"--cann-source={source}")
     run = run_inner(pytester, capsys, tasks, *args)
     assert "cannbench: WARNING: build.sh, cann_bench/__init__.py changed after" in run.text
-    assert "pass --cann-rebuild to build from build.sh" in run.text
+    assert "set cann_rebuild (-o cann_rebuild=true) to build from build.sh" in run.text
     assert run.ret == pytest.ExitCode.TESTS_FAILED  # the stale wheel is wrong
-    run = run_inner(pytester, capsys, tasks, *args, "--cann-rebuild")
+    run = run_inner(pytester, capsys, tasks, *args, "-o", "cann_rebuild=true")
     assert run.ret == pytest.ExitCode.OK, run.text[-3000:]
     assert re.search(r"cannbench: build.sh finished in \d+\.\d s", run.text)
     assert "WARNING" not in run.text
@@ -165,7 +165,7 @@ def test_no_home_and_the_c_locale_grade_as_usual(pytester: pytest.Pytester, task
     env.update(LC_ALL="C", LANG="C", TMPDIR=str(pytester.path / "tmp"))
     (pytester.path / "tmp").mkdir()
     done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--cann-tasks=tasks",
-                           "--cann-self-check", "--cann-golden-cache=off", "--cann-warmup=0", "--cann-repeat=2"],
+                           "--cann-source=@golden", "--cann-golden-cache=off", "--cann-warmup=0", "--cann-repeat=2"],
                           cwd=pytester.path, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "3 passed" in done.stdout
@@ -185,7 +185,7 @@ def test_a_killed_sessions_scratch_is_reaped_and_a_finished_one_leaves_none(pyte
     tmp = pytester.path / "tmp"
     tmp.mkdir()
     env = dict(os.environ, TMPDIR=str(tmp))
-    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--cann-tasks=tasks", "--cann-self-check",
+    args = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--cann-tasks=tasks", "--cann-source=@golden",
             "--cann-golden-cache=off", "--cann-no-perf"]
     killed = subprocess.Popen(args, cwd=pytester.path, env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL, start_new_session=True)
@@ -206,17 +206,17 @@ def test_the_golden_cache_is_bounded_between_sessions(pytester: pytest.Pytester,
     """The cache keeps what a session wrote under its bound; at the end of a session over the bound its least
     recently used entries go, and the summary says so; a bound that is not a size is a usage error."""
     task_tree("basic")
-    args = ("-p", "no:cacheprovider", "--cann-tasks=tasks", "--cann-self-check", "--cann-no-perf",
-            "--cann-golden-cache=cache", "--cann-golden-cache-min-free=0")
+    args = ("-p", "no:cacheprovider", "--cann-tasks=tasks", "--cann-source=@golden", "--cann-no-perf",
+            "--cann-golden-cache=cache", "-o", "cann_golden_cache_min_free=0")
     kept = pytester.runpytest(*args)
     kept.assert_outcomes(passed=3)
     entries = sorted((pytester.path / "cache").rglob("*.pt"))
     assert len(entries) == 3 and "least recently used" not in kept.stdout.str()
-    emptied = pytester.runpytest(*args, "--cann-golden-cache-max=0")
+    emptied = pytester.runpytest(*args, "-o", "cann_golden_cache_max=0")
     emptied.assert_outcomes(passed=3)
     emptied.stdout.fnmatch_lines(["golden cache: removed 3 least recently used files (0.0 GiB); it holds "
-                                  "0 entries, 0.0 GiB, under its 0 GiB bound (--cann-golden-cache-max)"])
+                                  "0 entries, 0.0 GiB, under its 0 GiB bound (cann_golden_cache_max)"])
     assert not list((pytester.path / "cache").rglob("*.pt"))
-    bad = pytester.runpytest(*args, "--cann-golden-cache-max=lots")
+    bad = pytester.runpytest(*args, "-o", "cann_golden_cache_max=lots")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
-    bad.stderr.fnmatch_lines(["*--cann-golden-cache-max='lots': expected GiB (e.g. 20) or 'off'*"])
+    bad.stderr.fnmatch_lines(["*-o cann_golden_cache_max=lots: expected a number >= 0 GiB, or off (no bound)*"])

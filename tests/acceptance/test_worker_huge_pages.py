@@ -26,7 +26,7 @@ def test_candidate_side_huge_pages_only_when_untimed(perf, pytester, capsys, mon
     (tasks / "level1").mkdir(parents=True)
     int_attr_operator(tasks, "recorded", "Recorded", RECORDER.format(log=str(log)), "k", "records its env",
                       ["value_range: [-1, 1]"])
-    args = ["--cann-tasks=tasks", "--cann-self-check", "--cann-golden-cache=off", "-p", "no:cacheprovider"]
+    args = ["--cann-tasks=tasks", "--cann-source=@golden", "--cann-golden-cache=off", "-p", "no:cacheprovider"]
     run = run_inner(pytester, capsys, tasks, *args, *([] if perf else ["--cann-no-perf"]))
     assert run.ret == pytest.ExitCode.OK, run.text
     seen = {tuple(line.split()) for line in log.read_text().splitlines()}

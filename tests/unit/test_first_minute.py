@@ -1,5 +1,6 @@
-"""Issue 19, the first minute: every option in the README's table (generated from options.py), README examples
-that select something, no unused or needlessly required dependency, a setup script that asks before pulling torch."""
+"""Issue 19, the first minute: every option in the README's tables (generated from the options' declarations),
+README examples that select something, no unused or needlessly required dependency, a setup script that asks before
+pulling torch."""
 
 from __future__ import annotations
 
@@ -18,14 +19,24 @@ def test_the_readme_lists_every_option_as_options_py_has_it() -> None:
     readme = (ROOT / "README.md").read_text()
     assert options_table.in_readme(readme) == options_table.table(), \
         "README.md's options table is stale: run `python scripts/options_table.py --write`"
+    from pytest_cannbench.plugin import DECLARED
+
+    assert DECLARED.read_text() == options_table.registration_json(), \
+        "the options plugin.py registers are stale: run `python scripts/options_table.py --write`"
+    import argparse
+
     import pytest
 
-    from pytest_cannbench.options import add_options
+    from pytest_cannbench import plugin
 
     parser = pytest.Parser(_ispytest=True)
-    add_options(parser)
-    names = [o.names()[0] for o in parser.getgroup("cannbench").options]
-    assert len(names) > 30 and all(f"`{name}" in readme for name in names)
+    plugin.pytest_addoption(parser)
+    options = parser.getgroup("cannbench").options
+    shown = [o.names()[0] for o in options if o.attrs().get("help") != argparse.SUPPRESS]
+    assert 10 < len(shown) <= 25 and all(f"`{name} " in readme or f"`{name}`" in readme for name in shown)
+    hidden = [o.names()[0] for o in options if o.attrs().get("help") == argparse.SUPPRESS]  # previous spellings
+    assert hidden and all(f"`{name}`" in readme for name in hidden)
+    assert all(f"`{key}" in readme for key in parser._inidict if key.startswith("cann_"))
     assert "KernelBench" in readme and "--cann-bench stanford" in readme
 
 

@@ -42,7 +42,7 @@ def test_round_trip_and_damaged_entry(tmp_path: Path) -> None:
 def test_low_disk_stops_writing_without_raising(tmp_path: Path) -> None:
     cache = GoldenCache(tmp_path, min_free_bytes=1 << 62)
     assert cache.store("k" * 64, {"golden": []}) is False
-    assert "GiB free" in cache.disabled_reason and "--cann-golden-cache-min-free" in cache.disabled_reason
+    assert "GiB free" in cache.disabled_reason and "cann_golden_cache_min_free" in cache.disabled_reason
     assert cache.store("j" * 64, {"golden": []}) is False
     assert not list(tmp_path.rglob("*.pt"))
 

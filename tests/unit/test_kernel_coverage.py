@@ -76,7 +76,7 @@ def test_under_the_floor_fails_as_low_kernel_coverage_and_every_call_gets_the_fl
     assert "4% of the forward's work" in problems[0][1] and "under the 50%" in problems[0][1]
     assert guard_verdict(problems, KERNEL)[0] == LOW_KERNEL_COVERAGE
     assert guard_verdict(problems, WARN)[0] is None  # --cann-guard warn: a flag
-    lenient = judge(low, None)  # --cann-kb-guard kernelbench: KernelBench's own rule, coverage as a flag
+    lenient = judge(low, None)  # --cann-guard kernelbench: KernelBench's own rule, coverage as a flag
     assert [kind for kind, _ in lenient] == [KERNEL_COVERAGE] and "no floor" in lenient[0][1]
     high = judge(Coverage(0.97, "cpu_samples", 97.0, 100.0, 3), COVERAGE_FLOOR)
     assert [kind for kind, _ in high] == [KERNEL_COVERAGE]

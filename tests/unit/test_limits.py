@@ -51,7 +51,7 @@ def test_budgets_are_clamped_to_the_inherited_limits() -> None:
 
 
 def test_device_ids_all_is_the_default_and_spreads_over_every_card() -> None:
-    """Like the official harness: with no --cann-device-ids (or 'all'), xdist workers use every visible card."""
+    """Like the official harness: with no device ids (or 'all'), xdist workers use every visible card."""
     from pytest_cannbench.timing.devices import all_ids, parse_ids, plan
 
     assert parse_ids(None) == parse_ids("all") == parse_ids(" ALL ") == []

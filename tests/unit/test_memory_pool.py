@@ -41,7 +41,7 @@ def test_machine_asked_and_no_estimates() -> None:
     assert size_pool([GIB], 2, 9 * GIB, "machine") == PoolSize(9 * GIB, "machine", workers=2)
     assert size_pool([], 2, 9 * GIB, "auto").rule == "machine"  # nothing estimated: nothing to size by
     asked = size_pool([GIB], 2, 9 * GIB, 2.5)
-    assert (asked.bytes, asked.rule) == (int(2.5 * GIB), "asked") and "--cann-memory-pool" in asked.describe()
+    assert (asked.bytes, asked.rule) == (int(2.5 * GIB), "asked") and "cann_memory_pool" in asked.describe()
     assert size_pool([GIB], 2, 9 * GIB, 50.0).bytes == 9 * GIB
 
 

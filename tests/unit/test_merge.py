@@ -188,6 +188,29 @@ def test_disagreeing_inputs_are_reported(tmp_path: Path, capsys: pytest.CaptureF
     assert "different runs" not in err  # the run identity hashes wheel and options: already said
 
 
+def test_merge_compares_what_the_declarations_say_jobs_share(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Real settings' as_dict(): a result-changing setting (the KernelBench guard rule, the timing target) or a
+    per-session one (the HAP cap) differing is reported; paths, the shard and the machine's memory are not."""
+    import dataclasses
+
+    from pytest_cannbench.options import Settings
+
+    outcomes = all_outcomes()
+    base = Settings(report_dir="/a/reports", golden_cache="/a/cache", leaderboard="/a/reports/leaderboard.json")
+    a = _write_board(tmp_path / "a.json", outcomes[:6], config=base.as_dict())
+    per_job = dataclasses.replace(base, report_dir="/b/reports", golden_cache=None, shard=(2, 2), device_ids=(1,),
+                                  session_memory_gib=8.0, memory_pool=2.0, leaderboard="/b/l.json", resume=True)
+    b = _write_board(tmp_path / "b.json", outcomes[6:], config=per_job.as_dict())
+    assert _merge(tmp_path, a, b)[0] == 0
+    assert "other options" not in capsys.readouterr().err
+    for change in ({"kb_guard": "cann"}, {"timing_target": 0.05}, {"hap_cap": True}, {"cuda_graph": "auto"}):
+        c = _write_board(tmp_path / "c.json", outcomes[6:], config=dataclasses.replace(base, **change).as_dict())
+        assert _merge(tmp_path, a, c)[0] == 0
+        (name,) = change
+        assert f"ran with other options than {a}: {name}=" in capsys.readouterr().err, change
+
+
 def test_results_of_different_runs_are_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     outcomes = all_outcomes()
     rc, _ = _merge(tmp_path, _write_jsonl(tmp_path / "r1.jsonl", outcomes[:4], run="abc123"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pytest_cannbench.report.kernelbench import ProblemResult
-from pytest_cannbench.report.passk import candidate_of_key, summary
+from pytest_cannbench.report.passk import summary
 
 
 def result(rel: str, correct: bool, speedup: float | None = None, status: str = "") -> ProblemResult:
@@ -25,11 +25,6 @@ def test_summary_counts_samples_per_problem_and_skips_the_ungraded():
     assert set(s["pass_at_k"]) == {"1", "2"}  # pass@5 would need five samples of some problem
     assert s["graded_pairs"] == 5
     assert s["fast_p"]["0"] == pytest.approx(3 / 5) and s["fast_p"]["1"] == pytest.approx(2 / 5)
-
-
-def test_candidate_keys():
-    assert candidate_of_key("cand=run1_s0/level1/19_ReLU.py_1") == "run1_s0"
-    assert candidate_of_key("level1/exp_1") == ""
 
 
 def test_the_sessions_kernelbench_line_says_when_it_pools_candidates():

@@ -138,8 +138,8 @@ def test_a_fallback_kept_after_a_failed_retry_is_dropped(monkeypatch):
 
 @pytest.mark.parametrize("args, ini, expected", [
     ((), None, "off"),
-    (("--cann-cuda-graph=auto",), None, "auto"),
-    (("--cann-cuda-graph=on",), "off", "on"),  # the option wins
+    (("-o", "cann_cuda_graph=auto",), None, "auto"),
+    (("-o", "cann_cuda_graph=on",), "off", "on"),  # -o wins over the ini file
     ((), "auto", "auto"),
 ])
 def test_the_option_and_its_ini_key(pytester, args, ini, expected):
