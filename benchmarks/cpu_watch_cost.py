@@ -64,6 +64,7 @@ def main() -> int:
 
     from pytest_cannbench.guard import code_pages
     from pytest_cannbench.judge.goldens import golden_ref
+    from pytest_cannbench.submission.interfaces import call_candidates
     from pytest_cannbench.taskformat.spec import load_operator
     from pytest_cannbench.workers import cpu_budget
     from pytest_cannbench.workers.candidate_client import CandidateWorker
@@ -78,7 +79,7 @@ def main() -> int:
     python = install(work, make_wheel(work / "py-dist", {"cann_bench/__init__.py": PY_SOFTPLUS}), "py")
     task = load_operator(ROOT / "tasks" / "level1" / "softplus", ROOT / "tasks")
     submission = {"kind": "submission", "name": "Softplus", "function_name": "softplus",
-                  "rel_path": "level1/softplus"}
+                  "names": call_candidates("Softplus", "softplus"), "rel_path": "level1/softplus"}
     golden = {"kind": "golden", **golden_ref(task)}
     budget = cpu_budget.budget_cpus(1, 0)
     workers = {

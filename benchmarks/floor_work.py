@@ -45,7 +45,8 @@ def one_case(op_dir: Path, case_id: int, clocks: dict[str, float], sets: int = 0
     import torch
 
     from pytest_cannbench.taskformat.dirs import find_bench_root
-    from pytest_cannbench.taskformat.inputs import case_seed, generate_inputs, plan_inputs
+    from pytest_cannbench.taskformat.generate import generate_inputs
+    from pytest_cannbench.taskformat.inputs import case_seed, plan_inputs
     from pytest_cannbench.taskformat.spec import load_operator
     from pytest_cannbench.workers.golden_binding import bind, call_get_input, flatten_outputs, load_golden, upcast
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from pytest_cannbench.guard import sandbox
+from pytest_cannbench.submission.interfaces import call_candidates
 from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 SUBMISSION = '''import torch
@@ -60,7 +61,8 @@ def main() -> int:
                 starts[name].append(w.start())
                 w.close()
         x = torch.randn(int(args.mib * (1 << 20)) // 4)
-        target = {"kind": "submission", "name": "CopyOp", "function_name": "copy_op"}
+        target = {"kind": "submission", "name": "CopyOp", "function_name": "copy_op",
+                  "names": call_candidates("CopyOp", "copy_op")}
         overhead: dict[str, list[float]] = {name: [] for name in modes}
         workers = {name: worker(name) for name in modes}
         for w in workers.values():

@@ -50,8 +50,9 @@ from pathlib import Path
 
 import torch
 
+from pytest_cannbench.judge.perf import interleave
+from pytest_cannbench.submission.interfaces import call_candidates
 from pytest_cannbench.timing.in_worker import Flusher, run_batch
-from pytest_cannbench.timing.perf import interleave
 from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 SUBMISSION = '''import torch
@@ -129,7 +130,8 @@ def ten_percent_slower(n: int, k: int, flusher: Flusher, device: str) -> int:
     return (lo + hi) // 2
 
 
-TARGET = {"kind": "submission", "name": "Passes", "function_name": "passes"}
+TARGET = {"kind": "submission", "name": "Passes", "function_name": "passes",
+          "names": call_candidates("Passes", "passes")}
 
 
 def _sets(n: int, k: int, repeat: int, seed: int) -> list[dict]:
@@ -163,7 +165,7 @@ def harness_median_us(worker: CandidateWorker, n: int, k: int, repeat: int, seed
 def paired_times(workers: tuple[CandidateWorker, CandidateWorker], sizes: tuple[int, int], k: int, repeat: int,
                  seed: int, judge_flush: Callable[[], None] | None,
                  flush_each_call: bool) -> tuple[float, float, float]:
-    """The two kernels timed as a candidate and its baseline are (``timing.perf.interleave``): both batches open
+    """The two kernels timed as a candidate and its baseline are (``judge.perf.interleave``): both batches open
     in one window, calls alternating ABBA, each set streamed. Returns the median of the per-pair ratios
     slower / base and each kernel's median (us). ``flush_each_call``: the judge's eviction before every call, as
     before Round 9 (docs/performance.md), instead of once per set."""
@@ -194,7 +196,7 @@ def main() -> int:
         print("--device cuda: torch sees no CUDA GPU here", file=sys.stderr)
         return 2
     flusher = Flusher(device)
-    # the judge's eviction of the shared cache exists on the CPU only (timing.perf.PerfContext.judge_flush)
+    # the judge's eviction of the shared cache exists on the CPU only (judge.perf.PerfContext.judge_flush)
     judge_flush = Flusher("cpu").flush if device == "cpu" else None
     if device != "cpu":
         print(f"device {torch.cuda.get_device_name(0)}, torch {torch.__version__}, L2 flush {flusher.bytes >> 20} MiB")

@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 def references(op_dir: Path, task, spec) -> tuple[list, list]:
     """(fp64 golden outputs, native outputs) of one case; raises where the golden cannot run here."""
-    from pytest_cannbench.taskformat.inputs import case_seed, generate_inputs, plan_inputs
+    from pytest_cannbench.taskformat.generate import generate_inputs
+    from pytest_cannbench.taskformat.inputs import case_seed, plan_inputs
     from pytest_cannbench.workers.golden_binding import bind, call_get_input, flatten_outputs, load_golden, upcast
 
     gm = load_golden(op_dir, task.rel_path, task.spec.function_name, task.spec.name.lower(), task.golden_sha256)

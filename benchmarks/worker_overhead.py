@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from pytest_cannbench.submission.interfaces import call_candidates
 from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 SUBMISSION = '''import torch
@@ -64,7 +65,8 @@ def main() -> int:
               f"worker/bare {statistics.median(starts) / statistics.median(bare):.2f}x  [target < 3 s]")
 
         x = torch.randn(int(args.mib * (1 << 20)) // 4)
-        target = {"kind": "submission", "name": "CopyOp", "function_name": "copy_op"}
+        target = {"kind": "submission", "name": "CopyOp", "function_name": "copy_op",
+                  "names": call_candidates("CopyOp", "copy_op")}
         w = worker()
         w.start()
         walls, ops = [], []

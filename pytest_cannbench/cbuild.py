@@ -12,6 +12,8 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+from pytest_cannbench.scratch import make_dir
+
 FLAGS = ["-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math"]  # no contraction: same roundings
 TUNED = ["-march=native"]  # tried first (the library runs where it is built); without it where unsupported
 
@@ -55,8 +57,6 @@ def build(directory: Path, source: Path) -> tuple[Path | None, str]:
 def built(source: Path) -> Iterator[tuple[Path | None, str]]:
     """:func:`build` in a private scratch directory, removed on leaving (a library loaded by then stays mapped, and
     nothing is left on disk); ``(None, why)`` where no such directory can be made."""
-    from pytest_cannbench.scratch import make_dir
-
     try:
         directory = make_dir("kernel")
     except OSError as exc:  # an unwritable temporary directory

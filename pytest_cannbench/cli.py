@@ -24,9 +24,23 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cannbench import __version__
+from pytest_cannbench.kernelbench.spec import is_problem, problem_of
+from pytest_cannbench.options import DEFAULT_KB_TRIALS
+from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.report import leaderboard
-from pytest_cannbench.report.merge import InputError, merge, read_input
+from pytest_cannbench.report.compare import compare, markdown, terminal_lines
+from pytest_cannbench.report.eval_report import to_eval_report
+from pytest_cannbench.report.markdown import render
+from pytest_cannbench.report.merge import InputError, merge, outcomes_from_board, read_input
+from pytest_cannbench.report.secret import commitment, commitments_of, read_revealed
+from pytest_cannbench.scratch import cache_dir
+from pytest_cannbench.taskformat.dirs import looks_like_operator_dir
+from pytest_cannbench.taskformat.errors import TaskFormatError
+from pytest_cannbench.taskformat.listing import info_lines, list_lines, load, scan
+from pytest_cannbench.timing.calibrate import CalibrationError
+from pytest_cannbench.timing.roofline import cached_limits
 from pytest_cannbench.vocab.registry import DEFAULT_CHECKER, checker_help, checker_names
+from pytest_cannbench.workers.limits import usable_cores
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -127,6 +141,7 @@ def _parser() -> argparse.ArgumentParser:
     from pytest_cannbench.cluster.command import add_parser as add_cluster_grade  # no Ray needed to parse
 
     add_cluster_grade(commands)
+    # the subcommand's arguments only: the service's modules stay out of every other subcommand
     from pytest_cannbench.serve.server import add_arguments
 
     add_arguments(_command(commands, "serve", "a warm grading service: an HTTP JSON API over judges on Ray",
@@ -150,27 +165,21 @@ def write_reports(board: Mapping[str, Any], *, html: str | None = None, markdown
     """The optional report files of one board; the paths written, in order."""
     written = []
     if html:
-        from pytest_cannbench.report import page
+        from pytest_cannbench.report import page  # brings jinja2
 
         page.write(Path(html), board)
         written.append(html)
     if markdown:
-        from pytest_cannbench.report.markdown import render
-
         leaderboard.write_atomic(Path(markdown), render(board))
         written.append(markdown)
     if eval_report:
-        from pytest_cannbench.report.eval_report import to_eval_report
-
         leaderboard.write_atomic(Path(eval_report), leaderboard.dumps(to_eval_report(board), indent=1) + "\n")
         written.append(eval_report)
     return written
 
 
 def _show(args: argparse.Namespace) -> int:
-    from pytest_cannbench.outcome import CaseOutcome
-    from pytest_cannbench.report.collector import ResultCollector
-    from pytest_cannbench.report.merge import outcomes_from_board
+    from pytest_cannbench.report.collector import ResultCollector  # brings pytest: merge and report run without it
 
     board = load_board(args.board)
     collector = ResultCollector(board=board)
@@ -187,8 +196,6 @@ def _show(args: argparse.Namespace) -> int:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from pytest_cannbench.report.compare import compare, markdown, terminal_lines
-
     a, b = load_board(args.a), load_board(args.b)
     comparison = compare(a, b, args.a, args.b)
     if args.fail_on_regression is not None and args.fail_on_regression < 0:
@@ -199,7 +206,7 @@ def _compare(args: argparse.Namespace) -> int:
     else:
         print("\n".join(terminal_lines(comparison, regression_pct=args.fail_on_regression)))
     if args.html:
-        from pytest_cannbench.report.page import render_comparison
+        from pytest_cannbench.report.page import render_comparison  # brings jinja2
 
         leaderboard.write_atomic(Path(args.html), render_comparison(a, b, comparison, args.fail_on_regression))
         print(f"wrote {args.html}", file=sys.stderr)
@@ -220,8 +227,6 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from pytest_cannbench.taskformat.listing import list_lines, scan
-
     if not args.tree.exists():
         raise InputError(f"{args.tree}: no such directory")
     entries = [e for e in scan(args.tree) if args.keyword in e.rel_path]
@@ -238,9 +243,6 @@ def _list(args: argparse.Namespace) -> int:
 
 def _problems(tree: Path, keyword: str) -> list[str]:
     """The KernelBench problem files of a tree, one line each, as ``--cann-bench auto`` collects them."""
-    from pytest_cannbench.kernelbench.spec import is_problem, problem_of
-    from pytest_cannbench.options import DEFAULT_KB_TRIALS
-
     files = [tree] if tree.is_file() else sorted(tree.rglob("*.py"))
     found = [problem_of(p) for p in files if is_problem(p, "auto")]
     found = [p for p in found if keyword in p.rel_path]
@@ -254,10 +256,6 @@ def _problems(tree: Path, keyword: str) -> list[str]:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from pytest_cannbench.taskformat.dirs import looks_like_operator_dir
-    from pytest_cannbench.taskformat.errors import TaskFormatError
-    from pytest_cannbench.taskformat.listing import info_lines, load
-
     if not looks_like_operator_dir(args.op):
         raise InputError(f"{args.op}: not an operator directory (it needs proto.yaml and cases.yaml)")
     try:
@@ -269,11 +267,6 @@ def _info(args: argparse.Namespace) -> int:
 
 
 def _roofline(args: argparse.Namespace) -> int:
-    from pytest_cannbench.scratch import cache_dir
-    from pytest_cannbench.timing.calibrate import CalibrationError
-    from pytest_cannbench.timing.roofline import cached_limits
-    from pytest_cannbench.workers.limits import usable_cores
-
     threads = args.threads if args.threads is not None else usable_cores()
     directory = args.cache_dir if args.cache_dir is not None else cache_dir() / "roofline"
     try:
@@ -288,7 +281,7 @@ def _roofline(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from pytest_cannbench.judge.task_quality import main as check_main
+    from pytest_cannbench.judge.task_quality import main as check_main  # cannbench check only: the judge room
 
     argv = [args.root, "--checker", args.checker, "--threads", str(args.threads)]
     return check_main(argv + (["-k", args.keyword] if args.keyword else []))
@@ -305,8 +298,6 @@ def _merge(args: argparse.Namespace) -> int:
 
 
 def _secret(args: argparse.Namespace) -> int:
-    from pytest_cannbench.report.secret import commitment, commitments_of, read_revealed
-
     source = read_input(args.board)
     committed = commitments_of(source.board) if source.board is not None else list(source.commitments)
     if not committed:
@@ -326,6 +317,7 @@ def _secret(args: argparse.Namespace) -> int:
 
 
 def _cluster_grade(args: argparse.Namespace) -> int:
+    # cannbench cluster-grade only: the other subcommands never load the cluster's modules
     from pytest_cannbench.cluster.command import run
 
     return run(args)
@@ -335,6 +327,7 @@ def _serve(args: argparse.Namespace) -> int:
     missing = [m for m in ("fastapi", "uvicorn", "ray", "prometheus_client") if importlib.util.find_spec(m) is None]
     if missing:
         raise InputError(f"the service needs {', '.join(missing)}: pip install 'pytest-cannbench[serve]'")
+    # once the serve extra is known to be installed (its modules import it when the service starts)
     from pytest_cannbench.serve.server import run
 
     return run(args)

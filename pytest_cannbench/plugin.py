@@ -53,12 +53,14 @@ def _asked(config: pytest.Config) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     if not _asked(config):  # not a cannbench run: collect, write and print nothing
         return
+    # a cannbench run only: every other run of the environment never loads the settings' parser
     from pytest_cannbench import options
 
     settings = options.settings_from_config(config)
     config.stash[options.SETTINGS_KEY] = settings
     if not settings.active:
         return
+    # a cannbench run only: the front-end holds every other hook and what they load
     from pytest_cannbench.nodes.frontend import CannBenchRun
 
     config.pluginmanager.register(CannBenchRun(config, settings), RUN)

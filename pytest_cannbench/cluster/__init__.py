@@ -8,8 +8,9 @@ shards merged by :mod:`report.merge <pytest_cannbench.report.merge>` into the fi
 :mod:`grade` runs the shards (retries, progress, a node lost mid-run); :mod:`command` is the CLI's part.
 
 Ray is imported only inside functions: the package imports without it (the ``cluster`` extra installs it).
-May import: ``report`` (merge, leaderboard, page, splits, collector), ``taskformat`` (task trees as data),
-``outcome``, ``atomic``, the package's ``__version__`` and its own modules. Never ``serve`` (the HTTP grading
-service is another room), and nothing that grades in this process (``judge``, ``workers``, ``nodes``,
-``state``): grading happens only in the shards' pytest sessions.
+Never ``serve`` (the HTTP grading service is another room), and nothing that grades in this process (``judge``,
+``workers``, ``nodes``, ``core``): grading happens only in the shards' pytest sessions.
+
+May import: report (merge, leaderboard, page, splits, collector), taskformat (task trees as data), vocab, outcome,
+atomic.
 """

@@ -23,9 +23,10 @@ from pytest_cannbench.cluster.grade import ShardRecord
 from pytest_cannbench.cluster.junit import merge_junit
 from pytest_cannbench.cluster.plan import Unit
 from pytest_cannbench.cluster.shard import JUNIT, PYTEST_LOG
+from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.report import leaderboard
 from pytest_cannbench.report.board import Board
-from pytest_cannbench.report.merge import InputError, merge, read_input
+from pytest_cannbench.report.merge import InputError, merge, outcomes_from_board, read_input
 from pytest_cannbench.vocab.records import CaseRecord
 
 SHARDS = "shards"
@@ -129,6 +130,7 @@ def assemble(report_dir: Path, records: list[ShardRecord], *, cluster: dict[str,
     leaderboard.write(board_path, board)
     write_bytes_atomic(report_dir / "results.jsonl", "".join(f"{line}\n" for line in journal + lines).encode())
     merge_junit(junit_files, lost, board, report_dir / JUNIT, wall_s)
+    # brings jinja2: the merged board's page only
     from pytest_cannbench.report.page import write_beside
 
     write_beside(board_path, board)
@@ -137,9 +139,8 @@ def assemble(report_dir: Path, records: list[ShardRecord], *, cluster: dict[str,
 
 def summary_lines(board: Mapping[str, Any]) -> list[str]:
     """The terminal's cannbench section for the merged board (as ``cannbench show`` prints it)."""
-    from pytest_cannbench.outcome import CaseOutcome
+    # brings pytest: the terminal summary only (the merge itself runs without pytest)
     from pytest_cannbench.report.collector import ResultCollector
-    from pytest_cannbench.report.merge import outcomes_from_board
 
     collector = ResultCollector(board=board)
     for data in outcomes_from_board(board):

@@ -14,6 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench.cluster.assemble import assemble, summary_lines
+from pytest_cannbench.cluster.connect import connected
+from pytest_cannbench.cluster.grade import Runner
+from pytest_cannbench.cluster.plan import refuse_problems, split, units_of
 from pytest_cannbench.report.merge import InputError
 
 SHARD_FAILED = 3
@@ -94,10 +98,6 @@ def grade_tree(tasks: Path, source: Path, *, report_dir: Path, address: str | No
                retries: int = 1, timeout_s: float | None = None, say: Callable[[str], None] | None = None,
                on_start: Callable[[dict[str, Any]], None] | None = None) -> tuple[int, Mapping[str, Any]]:
     """Grade ``source`` on ``tasks`` across the cluster; the exit status and the merged board."""
-    from pytest_cannbench.cluster.assemble import assemble
-    from pytest_cannbench.cluster.connect import connected
-    from pytest_cannbench.cluster.grade import Runner
-    from pytest_cannbench.cluster.plan import refuse_problems, split, units_of
 
     speak = say or (lambda line: print(f"cannbench cluster-grade: {line}", flush=True))
     check_extra(extra)
@@ -135,8 +135,6 @@ def grade_tree(tasks: Path, source: Path, *, report_dir: Path, address: str | No
 
 
 def _summary(board: Mapping[str, Any], report_dir: Path, wall: float) -> list[str]:
-    from pytest_cannbench.cluster.assemble import summary_lines
-
     cluster = board["cluster"]
     attempts = [a for shard in cluster["shards"] for a in shard["attempts"] if a["node_id"]]
     nodes = sorted({f"{a['host']}/{a['node_id'][:8]}" for a in attempts})

@@ -16,9 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_cannbench import __version__
 from pytest_cannbench.cluster.connect import ClusterView, view
 from pytest_cannbench.cluster.plan import Shard, Unit, ignored_elsewhere
 from pytest_cannbench.cluster.shard import ShardResult, ShardSpec, grade_shard
+from pytest_cannbench.report.merge import InputError
 
 LOST_RETRIES = 3  # Ray's reruns of a shard whose worker or node was lost
 POLL_S = 1.0
@@ -235,8 +237,6 @@ class Runner:
 
     def _check_slots(self, ray: Any, pending: dict[Any, int]) -> None:
         """Fail the waiting shards when no node can hold a judge any more (they would wait for ever)."""
-        from pytest_cannbench.report.merge import InputError
-
         try:
             now = view(ray, address=self.cluster.address, embedded=self.cluster.embedded,
                        cpus_per_judge=self.cluster.cpus_per_judge)
@@ -252,6 +252,4 @@ class Runner:
 
 
 def _version() -> str:
-    from pytest_cannbench import __version__
-
     return __version__

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from pytest_cannbench import __version__
+
 PYTEST_LOG = "pytest.log"
 JUNIT = "junit.xml"
 FIRST = ("leaderboard.json", "results.jsonl", JUNIT, "report.html", PYTEST_LOG)  # shipped before any log
@@ -82,8 +84,6 @@ def command(spec: ShardSpec, report_dir: Path) -> list[str]:
 
 def unreachable(spec: ShardSpec) -> str:
     """Why this node cannot grade the shard ("" when it can)."""
-    from pytest_cannbench import __version__
-
     host = socket.gethostname()
     if __version__ != spec.version:
         return (f"node {host} has pytest-cannbench {__version__}, the driver {spec.version}: install the same "

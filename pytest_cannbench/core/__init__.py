@@ -12,8 +12,7 @@
 Front-ends (the pytest plugin in ``nodes``/``plugin``, the grading service) drive these objects; nothing here
 knows which one does.
 
-May import: ``options``, ``outcome``, ``phases``, ``scratch``, ``casekey``, ``taskformat``, ``submission``,
-``judge``, ``timing``, ``workers``, ``guard``, ``kernelbench``.
+May import: vocab, options, outcome, phases, scratch, taskformat, guard, timing, workers, submission, judge.
 """
 
 from __future__ import annotations

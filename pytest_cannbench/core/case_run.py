@@ -19,13 +19,17 @@ from typing import TYPE_CHECKING
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.core import memory
 from pytest_cannbench.core.judge import Judge
+from pytest_cannbench.judge.goldens import GoldenFailure
+from pytest_cannbench.judge.perf import measure
+from pytest_cannbench.judge.source import SkipCase, case_log_path, run_candidate, second_pass
 from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.phases import PhaseClock
+from pytest_cannbench.timing.stats import not_measured
 
 if TYPE_CHECKING:
+    from pytest_cannbench.judge.perf import PerfContext
     from pytest_cannbench.judge.source import CaseSource, Reference
     from pytest_cannbench.taskformat.memory_need import MemoryNeed
-    from pytest_cannbench.timing.perf import PerfContext
     from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 NO_CANDIDATE = "no candidate to grade: pass --cann-source DIR, or --cann-source @golden to grade the goldens"
@@ -100,9 +104,6 @@ class CaseRun:
 
     def setup(self) -> None:
         """Everything before the candidate's call: usability, admission, the golden."""
-        from pytest_cannbench.judge.goldens import GoldenFailure
-        from pytest_cannbench.judge.source import SkipCase
-
         judge, source = self.judge, self.source
         submission = judge.submission_of(self.route.candidate)
         if judge.resumed(source.key):
@@ -158,8 +159,7 @@ class CaseRun:
         with judge.fence().shared(self.spans):  # the candidate's calls and their verdicts
             result, candidate_s = self.correctness(ref, worker)
         if result.status == oc.PASSED and settings.perf and self.route.timed:
-            from pytest_cannbench.judge.precision import decided_without_native
-            from pytest_cannbench.timing.perf import measure
+            from pytest_cannbench.judge.precision import decided_without_native  # brings torch
 
             self.phase("peak")  # the timed sets' references are goldens too
             with self.clock.phase("timing"):
@@ -170,8 +170,6 @@ class CaseRun:
                 result = failure
             result.timing = timing
         else:
-            from pytest_cannbench.timing.stats import not_measured
-
             result.timing = not_measured("--cann-no-perf" if not settings.perf else "not the timed item"
                                          if not self.route.timed else f"the case {result.status}")
         if judge.fence().active and result.timing:  # for the reports' account of isolation (never scored)
@@ -219,8 +217,6 @@ class CaseRun:
         """The case's reference. A golden that runs out of its slot's memory (its working memory is more than
         the estimate from the case's tensors) runs once more alone, with the whole run's memory, when that is
         more; the case's warnings say so."""
-        from pytest_cannbench.judge.goldens import GoldenFailure
-
         judge = self.judge
         try:
             with judge.fence().shared(self.spans):  # accuracy work, held off while another judge times
@@ -247,8 +243,7 @@ class CaseRun:
     def correctness(self, ref: Reference, worker: CandidateWorker) -> tuple[CaseOutcome, float]:
         """The candidate on the case's inputs, judged; once it passes, once more on new inputs (where the
         source has a second pass). Returns the verdict and the first call's seconds."""
-        from pytest_cannbench.judge.precision import decided_without_native
-        from pytest_cannbench.judge.source import run_candidate, second_pass
+        from pytest_cannbench.judge.precision import decided_without_native  # brings torch
 
         source, timeout_s, log_dir = self.source, self.judge.settings.case_timeout_s, self.log_dir
         answer = run_candidate(source, ref, worker, timeout_s, log_dir, self.clock)
@@ -272,8 +267,6 @@ class CaseRun:
     def _kernel_coverage(self, result: CaseOutcome) -> None:
         """The case's kernel coverage and guard flags as the judge measured them over its calls (the ledger of
         the worker that ran them)."""
-        from pytest_cannbench.judge.source import case_log_path
-
         ledger = getattr(getattr(self.worker(), "evidence", None), "ledger", None)
         entry = ledger.records.get(f"case:{case_log_path(self.log_dir, self.source.key)}") if ledger else None
         if entry:

@@ -15,8 +15,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pytest_cannbench.core.judge import MAX_LIVE_WORKERS, JudgeSetup, protected_paths
+from pytest_cannbench.guard import sandbox
 from pytest_cannbench.options import Settings
-from pytest_cannbench.submission.build import Box, SubmissionState
+from pytest_cannbench.submission import kernelbench as kernelbench_submission
+from pytest_cannbench.submission.build import Box, SubmissionState, cleanup, prepare
+from pytest_cannbench.submission.generations import expand, is_generation
+from pytest_cannbench.taskformat.dirs import pin_goldens
+from pytest_cannbench.timing.devices import lock_dir
+from pytest_cannbench.timing.devices import plan as make_plan
+from pytest_cannbench.timing.isolation import new_fence_path, remove_fence
+from pytest_cannbench.workers import limits, memory_plan
+from pytest_cannbench.workers.dispatch import needs_path
 from pytest_cannbench.workers.limits import timing_threads, usable_cores
 from pytest_cannbench.workers.memory_plan import MemoryPlan
 
@@ -62,8 +71,6 @@ class Controller:
     @property
     def multi(self) -> bool:
         """Several candidates: several sources, or a KernelBench generation directory."""
-        from pytest_cannbench.submission.generations import is_generation
-
         if self._candidates is not None:
             return bool(self._candidates)
         s = self.settings
@@ -72,8 +79,6 @@ class Controller:
     def candidate_names(self) -> list[str]:
         """The candidates cases are graded for (empty: a single-candidate run)."""
         if self._candidates is None:
-            from pytest_cannbench.submission.generations import expand
-
             self._candidates = [c.name for c in expand(list(self.settings.sources))] if self.multi else []
         return list(self._candidates)
 
@@ -83,8 +88,6 @@ class Controller:
         """The OS sandbox every piece of submission code runs in, chosen once (:class:`SetupError` when the one
         asked for is unavailable)."""
         if self._box is None:
-            from pytest_cannbench.guard import sandbox
-
             try:
                 self._box = Box(sandbox.choose(self.settings.sandbox), tuple(self.protected_paths()))
             except sandbox.SandboxUnavailable as exc:
@@ -93,8 +96,6 @@ class Controller:
 
     def pin_goldens(self) -> None:
         """The goldens' hashes, before any build script can touch them."""
-        from pytest_cannbench.taskformat.dirs import pin_goldens
-
         self.pins = pin_goldens([Path(p) for p in self.task_roots])
 
     def start_submission(self, announce: Announce | None = None) -> None:
@@ -102,8 +103,6 @@ class Controller:
         s = self.settings
         if not (s.source or s.no_install):
             return
-        from pytest_cannbench.submission import kernelbench as kernelbench_submission
-        from pytest_cannbench.submission.build import prepare
 
         self.pin_goldens()
         box = self.box()
@@ -124,9 +123,6 @@ class Controller:
     def prepare_candidate(self, name: str, source: str, *, kernelbench: bool = False,
                           sample: int | None = None) -> SubmissionState:
         """One more candidate, built into its own private install and logs (``<report dir>/candidates/<name>``)."""
-        from pytest_cannbench.submission import kernelbench as kernelbench_submission
-        from pytest_cannbench.submission.build import prepare
-
         s = self.settings
         report_dir = self.report_dir / "candidates" / name
         if kernelbench:
@@ -143,16 +139,11 @@ class Controller:
 
     def drop_candidate(self, name: str) -> None:
         """Remove a candidate's private install (its workers are its judge's to close)."""
-        from pytest_cannbench.submission.build import cleanup
-
         sub = self.submissions.pop(name, None)
         if sub is not None and sub is not self.submission:
             cleanup(sub)
 
     def _start_candidates(self, announce: Announce | None, box: Box) -> None:
-        from pytest_cannbench.submission import kernelbench as kernelbench_submission
-        from pytest_cannbench.submission.generations import expand
-
         s = self.settings
         for cand in expand(list(s.sources)):
             if announce is not None:
@@ -172,8 +163,6 @@ class Controller:
         if not (s.active and s.perf and s.timing_isolation == "fence"):
             return None
         if self._fence_path is None:
-            from pytest_cannbench.timing.isolation import new_fence_path
-
             self._fence_path, self._fence_made = new_fence_path(), True
         return self._fence_path
 
@@ -190,8 +179,6 @@ class Controller:
     def memory_plan(self) -> MemoryPlan:
         """The run's memory plan, made once so every judge plans with the same numbers."""
         if self._memory_plan is None:
-            from pytest_cannbench.workers import limits, memory_plan
-
             s, gib = self.settings, 1 << 30
             candidates = min(len(self.candidate_names()) or 1, MAX_LIVE_WORKERS)
             plan = memory_plan.make_plan(
@@ -201,8 +188,6 @@ class Controller:
                 int(s.session_memory_gib * gib) if s.session_memory_gib else None,
                 timed_regions=candidates + 1 if s.perf else 0)
             if self.processes > 1:  # the memory pool's ledger: one file per run, like the timing fence
-                from pytest_cannbench.timing.devices import lock_dir
-
                 ledger = lock_dir() / f"memory-{os.getpid()}-{os.urandom(6).hex()}.pool"
                 ledger.touch()
                 plan = replace(plan, pool_file=str(ledger))
@@ -221,8 +206,6 @@ class Controller:
         """The run's device plan as the controller sees it; ``detected``, the kind a judge found for
         ``--cann-device auto``, spares detecting it here (importing torch)."""
         if self._device is None:
-            from pytest_cannbench.timing.devices import plan as make_plan
-
             s = self.settings
             kind = detected if s.device == "auto" and detected else s.device
             self._device = make_plan(kind, list(s.device_ids), "main")
@@ -234,8 +217,6 @@ class Controller:
 
     def budget_line(self) -> str:
         """The effective memory and thread budgets of the run's workers, and the inherited limits behind them."""
-        from pytest_cannbench.workers import limits
-
         plan, threads = self.memory_plan(), max(1, usable_cores() // self.processes)  # goldens, comparisons
         return limits.header_line(limits.inherited(), plan.golden, plan.candidate, threads)
 
@@ -244,21 +225,15 @@ class Controller:
     def close(self) -> None:
         """Remove what the run made: the private installs, the pool's ledger, the fence."""
         if self.owns_submission:
-            from pytest_cannbench.submission.build import cleanup
-
             subs = [x for x in [self.submission, *self.submissions.values()] if x is not None]
             for sub in {id(x): x for x in subs}.values():
                 cleanup(sub)
             self.owns_submission = False
         plan = self._memory_plan
         if plan is not None and plan.pool_file:
-            from pytest_cannbench.workers.dispatch import needs_path
-
             Path(plan.pool_file).unlink(missing_ok=True)
             needs_path(plan.pool_file).unlink(missing_ok=True)
         if self._fence_path is not None and self._fence_made:
-            from pytest_cannbench.timing.isolation import remove_fence
-
             remove_fence(self._fence_path)
             self._fence_made = False
         self._fence_path = None

@@ -29,6 +29,7 @@ from pytest_cannbench.core.judge import Judge
 from pytest_cannbench.core.multi_rank_run import MultiRankRun
 from pytest_cannbench.core.select import compile_selection
 from pytest_cannbench.core.tasks import case_need, load_task
+from pytest_cannbench.judge.case import OperatorCase
 from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.submission.build import SubmissionState
@@ -141,8 +142,6 @@ class Grader:
 
     def run_of(self, case: CaseRef, candidate: str | None = None) -> CaseRun:
         """The case's run on this grader's judge (three phases a front-end may drive itself)."""
-        from pytest_cannbench.judge.case import OperatorCase
-
         assert case.task is not None and case.case is not None
         judge, task, spec = self.judge, case.task, case.case
         source = OperatorCase(task=task, case=spec, settings=self.settings, service=judge.golden_service,

@@ -15,18 +15,31 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from pytest_cannbench.guard.policy import coverage_floor, mode_for
+from pytest_cannbench.guard.sandbox import SandboxChoice, user_python_path
+from pytest_cannbench.judge.goldens import make_service
+from pytest_cannbench.judge.perf import PerfContext
 from pytest_cannbench.options import Settings
 from pytest_cannbench.scratch import cache_dir, make_dir
 from pytest_cannbench.submission.build import SubmissionState
+from pytest_cannbench.timing.anchors import make_anchor_source
+from pytest_cannbench.timing.devices import plan as make_plan
+from pytest_cannbench.timing.gpu_telemetry import Telemetry
+from pytest_cannbench.timing.isolation import Fence
+from pytest_cannbench.timing.npu_parse import pick_secret_shape
+from pytest_cannbench.workers.candidate_client import CandidateWorker
+from pytest_cannbench.workers.cpu_watch import for_judge
+from pytest_cannbench.workers.huge_pages import untimed_worker_env
 from pytest_cannbench.workers.limits import cpu_threads, timing_threads
 from pytest_cannbench.workers.memory_plan import MemoryPlan
+from pytest_cannbench.workers.memory_pool import MemoryPool
 
 if TYPE_CHECKING:
     from pytest_cannbench.guard.sandbox import SandboxChoice
     from pytest_cannbench.judge.goldens import GoldenService
+    from pytest_cannbench.judge.perf import PerfContext
     from pytest_cannbench.timing.devices import DevicePlan
     from pytest_cannbench.timing.isolation import Fence
-    from pytest_cannbench.timing.perf import PerfContext
     from pytest_cannbench.workers.candidate_client import CandidateWorker
     from pytest_cannbench.workers.memory_pool import MemoryPool, PoolSize
 
@@ -168,8 +181,6 @@ class Judge:
         if self._service is None:
             import torch
 
-            from pytest_cannbench.judge.goldens import make_service
-
             settings = replace(self.settings, golden_cache=None) if self._private_goldens else self.settings
             torch.set_num_threads(cpu_threads())  # the judge's own comparisons
             service = make_service(settings, self.log_dir, cpu_threads(), self.memory_plan.golden)
@@ -184,8 +195,6 @@ class Judge:
         if self._owner is not None:
             return self._owner.device(detected)
         if self._device is None:
-            from pytest_cannbench.timing.devices import plan as make_plan
-
             s = self.settings
             kind = detected if s.device == "auto" and detected else s.device
             self._device = make_plan(kind, list(s.device_ids), self.worker_id)
@@ -215,11 +224,6 @@ class Judge:
                    guard_role: str | None = None) -> CandidateWorker:
         """A candidate-side worker the caller owns (closes); ``mode`` is the grading mode, golden under
         self-check."""
-        from pytest_cannbench.guard.policy import coverage_floor, mode_for
-        from pytest_cannbench.workers.candidate_client import CandidateWorker
-        from pytest_cannbench.workers.cpu_watch import for_judge
-        from pytest_cannbench.workers.huge_pages import untimed_worker_env
-
         s = self.settings
         if s.self_check:
             mode = "golden"
@@ -250,8 +254,6 @@ class Judge:
 
     def _sandbox(self) -> SandboxChoice | None:
         """The OS sandbox the controller chose for the submission code (None: no submission)."""
-        from pytest_cannbench.guard.sandbox import SandboxChoice
-
         sub = self.submission or next(iter(self.submissions.values()), None)
         return SandboxChoice.from_dict(sub.sandbox) if sub is not None else None
 
@@ -263,8 +265,6 @@ class Judge:
             paths.append(self.submission.session_dir)  # KernelBench ModelNew modules, also for the baseline
         paths.append(str(self.kb_state_dir()))
         if self.settings.no_install:  # the user's own cann_bench, wherever PYTHONPATH says it is installed
-            from pytest_cannbench.guard.sandbox import user_python_path
-
             paths += user_python_path()
         return sorted(set(paths))
 
@@ -285,8 +285,6 @@ class Judge:
         if self._owner is not None:
             return self._owner.fence()
         if self._fence is None:
-            from pytest_cannbench.timing.isolation import Fence
-
             path = self.setup.fence_path
             self._fence = Fence(Path(path) if path else None)
         return self._fence
@@ -296,8 +294,6 @@ class Judge:
         if self._owner is not None:
             return self._owner.memory_pool()
         if self._memory_pool is None:
-            from pytest_cannbench.workers.memory_pool import MemoryPool
-
             plan = self.memory_plan
             size = self.pool_size.bytes if self.pool_size is not None else plan.workers * plan.slot
             self._memory_pool = MemoryPool(Path(plan.pool_file) if plan.pool_file else None, size)
@@ -309,9 +305,6 @@ class Judge:
                 self._perf = replace(self._owner.perf_context(), baseline_worker=self.worker("baseline"),
                                      log_dir=self.log_dir)
                 return self._perf
-            from pytest_cannbench.timing.anchors import make_anchor_source
-            from pytest_cannbench.timing.gpu_telemetry import Telemetry
-            from pytest_cannbench.timing.perf import PerfContext
 
             s, plan = self.settings, self.device()
             self._perf = PerfContext(
@@ -372,6 +365,4 @@ def protected_paths(settings: Settings, task_roots: tuple[str, ...] | list[str])
 
 
 def _npu_timer(s: Settings) -> dict[str, Any]:
-    from pytest_cannbench.timing.npu_parse import pick_secret_shape
-
     return {"secret_shape": list(pick_secret_shape()), "freq_boost": s.freq_boost, "level": s.profiler_level}

@@ -24,6 +24,9 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
+from pytest_cannbench.workers.memory_plan import HEADROOM, mem_available, too_large
+from pytest_cannbench.workers.memory_pool import size_pool as sized
+
 if TYPE_CHECKING:
     from pytest_cannbench.core.judge import Judge
     from pytest_cannbench.phases import PhaseClock
@@ -37,16 +40,12 @@ GIB = 1 << 30
 
 
 def available() -> int | None:
-    from pytest_cannbench.workers.memory_plan import mem_available
-
     return mem_available()
 
 
 def room_now(plan: MemoryPlan, available_now: int | None) -> int:
     """What a case running alone may have at this moment: the plan's whole room, less what the machine's other
     users took since the plan was made (MemAvailable now, while this session's other processes idle)."""
-    from pytest_cannbench.workers.memory_plan import HEADROOM
-
     if available_now is None or plan.bound == "--cann-session-memory":  # asked: the user vouches for it
         return plan.whole
     return min(plan.whole, int(available_now * (1 - HEADROOM)))
@@ -66,8 +65,6 @@ def more_alone(judge: Judge) -> bool:
 def size_pool(judge: Judge, peaks: dict[str, int]) -> PoolSize:
     """Size the judge's memory pool from the estimated peaks of the cases it will run (too_large ones will not:
     pass only those within ``plan.largest``); kept on the judge for its pool."""
-    from pytest_cannbench.workers.memory_pool import size_pool as sized
-
     plan = judge.memory_plan
     judge.pool_size = sized(list(peaks.values()), plan.workers, plan.workers * plan.slot, judge.settings.memory_pool)
     return judge.pool_size
@@ -102,8 +99,6 @@ def admit(judge: Judge, need: MemoryNeed | None, workers: list[CandidateWorker],
     runs alone). ``clock`` gets the wait as ``memory_wait``. ``alone``: whatever its estimate, the case runs alone
     (a golden that ran out of its slot's memory, which the estimate from the case's tensors cannot see, gets one
     more try with the whole session)."""
-    from pytest_cannbench.workers.memory_plan import too_large
-
     plan = judge.memory_plan
     peak = need.peak if need is not None else 0
     if need is not None:

@@ -14,8 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.core.case_run import CaseRun
+from pytest_cannbench.judge.multi_rank import MultiRankReference, correctness, fold, measure, payload, prepare
+from pytest_cannbench.judge.source import fate
 from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.scratch import make_dir
+from pytest_cannbench.timing.stats import not_measured
+from pytest_cannbench.workers.ranks import GoldenRanks, RankGroup
 
 if TYPE_CHECKING:
     from pytest_cannbench.judge.source import Reference
@@ -45,9 +49,6 @@ class MultiRankRun(CaseRun):
         return []  # every rank worker is started for the case, with the budgets the plan gives it then
 
     def golden(self) -> Reference:
-        from pytest_cannbench.judge.multi_rank import prepare
-        from pytest_cannbench.workers.ranks import GoldenRanks
-
         judge = self.judge
         per_rank = max(judge.memory_plan.golden // self.world_size + 2 * GIB, 3 * GIB)  # RLIMIT_AS counts mappings
         self._goldens = GoldenRanks(self.world_size, judge.log_dir, make_dir("ranks"), per_rank, judge.worker_id)
@@ -57,8 +58,6 @@ class MultiRankRun(CaseRun):
     def _group(self, role: str) -> RankGroup:
         """The case's rank workers of ``role`` (``candidate``: the submission, or the golden in a self-check;
         ``baseline``: the distributed golden, timed), started together."""
-        from pytest_cannbench.workers.ranks import RankGroup
-
         judge, s, candidate = self.judge, self.judge.settings, self.route.candidate
         memory = max(judge.memory_plan.candidate // self.world_size, MIN_RANK_MEMORY)
 
@@ -80,10 +79,6 @@ class MultiRankRun(CaseRun):
         return group
 
     def run(self) -> CaseOutcome:
-        from pytest_cannbench.judge.multi_rank import MultiRankReference, correctness, fold, measure, payload
-        from pytest_cannbench.judge.source import fate
-        from pytest_cannbench.timing.stats import not_measured
-
         self.usable()
         judge, settings = self.judge, self.judge.settings
         ref = self.reference

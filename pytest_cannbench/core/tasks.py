@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from pytest_cannbench.options import Settings
 from pytest_cannbench.taskformat.dirs import find_bench_root
 from pytest_cannbench.taskformat.errors import TaskFormatError
+from pytest_cannbench.taskformat.memory_need import estimate
 from pytest_cannbench.taskformat.spec import CaseSpec, OperatorTask, load_operator
 
 if TYPE_CHECKING:
@@ -37,8 +38,6 @@ def load_task(op_dir: Path, pins: dict[str, str]) -> OperatorTask:
 def case_need(task: OperatorTask, case: CaseSpec, settings: Settings, timed: bool = True) -> MemoryNeed | None:
     """The case's estimated memory need; the first reference is kept through the second pass and the timing,
     except in a self-check that is not timed (its second pass keeps nothing)."""
-    from pytest_cannbench.taskformat.memory_need import estimate
-
     need = estimate(task.spec, case)
     if need is not None and settings.self_check and not (settings.perf and timed):
         need = need.without_kept()

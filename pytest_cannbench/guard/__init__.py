@@ -5,6 +5,8 @@ a call's verdict.
 
 The worker-side modules (``runtime``, ``forbid``, ``containment``) run inside the submission's process; the scans
 (``elf_symbols``, ``torch_imports``, ``scan*``) and ``policy`` run in the judge, the scans before any submission
-code. The guard kinds are defined once in :mod:`pytest_cannbench.outcome`. May import: ``vocab``, ``outcome``,
-``workers.tensor_wire``, ``timing.in_worker`` (to capture their identities) and its own modules.
+code. The guard kinds are defined once in :mod:`pytest_cannbench.outcome`. The worker hands the runtime guard the
+functions of its own whose identities it must watch (the timers, the tensor wire): the guard knows no other room.
+
+May import: vocab (device kinds, the option words it owns), outcome.
 """

@@ -14,7 +14,7 @@ import re
 SUBMISSION_NAMESPACE = "cann_bench"
 DEVICE_API = re.compile(r"(cuda|cu|hip)[A-Z][A-Za-z0-9_]*\Z")  # cudaLaunchKernel, cuLaunchKernelEx, hipMalloc
 # A call into a prebuilt JIT extension's function runs inside a profiler label with this prefix
-# (submission.jit_load); the ops its TORCH_LIBRARY extensions register are collected in OWN_OPS, in the worker.
+# (workers.jit_load); the ops its TORCH_LIBRARY extensions register are collected in OWN_OPS, in the worker.
 CUSTOM_PREFIX = "cannbench::custom::"
 OWN_OPS: set[str] = set()
 # BUILTIN_NAMESPACES (below, with LIBRARY_NAMESPACES) are never "own", whatever OWN_OPS holds

@@ -20,6 +20,9 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from pytest_cannbench.guard import builtin_ops
+from pytest_cannbench.guard.elf_symbols import read_imports, torch_exports
+from pytest_cannbench.guard.torch_imports import forbidden_symbol
 from pytest_cannbench.outcome import BUILTIN_COMPUTE, HOST_LIBRARY
 
 DELETED = " (deleted)"
@@ -93,10 +96,6 @@ def foreign_findings(pid: int, install_dir: str | None, allowed: Iterable[str] |
 def library_problems(path: str) -> list[str]:
     """What a shared object built while the submission runs imports that its wheel's libraries may not (ATen's
     kernels, BLAS and friends: :mod:`torch_imports`), as the build's symbol scan says it for those."""
-    from pytest_cannbench.guard import builtin_ops
-    from pytest_cannbench.guard.elf_symbols import read_imports, torch_exports
-    from pytest_cannbench.guard.torch_imports import forbidden_symbol
-
     try:
         imports = read_imports(Path(path))
     except (OSError, ValueError, struct.error) as exc:

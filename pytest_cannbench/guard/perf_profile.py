@@ -38,12 +38,8 @@ import sysconfig
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pytest_cannbench.guard.elf_lookup import symbol_table
-
-if TYPE_CHECKING:
-    from pytest_cannbench.guard.perf_sample import RawSamples
 
 OWN, RUNTIME, SYSTEM, BUILTIN, JIT, UNKNOWN = "own", "runtime", "system", "builtin", "jit", "unknown"
 KINDS = (OWN, RUNTIME, SYSTEM, BUILTIN, JIT, UNKNOWN)
@@ -149,6 +145,32 @@ def classify(path: str, own: tuple[str, ...]) -> str:
     if RUNTIME_LIBRARY.match(name) or path.startswith(RUNTIME_DIRS):
         return RUNTIME
     return BUILTIN
+
+
+@dataclass
+class RawSamples:
+    """The samples kept for a verdict, before attribution: (pid, ip, kernel mode) -> count, and the books.
+
+    The pid is the process's (in the judge's pid namespace), so each sample is attributed with the maps of the
+    process it came from: the worker under a sandbox launcher that forks it is sampled through the launcher."""
+
+    ips: Counter[tuple[int, int, bool]] = field(default_factory=Counter)
+    tids: set[int] = field(default_factory=set)
+    lost: int = 0
+    windows: int = 0  # the timed calls' windows the samples were kept from (0: the whole exchange)
+    cpu_ns: int = 0  # CPU time of the worker's threads in the windows (0: not counted)
+    period_ns: int = 0  # CPU time per sample, measured on the threads present when the windows began
+    unsampled_ns: int = 0  # CPU of threads born in the windows beyond what their samples stand for
+    accounting: str = ""  # why the CPU was not counted, where it was not
+    dropped: int = 0  # samples outside the windows, or taken twice (an inherited copy beside the judge's own)
+
+    @property
+    def total(self) -> int:
+        return sum(self.ips.values())
+
+    @property
+    def pids(self) -> set[int]:
+        return {pid for pid, _ip, _kernel in self.ips}
 
 
 @dataclass

@@ -45,8 +45,7 @@ import random
 import resource
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pytest_cannbench.guard.perf_events import (
     COUNT,
@@ -67,7 +66,15 @@ from pytest_cannbench.guard.perf_events import (
     seccomp_filtered,
     stat_where,
 )
-from pytest_cannbench.guard.perf_profile import UNKNOWN, UNSAMPLED, CallProfile, ObjectSamples, attribute, read_maps
+from pytest_cannbench.guard.perf_profile import (
+    UNKNOWN,
+    UNSAMPLED,
+    CallProfile,
+    ObjectSamples,
+    RawSamples,
+    attribute,
+    read_maps,
+)
 
 # The mean CPU time between samples. A sample costs one timer interrupt: about 1-2 us on bare metal, but 21 us in
 # this project's VMs (measured with `perf record` and benchmarks/perf_profile.py alike: the hypervisor's timer),
@@ -92,32 +99,6 @@ MAX_EVENTS = min(4096, max(64, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 
 # started inside a call runs up to one period before its first sample (and the judge sees it about a millisecond
 # after its birth). Threads pools (OpenMP, at::parallel_for) start once and are then covered.
 UNSAMPLED_ALLOWANCE_NS = int(PERIOD_HIGH * DEFAULT_PERIOD_NS)
-
-
-@dataclass
-class RawSamples:
-    """The samples kept for a verdict, before attribution: (pid, ip, kernel mode) -> count, and the books.
-
-    The pid is the process's (in the judge's pid namespace), so each sample is attributed with the maps of the
-    process it came from: the worker under a sandbox launcher that forks it is sampled through the launcher."""
-
-    ips: Counter[tuple[int, int, bool]] = field(default_factory=Counter)
-    tids: set[int] = field(default_factory=set)
-    lost: int = 0
-    windows: int = 0  # the timed calls' windows the samples were kept from (0: the whole exchange)
-    cpu_ns: int = 0  # CPU time of the worker's threads in the windows (0: not counted)
-    period_ns: int = 0  # CPU time per sample, measured on the threads present when the windows began
-    unsampled_ns: int = 0  # CPU of threads born in the windows beyond what their samples stand for
-    accounting: str = ""  # why the CPU was not counted, where it was not
-    dropped: int = 0  # samples outside the windows, or taken twice (an inherited copy beside the judge's own)
-
-    @property
-    def total(self) -> int:
-        return sum(self.ips.values())
-
-    @property
-    def pids(self) -> set[int]:
-        return {pid for pid, _ip, _kernel in self.ips}
 
 
 @dataclass

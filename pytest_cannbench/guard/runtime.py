@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -142,7 +142,10 @@ def _under(path: str, roots: tuple[str, ...]) -> bool:
 class Guard:
     """One per candidate worker in submission mode."""
 
-    def __init__(self, mode: str, device: str, site_dir: str, protected: list[str]) -> None:
+    def __init__(self, mode: str, device: str, site_dir: str, protected: list[str],
+                 watched: Sequence[tuple[Any, tuple[str, ...]]] = ()) -> None:
+        """``watched``: the worker's own functions the submission could replace to cheat (its timers, its
+        tensor wire), by owner; their identities are compared after every request like the guard's own."""
         import torch
 
         self.mode = mode
@@ -181,7 +184,8 @@ class Guard:
             self._sealed = recorder.seal(lambda detail: self._found(API_TAMPERED, detail))
             self._sealed += recorder.watch_redispatch(self._recorder)
         self.closed: forbid.Closed | None = None
-        self._identities = list(self._capture())  # imports the timing modules: before the libraries' snapshot
+        self._watched = tuple(watched)
+        self._identities = list(self._capture())
         self._libraries = _mapped_libraries()
 
     # ------------------------------------------------------------ identities
@@ -191,10 +195,6 @@ class Guard:
 
         import torch
 
-        from pytest_cannbench.timing import cuda_graph
-        from pytest_cannbench.timing import in_worker as worker_timing
-        from pytest_cannbench.workers import tensor_wire
-
         main = sys.modules.get("__main__")
         owners: list[tuple[Any, tuple[str, ...]]] = [
             (time, ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns",
@@ -202,9 +202,7 @@ class Guard:
             (torch.autograd, ("_profiler_enabled",)),
             (torch.autograd.profiler, ("profile", "record_function")),
             (torch.profiler, ("profile", "record_function", "schedule")),
-            (worker_timing, worker_timing.GUARDED),  # every timer's function (timing.in_worker.TIMED_BY)
-            (worker_timing.Flusher, ("flush",)),
-            (tensor_wire, ("read_args", "write_outputs", "flatten", "poison")),
+            *self._watched,
             (Guard, ("call", "batch", "report", "_audit", "check", "_found", "_refused", "_classify",
                      "_path_problem", "_capture", "__init__", "close_builtin_kernels")),
             (forbid, ("close", "forbidden", "keys_for", "finding", "refusal_message", "Refusal")),
@@ -234,12 +232,8 @@ class Guard:
         if is_kind(self.device, DeviceKind.CUDA):
             owners += [(torch.cuda, ("synchronize", "Event")), (torch.cuda.Event, ("record", "elapsed_time",
                                                                                    "synchronize"))]
-            # --cann-cuda-graph: the graph timer and the graph API it replays through
-            owners += [(cuda_graph, ("graph_batch", "subtract", "wants_graph", "_Graphs", "_copy_into", "_clone",
-                                     "_poison", "_aliases", "_eager_median", "_eager_rest", "LAUNCH_BOUND_S",
-                                     "_RandomState")),
-                       (cuda_graph._Graphs, ("__init__", "replay", "close")),
-                       (torch.cuda, ("CUDAGraph", "graph")), (torch.cuda.CUDAGraph, ("replay", "reset"))]
+            # --cann-cuda-graph: the graph API the graph timer replays through
+            owners += [(torch.cuda, ("CUDAGraph", "graph")), (torch.cuda.CUDAGraph, ("replay", "reset"))]
         npu = getattr(torch, "npu", None)
         if is_kind(self.device, DeviceKind.NPU) and npu is not None:
             owners += [(npu, ("synchronize", "Event")), (npu.Event, ("record", "elapsed_time"))]

@@ -31,7 +31,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-SANDBOX_MODES = ("auto", "bwrap", "off")
 BWRAP = "bwrap"
 OFF = "off"
 SANDBOX_OFF_FLAG = "sandbox_off"  # on every case graded without the OS sandbox
@@ -76,6 +75,11 @@ class SandboxChoice:
                     "the task trees, golden cache, reports and home are absent inside")
         return (f"SANDBOX OFF ({self.reason}): submission code runs with in-process containment only "
                 "(seccomp, audit hook); every case is flagged sandbox_off")
+
+
+def sandbox_of(submission: Any) -> SandboxChoice:
+    """The sandbox a prepared submission's code runs under (its state's record; none recorded: off)."""
+    return SandboxChoice.from_dict(getattr(submission, "sandbox", None))
 
 
 def choose(requested: str) -> SandboxChoice:

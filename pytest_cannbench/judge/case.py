@@ -14,11 +14,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.judge.goldens import GoldenData, GoldenFailure, GoldenService, golden_ref
-from pytest_cannbench.judge.source import Anchors, Baseline, is_structural
+from pytest_cannbench.judge.source import Anchors, Baseline, SkipCase, is_structural
 from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.submission.interfaces import Interface, call_candidates
+from pytest_cannbench.submission.interfaces import provider as find
 from pytest_cannbench.taskformat.inputs import case_seed
 from pytest_cannbench.taskformat.spec import CaseSpec, OperatorTask
+from pytest_cannbench.workers.tensor_wire import OutputProblem
 
 if TYPE_CHECKING:
     from pytest_cannbench.submission.build import SubmissionState
@@ -77,8 +80,6 @@ def prepare(task: OperatorTask, case: CaseSpec, service: GoldenService, settings
         text = str(exc)
         text = text[len(golden) + 2:] if text.startswith(golden + ": ") else text  # say the path once
         if exc.needs:  # an NPU-only golden on a host without torch_npu: not gradable here, not a golden error
-            from pytest_cannbench.judge.source import SkipCase
-
             raise SkipCase(oc.FailureType.NEEDS_NPU, f"{golden}: case_id {case.case_id}: the golden needs "
                                                      f"{exc.needs}, which this host does not have: {text}") from None
         raise GoldenFailure(f"{golden}: case_id {case.case_id}: {text}", oom=exc.oom) from None
@@ -86,9 +87,6 @@ def prepare(task: OperatorTask, case: CaseSpec, service: GoldenService, settings
 
 def provider(task: OperatorTask, submission: SubmissionState) -> str | None:
     """The submission interface implementing the task's operator (None: missing)."""
-    from pytest_cannbench.submission.interfaces import Interface
-    from pytest_cannbench.submission.interfaces import provider as find
-
     return find([Interface(name, source) for name, source in submission.interfaces], task.spec.name,
                 task.spec.function_name)
 
@@ -98,7 +96,7 @@ def candidate_target(task: OperatorTask, settings: Settings) -> dict[str, Any]:
     if settings.self_check:
         return {"kind": "golden", **golden_ref(task)}
     return {"kind": "submission", "name": task.spec.name, "function_name": task.spec.function_name,
-            "rel_path": task.rel_path}
+            "names": call_candidates(task.spec.name, task.spec.function_name), "rel_path": task.rel_path}
 
 
 @dataclass
@@ -166,7 +164,7 @@ class OperatorCase:
         if ref.native_deferred:
             # Without a native reference the standard is only stricter (no native errors to allow for), so a pass
             # that read none stands; any other verdict is taken again with the reference run now.
-            from pytest_cannbench.judge.precision import decided_without_native
+            from pytest_cannbench.judge.precision import decided_without_native  # brings torch
 
             if not stats:
                 result = judge(self.task, self.case, ref, outputs, self.settings, stats=False)
@@ -221,7 +219,6 @@ def apply_get_output(data: GoldenData, raw: list, postprocess: Callable[[dict], 
     ``{"golden", "native", "candidate"}`` output lists (in the golden worker, or in-process for the gate)."""
     if not data.has_get_output:
         return JudgedOutputs(raw=raw, candidate=raw, golden=data.golden, native=data.native)
-    from pytest_cannbench.workers.tensor_wire import OutputProblem
 
     broken = any(isinstance(c, OutputProblem) for c in raw)  # judged structurally as it is
     processed = postprocess({"golden": data.golden, "native": data.native, "candidate": None if broken else list(raw)})
@@ -234,7 +231,7 @@ def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, outputs: JudgedO
     """The precision standard on every output, then the index self-consistency checks. Pure: a task with a
     ``get_output`` hook passes :func:`apply_get_output`'s result; any other task may pass the raw outputs.
     ``stats=False``: the verdict alone (``compare_output``), for outputs whose figures nobody reads."""
-    from pytest_cannbench.judge.precision import compare_outputs
+    from pytest_cannbench.judge.precision import compare_outputs  # brings torch
 
     if not isinstance(outputs, JudgedOutputs):
         if data.has_get_output:
@@ -271,7 +268,7 @@ def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, outputs: JudgedO
 
 def _index_checks(task: OperatorTask, case: CaseSpec, data: GoldenData, candidate: list) -> str:
     """``index_gather`` outputs checked on the raw candidate outputs (before get_output), as the official harness."""
-    from pytest_cannbench.judge.index_checks import check_index_gather
+    from pytest_cannbench.judge.index_checks import check_index_gather  # brings torch
 
     specs = [(d.name, d.index_gather) for d in task.spec.outputs if d.index_gather]
     if not specs:

@@ -17,11 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_cannbench.judge.golden_cache import GoldenCache, GoldenCacheWarning, cache_key
+from pytest_cannbench.judge.golden_cache import GoldenCache, GoldenCacheWarning, cache_key, prune
 from pytest_cannbench.options import Settings
 from pytest_cannbench.scratch import make_dir
+from pytest_cannbench.taskformat.generate import generate_inputs
+from pytest_cannbench.taskformat.inputs import plan_inputs
 from pytest_cannbench.taskformat.spec import CaseSpec, OperatorTask
+from pytest_cannbench.workers import input_file
+from pytest_cannbench.workers.golden_binding import describe, source_hash
 from pytest_cannbench.workers.golden_client import GoldenWorker, GoldenWorkerFailure
+from pytest_cannbench.workers.limits import golden_memory_bytes
 
 
 def golden_ref(task: OperatorTask) -> dict[str, Any]:
@@ -43,7 +48,6 @@ def describe_native(like: GoldenData | None) -> list | None:
     (its verdict reads the hook's processed native), nor when ``like`` has no native reference of its own."""
     if like is None or like.native is None or like.native_deferred or like.has_get_output:
         return None
-    from pytest_cannbench.workers.golden_binding import describe
 
     return describe(like.native)
 
@@ -122,8 +126,6 @@ class GoldenService:
     def _key(self, task: OperatorTask, case: CaseSpec, seed: int, lean: bool = False) -> str:
         import torch
 
-        from pytest_cannbench.workers.golden_binding import source_hash
-
         sha = task.golden_sha256 or self._golden_sha.get(str(task.op_dir))  # pinned at collection
         if sha is None:
             sha = self._golden_sha[str(task.op_dir)] = source_hash(task.op_dir)
@@ -181,8 +183,6 @@ class GoldenService:
         ``inputs_file`` are mapped now (the file is unlinked; the mapping lasts as long as the tensors)."""
         layout = source.get("inputs_layout")
         if inputs_file and layout is not None and source["hooked"] is None:
-            from pytest_cannbench.workers import input_file
-
             shared = input_file.read(inputs_file, layout)
             make_inputs: Callable[[], list] = lambda: shared  # noqa: E731 - the maker's signature
         else:
@@ -204,8 +204,6 @@ class GoldenService:
         settings = self.settings
 
         def generate() -> list:
-            from pytest_cannbench.taskformat.inputs import generate_inputs, plan_inputs
-
             raw = case.raw
             plans = plan_inputs(task.spec.input_names, raw["input_shape"], raw["dtype"], raw.get("value_range"))
             return generate_inputs(plans, seed, dist=settings.input_dist, compat=settings.input_compat)
@@ -226,8 +224,6 @@ class GoldenService:
 def make_service(settings: Settings, log_dir: Path, threads: int, memory: int | None = None) -> GoldenService:
     """The golden service; ``memory`` is the worker's address-space budget (the session's memory plan), else
     --cann-golden-memory or the default share of :func:`~pytest_cannbench.workers.limits.golden_memory_bytes`."""
-    from pytest_cannbench.workers.limits import golden_memory_bytes
-
     if memory is None:
         memory = golden_memory_bytes(asked=int(settings.golden_memory_gib * (1 << 30))
                                      if settings.golden_memory_gib else None)
@@ -244,7 +240,6 @@ def tidy_cache(settings: Settings) -> list[str]:
     as a line for the summary, or nothing. Run by the controller once no worker writes any more."""
     if not settings.active or not settings.golden_cache or settings.golden_cache_max_gib is None:
         return []
-    from pytest_cannbench.judge.golden_cache import prune
 
     limit = int(settings.golden_cache_max_gib * (1 << 30))
     pruned = prune(Path(settings.golden_cache), limit)

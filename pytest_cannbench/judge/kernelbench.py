@@ -10,7 +10,7 @@ Accuracy: KernelBench's tolerance by default (``torch.allclose`` with atol = rto
 for float16/bfloat16; integer outputs exact) against the reference run in the same precision, or the CANN
 precision standard against a float64 run of the reference (``--cann-kb-accuracy cann``).
 
-Timing (the timed case, when it passed) is :mod:`timing.perf`'s loop, with the eager reference ``Model``
+Timing (the timed case, when it passed) is :mod:`judge.perf`'s loop, with the eager reference ``Model``
 (and ``torch.compile`` of it with ``--cann-kb-compile``) as live baselines.
 """
 
@@ -28,8 +28,10 @@ from pytest_cannbench.judge.goldens import GoldenFailure, GoldenService
 from pytest_cannbench.judge.source import Anchors, Baseline, SkipCase, is_structural
 from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.submission.kernelbench import build_failure, module_for
 from pytest_cannbench.taskformat.inputs import case_seed
 from pytest_cannbench.vocab.casekey import CaseKey
+from pytest_cannbench.workers.golden_client import GoldenWorkerFailure
 
 if TYPE_CHECKING:
     from pytest_cannbench.kernelbench.spec import Problem
@@ -71,8 +73,6 @@ def timed_seed(problem: Problem, index: int, settings: Settings) -> int:
 def reference(service: GoldenService, folder: Path, problem: Problem, seed: int,
               settings: Settings) -> ProblemReference:
     """Inputs and reference outputs from the golden worker; raises GoldenFailure, or SkipCase when too large."""
-    from pytest_cannbench.workers.golden_client import GoldenWorkerFailure
-
     s = settings
     iseed = init_seed(problem, s)
     digest = hashlib.sha256(f"{problem.path}|{iseed}".encode()).hexdigest()[:20]
@@ -103,7 +103,7 @@ def target(ref: ProblemReference, module: str, class_name: str, seed: int) -> di
 
 def verdict(result: CaseOutcome, candidate: list, ref: ProblemReference, settings: Settings) -> CaseOutcome:
     """The accuracy verdict on one set of candidate outputs, written on ``result`` (a fresh passed outcome)."""
-    from pytest_cannbench.judge.precision import compare_outputs
+    from pytest_cannbench.judge.precision import compare_outputs  # brings torch
 
     names = ["output"] if len(ref.native) == 1 else [f"output{i}" for i in range(len(ref.native))]
     expected = [getattr(n, "dtype", None) for n in ref.native]
@@ -160,7 +160,6 @@ class ProblemCase:
         """The module and class the candidate worker loads: ModelNew, or the reference under self-check."""
         if self.settings.self_check:
             return str(self.problem.path), "Model"
-        from pytest_cannbench.submission.kernelbench import module_for
 
         # a KernelBench run grades a submission; without one this fails as it always has
         return module_for(self.submission, self.problem.rel_path), "ModelNew"  # type: ignore[arg-type]
@@ -175,7 +174,6 @@ class ProblemCase:
         nothing to compile); the other problems of the submission are graded as usual."""
         if self.settings.self_check:
             return None
-        from pytest_cannbench.submission.kernelbench import build_failure
 
         return build_failure(submission, self._module()[0])
 

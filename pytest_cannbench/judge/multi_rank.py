@@ -20,8 +20,12 @@ from pytest_cannbench.judge.case import compare_flags, new_outcome, output_names
 from pytest_cannbench.judge.goldens import GoldenFailure, golden_ref
 from pytest_cannbench.judge.source import SkipCase, case_log_path, fate, is_structural
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.submission.interfaces import call_candidates
+from pytest_cannbench.timing.stats import CaseTiming, implausible, summarize
 from pytest_cannbench.vocab.records import TimingRecord
 from pytest_cannbench.workers.batch import WorkerStatus
+from pytest_cannbench.workers.candidate_client import CandidateResult
+from pytest_cannbench.workers.ranks import GoldenRankFailure, RankAnswer
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -96,8 +100,6 @@ def prepare(task: OperatorTask, case: CaseSpec, settings: Settings, goldens: Gol
     """Each rank's inputs and reference from the golden ranks; GoldenFailure, or SkipCase (needs an NPU)."""
     import time
 
-    from pytest_cannbench.workers.ranks import GoldenRankFailure
-
     request = {**golden_ref(task), "payload": payload(task, case, settings, seed),
                "precision": settings.golden_precision}
     t0 = time.perf_counter()
@@ -120,7 +122,8 @@ def target(task: OperatorTask, case: CaseSpec, settings: Settings, ref_payload: 
     call, or (``golden``, and in a self-check) the distributed golden."""
     source = (task.op_dir / "golden.py").read_text(encoding="utf-8")
     return {"kind": "mc2", "self_check": settings.self_check or golden, "rank": rank, "world_size": world_size,
-            "operator": {"name": task.spec.name, "function_name": task.spec.function_name, "rel_path": task.rel_path},
+            "operator": {"name": task.spec.name, "function_name": task.spec.function_name, "rel_path": task.rel_path,
+                         "names": call_candidates(task.spec.name, task.spec.function_name)},
             "rel_path": task.rel_path, "golden_source": source, "golden_sha256": task.golden_sha256,
             "payload": ref_payload}
 
@@ -128,7 +131,7 @@ def target(task: OperatorTask, case: CaseSpec, settings: Settings, ref_payload: 
 def judge_rank(task: OperatorTask, rank: int, outputs: list, ref: RankReference, checker: str,
                stats: bool = True) -> tuple[list[dict[str, Any]], list[str], bool]:
     """One rank's outputs under the precision standard: (verdicts, failure messages, structural)."""
-    from pytest_cannbench.judge.precision import compare_outputs
+    from pytest_cannbench.judge.precision import compare_outputs  # brings torch
 
     count = len(ref.golden)
     names = [f"rank{rank}:{n}" for n in output_names(task, count)]
@@ -229,8 +232,6 @@ def measure(task: OperatorTask, case: CaseSpec, settings: Settings, ref: MultiRa
     distributed golden in golden-mode rank workers, timed the same way. On the CPU the judge evicts the shared cache
     once every rank's set is written (``judge_flush``), each worker its own caches, as for a single-rank case.
     Returns the timing record and a failure."""
-    from pytest_cannbench.timing.stats import CaseTiming, summarize
-
     world_size = len(ref.ranks)
     count = timed_sets(settings)
     sets = [ref]
@@ -260,9 +261,6 @@ def _batch(task: OperatorTask, case: CaseSpec, settings: Settings, sets: list[Mu
            group: RankGroup, log_dir: Path, label: str, check: bool,
            judge_flush: Callable[[], None] | None) -> tuple[list[float], CaseOutcome | None]:
     """One streamed batch per rank, let go call by call together; per call the slowest rank's seconds."""
-    from pytest_cannbench.timing.stats import implausible
-    from pytest_cannbench.workers.ranks import RankAnswer
-
     world_size = len(sets[0].ranks)
     key = task.result_key(case)
     payloads = [payload(task, case, settings)] * world_size
@@ -290,8 +288,6 @@ def _batch(task: OperatorTask, case: CaseSpec, settings: Settings, sets: list[Mu
     results = [b.result for b in batches]
     failing = [(r, res) for r, res in enumerate(results) if res is None or res.status != "ok"]
     if failing:
-        from pytest_cannbench.workers.candidate_client import CandidateResult
-
         ends = []
         for r, res in failing:
             answer = RankAnswer(r, CandidateResult(res.status if res else WorkerStatus.CRASHED,

@@ -75,7 +75,7 @@ class Kernel:
                    normal_nrel: Any) -> ChunkResult:
         """``scan_kernel.c``'s ``cb_scan_chunk`` on one chunk (``thresholds``: mare, small_threshold,
         small_error, cancel_boundary; ``specials_ok``: shared NaN/Inf may be left out); the buffers are the
-        chunk-sized ones of ``error_scan._Buffers``."""
+        chunk-sized ones of ``error_fast.Buffers``."""
         size = a.numel()
         slices = -(-size // sub)
         rtol, atol = tolerances if tolerances is not None else (0.0, 0.0)
@@ -157,7 +157,7 @@ def self_test(kernel: Kernel, scan: Callable[..., Any], relative_errors: Callabl
 
     import torch
 
-    from pytest_cannbench.judge.thresholds import thresholds_for
+    from pytest_cannbench.judge.thresholds import thresholds_for  # brings torch
 
     gen = torch.Generator().manual_seed(20261204)
     size = 3 * (1 << 16) + 1234

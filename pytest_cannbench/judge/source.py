@@ -1,7 +1,7 @@
 """What one case of any task format gives the judge (:class:`CaseSource`), and the steps shared by all formats.
 
 A CANN operator case (:mod:`judge.case`) and a KernelBench problem (:mod:`judge.kernelbench`) both feed the
-same item life cycle (:mod:`nodes.items`) and the same timing loop (:mod:`timing.perf`): they differ only in
+same item life cycle (:mod:`nodes.items`) and the same timing loop (:mod:`judge.perf`): they differ only in
 how reference data is made, which target the candidate worker builds, and how a set of outputs is judged.
 """
 
@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pytest_cannbench import outcome as oc
+from pytest_cannbench.judge.goldens import GoldenFailure
 from pytest_cannbench.outcome import CaseOutcome, FailureType, Status
 from pytest_cannbench.phases import PhaseClock, measured
 from pytest_cannbench.workers.batch import WorkerStatus
@@ -168,8 +169,6 @@ def second_pass(source: CaseSource[Any], worker: CandidateWorker, timeout_s: flo
     set must hold on another. Returns the failure, or None when it passed too (or the format has no such pass).
     ``like``: the first check's reference (see :meth:`CaseSource.prepare`); ``after_golden``: called once the
     reference is made, before the candidate (the memory pool's phase)."""
-    from pytest_cannbench.judge.goldens import GoldenFailure
-
     seed = source.check_seed()
     if seed is None:
         return None

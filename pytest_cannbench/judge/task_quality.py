@@ -37,7 +37,17 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from pytest_cannbench.judge.case import apply_get_output, compare_flags, judge, output_names, seed_of
+from pytest_cannbench.judge.goldens import GoldenData, prepare_request
+from pytest_cannbench.outcome import PASSED
+from pytest_cannbench.taskformat.dirs import find_bench_root, iter_operator_dirs
+from pytest_cannbench.taskformat.errors import TaskFormatError
+from pytest_cannbench.taskformat.generate import generate_inputs
+from pytest_cannbench.taskformat.inputs import plan_inputs
+from pytest_cannbench.taskformat.spec import load_operator
 from pytest_cannbench.vocab.registry import DEFAULT_CHECKER, checker_help, checker_names
+from pytest_cannbench.workers.golden_binding import bind, call_get_output, flatten_outputs, load_golden, upcast
+from pytest_cannbench.workers.golden_main import prepare
 
 FAIL, PASS, NA = "fail", "pass", "n/a"
 MUST_FAIL = ("zeros", "passthrough", "permuted", "bfloat16")
@@ -178,8 +188,6 @@ def ulp_noise(ref: Any, gen: Any) -> Any:
 
 def _local_get_output(task: Any, case: Any, outputs: dict[str, list | None]) -> dict:
     """The task's ``get_output`` hook applied in-process by the trusted golden (the gate runs no candidate)."""
-    from pytest_cannbench.workers.golden_binding import call_get_output, load_golden
-
     gm = load_golden(task.op_dir, task.rel_path, task.spec.function_name, task.spec.name.lower(),
                      task.golden_sha256)
     assert gm.get_output is not None  # apply_get_output calls this only for a golden with the hook
@@ -191,7 +199,6 @@ def _case_inputs(task: Any, case: Any, reply: dict, seed: int, dist: str, compat
     """What a candidate is called with: the hook's inputs, else the generic ones regenerated bit for bit."""
     if reply["hooked"] is not None:
         return reply["hooked"]
-    from pytest_cannbench.taskformat.inputs import generate_inputs, plan_inputs
 
     raw = case.raw
     plans = plan_inputs(task.spec.input_names, raw["input_shape"], raw["dtype"], raw.get("value_range"))
@@ -200,8 +207,6 @@ def _case_inputs(task: Any, case: Any, reply: dict, seed: int, dist: str, compat
 
 def _bfloat16_truth(task: Any, case: Any, inputs: list) -> list:
     """The fp64 truth on bfloat16-rounded inputs: the model of a kernel that computes in bfloat16."""
-    from pytest_cannbench.workers.golden_binding import bind, flatten_outputs, load_golden, upcast
-
     gm = load_golden(task.op_dir, task.rel_path, task.spec.function_name, task.spec.name.lower(),
                      task.golden_sha256)
     truth = gm.oracle or gm.main
@@ -249,11 +254,7 @@ class _Unusable(RuntimeError):
 def _grade(task: Any, case: Any, *, checker: str, seed: int, dist: str, compat: str) -> list[NullVerdict]:
     import torch
 
-    from pytest_cannbench.judge.case import apply_get_output, compare_flags, judge, output_names, seed_of
-    from pytest_cannbench.judge.goldens import GoldenData, prepare_request
-    from pytest_cannbench.judge.thresholds import thresholds_for
-    from pytest_cannbench.outcome import PASSED
-    from pytest_cannbench.workers.golden_main import prepare
+    from pytest_cannbench.judge.thresholds import thresholds_for  # brings torch
 
     # what caserun reads of the Settings: the checker, and the seed of a run without a secret
     settings = SimpleNamespace(checker=checker, seed=seed, secret="")
@@ -387,17 +388,12 @@ class OperatorQuality:
 
 def load_task(op_dir: Path) -> Any:
     """An operator directory parsed as the plugin parses it (bench root found the same way)."""
-    from pytest_cannbench.taskformat.dirs import find_bench_root
-    from pytest_cannbench.taskformat.spec import load_operator
-
     op_dir = Path(op_dir).resolve()
     return load_operator(op_dir, find_bench_root(op_dir))
 
 
 def grade_operator(op_dir: Path, **options: Any) -> OperatorQuality:
     """Every case of one operator, one golden at a time."""
-    from pytest_cannbench.taskformat.errors import TaskFormatError
-
     try:
         task = load_task(op_dir)
     except TaskFormatError as exc:
@@ -409,8 +405,6 @@ def grade_operator(op_dir: Path, **options: Any) -> OperatorQuality:
 
 
 def operator_dirs(root: Path, keyword: str = "") -> list[Path]:
-    from pytest_cannbench.taskformat.dirs import iter_operator_dirs
-
     return [d for d in iter_operator_dirs(Path(root)) if keyword.lower() in d.name.lower()]
 
 

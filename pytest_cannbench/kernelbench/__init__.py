@@ -1,5 +1,6 @@
-"""The KernelBench format as another task source: collecting problem files and loading a problem
-(``Model``, ``get_inputs``, ``get_init_inputs``) in a worker.
+"""The KernelBench format as another task source: a problem file's spec (torch- and pytest-free, read at
+collection) and loading a problem (``Model``, ``get_inputs``, ``get_init_inputs``) in a worker. The pytest nodes
+are ``nodes.problems``; the judge's case is ``judge.kernelbench``.
 
-May import: ``vocab``, ``nodes``, ``taskformat``, ``outcome``, ``options``, ``state``.
+May import: vocab (the case-key grammar).
 """

@@ -10,12 +10,22 @@ from typing import Any
 
 import pytest
 
+from pytest_cannbench.core import memory
+from pytest_cannbench.guard.sandbox import SANDBOX_OFF_FLAG, sandbox_of
+from pytest_cannbench.judge.goldens import tidy_cache
 from pytest_cannbench.nodes import header, items, keys, multi_rank, tree
 from pytest_cannbench.nodes import session as roles
 from pytest_cannbench.nodes.problems import ProblemItem
+from pytest_cannbench.nodes.problems import collect_file as collect_problem
 from pytest_cannbench.options import Settings
 from pytest_cannbench.report import collector as results
 from pytest_cannbench.report import journal, progress
+from pytest_cannbench.report.html import HtmlHooks
+from pytest_cannbench.timing.anchors import hardware_key
+from pytest_cannbench.timing.machine import cpu_model
+from pytest_cannbench.workers.cpu_watch import board_config
+from pytest_cannbench.workers.dispatch import CaseNeeds, write_needs
+from pytest_cannbench.workers.xdist_dispatch import MemoryScheduling
 
 
 class CannBenchRun:
@@ -42,8 +52,6 @@ class CannBenchRun:
             if config.pluginmanager.hasplugin("xdist"):
                 config.pluginmanager.register(XdistHooks(), "cannbench-xdist")
             if config.pluginmanager.hasplugin("html"):
-                from pytest_cannbench.report.html import HtmlHooks
-
                 config.pluginmanager.register(HtmlHooks(lambda: collector.board, cap=settings.hap_cap),
                                               "cannbench-html")
 
@@ -60,6 +68,8 @@ class CannBenchRun:
             if self.collector is not None:
                 controller.core.resumed = journal.start(config, self.collector, self.settings,
                                                         controller.core.submission)
+                if controller.core.submission is not None and not sandbox_of(controller.core.submission).on:
+                    self.collector.run_flags.append(SANDBOX_OFF_FLAG)  # a weaker mode: on every case
         roles.start_judge(config)
 
     @pytest.hookimpl(tryfirst=True)
@@ -82,7 +92,6 @@ class CannBenchRun:
         collector.gate = progress.below_gate(collector.board, self.settings.fail_under) or ""
         if collector.gate and session.exitstatus == pytest.ExitCode.OK:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
-        from pytest_cannbench.judge.goldens import tidy_cache
 
         collector.notes += tidy_cache(self.settings)  # the controller, once the workers stopped writing
 
@@ -115,8 +124,6 @@ class CannBenchRun:
 
     def pytest_collect_file(self, file_path: Any, parent: pytest.Collector) -> pytest.Collector | None:
         if file_path.suffix == ".py":  # a KernelBench problem file (nodes.problems decides)
-            from pytest_cannbench.nodes.problems import collect_file as collect_problem
-
             return collect_problem(file_path, parent)
         if self.settings.bench == "stanford":
             return None
@@ -175,31 +182,26 @@ class XdistHooks:
         controller = roles.controller_of(config)
         if controller is None or controller.settings.dispatch != "memory" or config.getoption("dist", "no") != "load":
             return None  # xdist's own scheduler (and any other --dist mode stays the user's)
-        from pytest_cannbench.workers.xdist_dispatch import MemoryScheduling
 
         return MemoryScheduling(config, log, controller.core.memory_plan().pool_file)
 
 
 def run_facts(controller: roles.RunController, collector: results.ResultCollector) -> journal.RunFacts:
     """What the board records of the run's setup, from the controller (the device a judge detected)."""
-    from pytest_cannbench.timing.anchors import hardware_key
-    from pytest_cannbench.workers.cpu_watch import board_config
-
     core, s = controller.core, controller.settings
     plan = core.device(collector.device_kind)
     return journal.RunFacts(device_label=plan.label, hardware=hardware_key(s, plan) if plan.kind == "npu" else None,
                             memory_plan=core.memory_plan().to_dict(),
-                            cpu_budget=board_config(core.timed_threads(), core.processes, plan.worker_device))
+                            cpu_budget=board_config(core.timed_threads(), core.processes, plan.worker_device),
+                            cpu=cpu_model(),
+                            sandbox=(sandbox_of(core.submission).to_dict() if core.submission is not None
+                                     else {"mode": "none", "reason": "no submission code runs"}))
 
 
 def size_pool(config: pytest.Config, collected: list[pytest.Item]) -> None:
     """Size the judge's memory pool from the estimated needs of the cases collected (too_large ones will not run);
     where this process reports to an xdist controller, say the size and write each case's claim for the
     controller's scheduler."""
-    from pytest_cannbench.core import memory
-    from pytest_cannbench.workers.dispatch import CaseNeeds, write_needs
-    from pytest_cannbench.workers.memory_pool import WORKEROUTPUT_KEY
-
     judge = roles.judge_of(config)
     plan = judge.memory_plan
     peaks: dict[str, int] = {}
@@ -212,6 +214,7 @@ def size_pool(config: pytest.Config, collected: list[pytest.Item]) -> None:
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is None:
         return
-    workeroutput[WORKEROUTPUT_KEY] = size.to_dict()
+    workeroutput[results.WORKEROUTPUT_POOL] = size.to_dict()
+    workeroutput[results.WORKEROUTPUT_POOL_TEXT] = size.describe()
     if plan.pool_file:
         write_needs(plan.pool_file, CaseNeeds(size.bytes, memory.claims(judge, peaks)))

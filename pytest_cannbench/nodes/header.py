@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import pytest
 
+from pytest_cannbench.guard import sandbox
+from pytest_cannbench.judge.scan_kernel import trial_line
+from pytest_cannbench.nodes import hidden
 from pytest_cannbench.nodes.session import RunController, runs_cases
 from pytest_cannbench.scratch import cache_dir
+from pytest_cannbench.submission import build
+from pytest_cannbench.timing.anchors import hardware_key, roofline_line
+from pytest_cannbench.timing.in_worker import MAX_FLUSH_BYTES
+from pytest_cannbench.timing.machine import last_level_cache_bytes
+from pytest_cannbench.workers.cpu_watch import header_line
 
 
 def lines(config: pytest.Config, run: RunController) -> list[str]:
-    from pytest_cannbench.nodes import hidden
-    from pytest_cannbench.report import journal
-    from pytest_cannbench.submission import build
-
     settings, core = run.settings, run.core
     if settings.self_check:
         mode = "self-check (goldens graded as the candidate, in the candidate worker)"
@@ -35,16 +39,18 @@ def lines(config: pytest.Config, run: RunController) -> list[str]:
         out.insert(0, f"cannbench: tasks {settings.tasks}")
     submitted = core.submission
     if submitted is not None:
-        out.append(f"cannbench: {journal.sandbox_of(submitted).describe()}")
+        out.append(f"cannbench: {sandbox.sandbox_of(submitted).describe()}")
         for name, sub in core.submissions.items() if core.submissions else [("", submitted)]:
             out += [f"cannbench: [{name}] {line.removeprefix('cannbench: ')}" if name else line
                     for line in build.header_lines(sub)]
     if settings.self_check or submitted is not None:
-        if runs_cases(config):  # a judge: its own comparison kernel, built and self-tested (imports torch)
-            from pytest_cannbench.judge.error_scan import kernel_line
+        if runs_cases(config):  # a judge: its own comparison kernel, built and self-tested
+            from pytest_cannbench.judge.error_scan import kernel_line  # brings torch
+
+            out.append(kernel_line())
         else:  # an xdist controller never imports torch: a trial build; each judge builds and tests its own
-            from pytest_cannbench.judge.scan_kernel import trial_line as kernel_line
-        out += [kernel_line(), *timing_lines(config, run)]
+            out.append(trial_line())
+        out += timing_lines(config, run)
     return out
 
 
@@ -53,11 +59,6 @@ def timing_lines(config: pytest.Config, run: RunController) -> list[str]:
     s, core = run.settings, run.core
     if not s.perf:
         return ["cannbench: timing off (--cann-no-perf): cases are 'not measured'"]
-    from pytest_cannbench.timing.anchors import hardware_key, roofline_line
-    from pytest_cannbench.timing.in_worker import MAX_FLUSH_BYTES
-    from pytest_cannbench.timing.machine import last_level_cache_bytes
-    from pytest_cannbench.workers.cpu_watch import header_line
-
     plan = core.device()
     flush = (f"cache flush {min(2 * last_level_cache_bytes(), MAX_FLUSH_BYTES) >> 20} MiB" if plan.kind == "cpu"
              else "L2 flush" if plan.kind == "cuda" else "cache-clean kernel")

@@ -20,9 +20,12 @@ import pytest
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.core import CaseRun, Judge, Route
-from pytest_cannbench.nodes.items import OUTCOME_KEY, CaseFailed, CaseItem, OperatorFile
+from pytest_cannbench.judge.case import OperatorCase
+from pytest_cannbench.judge.task_quality import grade_case
+from pytest_cannbench.nodes.items import OUTCOME_KEY, CaseFailed, CaseItem, GoldenSideError, OperatorFile
 from pytest_cannbench.nodes.session import settings_of
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.taskformat.hidden import GENERATED, HiddenCaseError, generation_key, load_hidden
 from pytest_cannbench.vocab.casekey import CaseKey
 from pytest_cannbench.vocab.records import sealed_timing
 
@@ -96,9 +99,6 @@ class HiddenCaseItem(CaseItem):
         return result.message
 
     def setup(self) -> None:
-        from pytest_cannbench.nodes.items import GoldenSideError
-        from pytest_cannbench.taskformat.hidden import GENERATED
-
         generated = self.hidden.origin == GENERATED
         with quiet():
             if self.hidden.dropped:
@@ -121,8 +121,6 @@ class HiddenCaseItem(CaseItem):
     def _gate(self) -> None:
         """The task-quality gate on a generated case: a case no null candidate fails is not worth grading."""
         import io
-
-        from pytest_cannbench.judge.task_quality import grade_case
 
         s = settings_of(self.config)
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -150,8 +148,6 @@ class HiddenCaseItem(CaseItem):
 def hidden_source() -> type:
     """:class:`~pytest_cannbench.judge.case.OperatorCase` keyed by the opaque label, so case logs and resume never
     see the real id (made on first use: the judge room brings torch)."""
-    from pytest_cannbench.judge.case import OperatorCase
-
     @dataclass
     class HiddenSource(OperatorCase):
         hidden_key: str = ""
@@ -175,7 +171,6 @@ class OperatorWithHidden(OperatorFile):
         settings = settings_of(self.config)
         if task is None or not settings.hidden:
             return
-        from pytest_cannbench.taskformat.hidden import HiddenCaseError, generation_key, load_hidden
 
         try:
             hidden = load_hidden(task, hidden_root=settings.hidden_cases, count=settings.hidden_generate,

@@ -21,8 +21,15 @@ import pytest
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.core import CaseRun, CaseStopped, Judge, Route
 from pytest_cannbench.core.tasks import case_need, check_pin
+from pytest_cannbench.judge.case import OperatorCase
 from pytest_cannbench.nodes.session import judge_of, settings_of
+from pytest_cannbench.nodes.sharding import in_shard
 from pytest_cannbench.outcome import CaseOutcome
+from pytest_cannbench.taskformat.casescsv import compare_csv
+from pytest_cannbench.taskformat.dirs import find_bench_root
+from pytest_cannbench.taskformat.errors import TaskFormatError
+from pytest_cannbench.taskformat.spec import load_operator
+from pytest_cannbench.taskformat.task_warnings import operator_warning
 from pytest_cannbench.vocab.casekey import CaseKey, candidate_of, split_key
 
 if TYPE_CHECKING:
@@ -169,8 +176,6 @@ class CaseItem(SourceItem):
         self.user_properties.append(("cann_case", str(task.result_key_of(case).of_candidate(candidate))))
 
     def route(self, judge: Judge) -> Route:
-        from pytest_cannbench.judge.case import OperatorCase
-
         source = OperatorCase(task=self.task, case=self.case, settings=judge.settings, service=judge.golden_service,
                               candidate=self.candidate or "", memo=judge.shared_reference if self.candidate else None)
         return Route(source=source, candidate=self.candidate, need=self.memory_need())
@@ -194,12 +199,6 @@ class OperatorFile(pytest.File):
     """``cases.yaml`` of an operator directory."""
 
     def collect(self) -> Iterator[pytest.Item]:
-        from pytest_cannbench.taskformat.casescsv import compare_csv
-        from pytest_cannbench.taskformat.dirs import find_bench_root
-        from pytest_cannbench.taskformat.errors import TaskFormatError
-        from pytest_cannbench.taskformat.spec import load_operator
-        from pytest_cannbench.taskformat.task_warnings import operator_warning
-
         op_dir = self.path.parent
         bench_root = find_bench_root(op_dir)
         rel_path = op_dir.resolve().relative_to(bench_root).as_posix()
@@ -267,8 +266,6 @@ def key_of_name(path: Path, name: str) -> str | None:
     """The case key of the item ``name`` of the operator file ``path`` (a ``cases.yaml``), from its name alone, as
     :class:`OperatorFile` names its items: what the controller of an interrupted xdist session, which collects
     nothing and heard no key from its killed workers, files an unrun case under. None when not one of ours."""
-    from pytest_cannbench.taskformat.dirs import find_bench_root
-
     match = _ITEM_NAME.fullmatch(name)
     if path.name != "cases.yaml" or match is None:
         return None
@@ -328,9 +325,6 @@ def collect_file(file_path: Any, parent: pytest.Collector,
         return None
     shard = settings_of(parent.config).shard
     if shard is not None:
-        from pytest_cannbench.nodes.sharding import in_shard
-        from pytest_cannbench.taskformat.dirs import find_bench_root
-
         op_dir = file_path.parent.resolve()
         if not in_shard(op_dir.relative_to(find_bench_root(op_dir)).as_posix(), *shard):
             return None

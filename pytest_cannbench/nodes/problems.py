@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from pytest_cannbench.core import Judge, Route
+from pytest_cannbench.judge.kernelbench import ProblemCase
 from pytest_cannbench.kernelbench.spec import Problem, is_problem, problem_of
 from pytest_cannbench.nodes.items import SourceItem
 from pytest_cannbench.nodes.session import judge_of, settings_of
+from pytest_cannbench.nodes.sharding import in_shard
 from pytest_cannbench.vocab.casekey import CaseKey
 from pytest_cannbench.vocab.records import times_of
 
@@ -36,8 +38,6 @@ class ProblemItem(SourceItem):
         return self.case_id > self.trials
 
     def route(self, judge: Judge) -> Route:
-        from pytest_cannbench.judge.kernelbench import ProblemCase
-
         source = ProblemCase(problem=self.problem, case_id=self.case_id, settings=judge.settings,
                              submission=judge.submission_of(self.candidate), service=judge.golden_service,
                              state_dir=judge.kb_state_dir, candidate=self.candidate or "", memo=judge.shared_reference)
@@ -82,8 +82,6 @@ def collect_file(file_path: Any, parent: pytest.Collector) -> ProblemFile | None
     if not is_problem(path, settings.bench):
         return None
     if settings.shard is not None:
-        from pytest_cannbench.nodes.sharding import in_shard
-
         if not in_shard(problem_of(path).rel_path, *settings.shard):
             return None
     return ProblemFile.from_parent(parent, path=path)

@@ -21,7 +21,9 @@ import pytest
 
 from pytest_cannbench.core import Controller, Judge, JudgeSetup
 from pytest_cannbench.core.controller import SetupError
-from pytest_cannbench.options import SETTINGS_KEY, Settings
+from pytest_cannbench.options import SECRET_WORKERINPUT_KEY, SETTINGS_KEY, Settings
+from pytest_cannbench.scratch import reap
+from pytest_cannbench.workers.huge_pages import latch_in_judge
 from pytest_cannbench.workers.limits import processes as env_processes
 
 SETUP_WORKERINPUT_KEY = "cannbench_judge_setup"
@@ -103,8 +105,6 @@ class RunController:
     def start(self, announce: Callable[[str], None] | None) -> None:
         """Remove what killed sessions left behind, then build the submission once (before xdist starts
         workers); not for ``--collect-only``."""
-        from pytest_cannbench.scratch import reap
-
         reap()
         if self.config.option.collectonly:
             return
@@ -115,8 +115,6 @@ class RunController:
 
     def workerinput(self, worker: str) -> dict[str, Any]:
         """What an xdist worker is given: its judge's setup, the secret and the plan's files."""
-        from pytest_cannbench.options import SECRET_WORKERINPUT_KEY
-
         return {SETUP_WORKERINPUT_KEY: self.core.judge_setup(worker).to_dict(),
                 SECRET_WORKERINPUT_KEY: self.settings.secret}
 
@@ -135,8 +133,7 @@ def start_judge(config: pytest.Config) -> None:
     comparison's kernel (both import torch, so never on an xdist controller)."""
     if not (settings_of(config).active and runs_cases(config)):
         return
-    from pytest_cannbench.judge.error_scan import compiled
-    from pytest_cannbench.workers.huge_pages import latch_in_judge
+    from pytest_cannbench.judge.error_scan import compiled  # brings torch
 
     latch_in_judge()
     compiled()

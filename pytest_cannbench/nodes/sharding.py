@@ -9,28 +9,11 @@ shard (its scores need all of them), and is balanced on average; ``cannbench mer
 from __future__ import annotations
 
 import hashlib
-import re
 
-_SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+from pytest_cannbench.options.values import check_shard as _check
+from pytest_cannbench.options.values import parse_shard
 
-
-def parse_shard(spec: str) -> tuple[int, int]:
-    """``"K/N"`` -> ``(K, N)`` with 1 <= K <= N; a ValueError that says what is wrong otherwise."""
-    match = _SPEC.match(str(spec))
-    if match is None:
-        raise ValueError(f"{spec!r} is not K/N (e.g. 1/4: the first of four shards)")
-    k, n = int(match.group(1)), int(match.group(2))
-    _check(k, n, spec)
-    return k, n
-
-
-def _check(k: int, n: int, spec: object = None) -> None:
-    what = repr(spec) if spec is not None else f"{k}/{n}"
-    if n < 1:
-        raise ValueError(f"{what}: N must be at least 1 (got {n})")
-    if not 1 <= k <= n:
-        raise ValueError(f"{what}: K must be between 1 and N={n} (shards are numbered from 1; got {k})")
-
+__all__ = ["in_shard", "normalise", "parse_shard", "shard_of"]
 
 def normalise(rel_path: str) -> str:
     """The operator's path relative to the bench root, in the one spelling every machine agrees on."""

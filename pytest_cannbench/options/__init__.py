@@ -5,9 +5,10 @@ previous release (``aliases``), and the lists other rooms need (``table``: the `
 ``cannbench merge`` compares, the README's options table).
 
 Only ``parse`` imports pytest (loaded when one of its names is first asked for): ``cannbench merge`` reads the
-declarations without it. May import: ``guard.sandbox``, ``judge.golden_cache``, ``taskformat.inputs`` and
-``taskformat.dirs``, ``workers.dispatch`` and ``workers.memory_pool``, ``nodes.sharding`` (the words and defaults
-they own), and its own modules.
+declarations without it. The words of options whose meaning lives in a room (the sandbox modes, the input
+draws, the dispatch and pool modes) are the vocabulary's, so the declarations import no room that acts on them.
+
+May import: vocab (the registries' names, the option words rooms own).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ __all__ = ["BENCHES", "CHECKERS", "CUDA_GRAPH_MODES", "DEFAULT_KB_TRIALS", "DEFA
 
 def __getattr__(name: str) -> Any:
     if name in _PYTEST_SIDE:
+        # brings pytest: only the pytest side's names load it (cannbench merge reads the declarations without it)
         from pytest_cannbench.options import parse
 
         return getattr(parse, name)

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from pytest_cannbench.guard.sandbox import SANDBOX_MODES
-from pytest_cannbench.taskformat.inputs import INPUT_COMPAT_MODES, INPUT_DISTS
-from pytest_cannbench.vocab.registry import DEVICE_CHOICES, checker_names
-from pytest_cannbench.workers.dispatch import DISPATCH_MODES
+from pytest_cannbench.vocab.registry import (
+    DEVICE_CHOICES,
+    DISPATCH_MODES,
+    INPUT_COMPAT_MODES,
+    INPUT_DISTS,
+    POOL_MODES,
+    SANDBOX_MODES,
+    checker_names,
+)
 
 __all__ = ["DEFAULT_MAX_GIB", "DEFAULT_MIN_FREE_GIB", "DISPATCH_MODES", "INPUT_COMPAT_MODES", "INPUT_DISTS",
-           "SANDBOX_MODES"]
+           "POOL_MODES", "SANDBOX_MODES"]
 
 DEVICES = DEVICE_CHOICES  # vocab.registry: auto, then every device kind
 ISOLATION_MODES = ("fence", "off")  # timing/isolation.py

@@ -5,11 +5,13 @@ user spelled it, the value given and what is expected instead."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_cannbench.options.declare import Context, Given, OptionError, Parse
+from pytest_cannbench.vocab.registry import POOL_MODES
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 FALSE_WORDS = ("0", "false", "no", "off", "")
@@ -167,8 +169,6 @@ def gib_or_off() -> Parse:
 
 def memory_pool() -> Parse:
     def parse(given: Given, ctx: Context) -> str | float:
-        from pytest_cannbench.workers.memory_pool import POOL_MODES
-
         if given.value in (None, ""):
             return str(given.default)
         if given.value in POOL_MODES:
@@ -216,8 +216,6 @@ def shard() -> Parse:
     def parse(given: Given, ctx: Context) -> tuple[int, int] | None:
         if given.value in (None, ""):
             return None
-        from pytest_cannbench.nodes.sharding import parse_shard
-
         try:
             return parse_shard(str(given.value))
         except ValueError as exc:
@@ -235,3 +233,26 @@ def reveal_path() -> Parse:
             raise refuse(given, f"{path}: expected a file in an existing directory")
         return path
     return parse
+
+
+# --cann-shard K/N (nodes.sharding hands operators out by it)
+_SPEC = re.compile(r"^\s*(\d+)\s*/\s*(\d+)\s*$")
+
+
+def parse_shard(spec: str) -> tuple[int, int]:
+    """``"K/N"`` -> ``(K, N)`` with 1 <= K <= N; a ValueError that says what is wrong otherwise."""
+    match = _SPEC.match(str(spec))
+    if match is None:
+        raise ValueError(f"{spec!r} is not K/N (e.g. 1/4: the first of four shards)")
+    k, n = int(match.group(1)), int(match.group(2))
+    check_shard(k, n, spec)
+    return k, n
+
+
+def check_shard(k: int, n: int, spec: object = None) -> None:
+    """Shard K of N exists (1 <= K <= N); a ValueError that says what is wrong otherwise."""
+    what = repr(spec) if spec is not None else f"{k}/{n}"
+    if n < 1:
+        raise ValueError(f"{what}: N must be at least 1 (got {n})")
+    if not 1 <= k <= n:
+        raise ValueError(f"{what}: K must be between 1 and N={n} (shards are numbered from 1; got {k})")

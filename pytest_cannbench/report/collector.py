@@ -15,11 +15,13 @@ from typing import Any
 import pytest
 
 from pytest_cannbench import outcome as oc
+from pytest_cannbench.figures import hap
 from pytest_cannbench.outcome import CaseOutcome, FailureType, Status
+from pytest_cannbench.report.kernelbench import summary_lines as kernelbench_lines
+from pytest_cannbench.report.passk import summary_lines as candidate_lines
+from pytest_cannbench.report.splits import summary_lines as split_lines
 from pytest_cannbench.vocab.casekey import parse_key, split_key
 from pytest_cannbench.vocab.records import TIME_KEYS, TimingRecord, times_of
-from pytest_cannbench.workers.memory_pool import WORKEROUTPUT_KEY as POOL_KEY
-from pytest_cannbench.workers.memory_pool import PoolSize
 
 
 def _crashed_worker(report: pytest.TestReport) -> bool:
@@ -48,6 +50,8 @@ def _from_key(key: str, status: Status, failure_type: FailureType, message: str)
 WORKEROUTPUT_KEYS = "cannbench_case_keys"
 WORKEROUTPUT_DESELECTED = "cannbench_deselected"
 WORKEROUTPUT_DEVICE = "cannbench_device"  # the device kind a worker planned with (State.device)
+WORKEROUTPUT_POOL = "cannbench_memory_pool"  # the memory pool's size a judge worked out (workers.memory_pool)
+WORKEROUTPUT_POOL_TEXT = "cannbench_memory_pool_text"  # the same, described for the summary
 
 
 def expected_cases(items: list[pytest.Item]) -> dict[str, str | None]:
@@ -102,6 +106,7 @@ class ResultCollector:
     deselected: int = 0
     device_kind: str | None = None  # what the xdist workers planned with (WORKEROUTPUT_DEVICE), for the board
     memory_pool: dict[str, Any] | None = None  # the pool's size as the judges worked it out (workers.memory_pool)
+    memory_pool_text: str | None = None  # the same, in words
     dispatch: str | None = None  # how the controller's scheduler handed cases out (workers.xdist_dispatch)
     crashed: dict[str, str] = field(default_factory=dict)  # nodeid -> the key its crash was recorded under
     gate: str = ""  # why --cann-fail-under fails the session, if it does
@@ -139,7 +144,8 @@ class ResultCollector:
                 self.expected[nodeid] = key
         self.deselected = max(self.deselected, int(output.get(WORKEROUTPUT_DESELECTED) or 0))
         self.device_kind = self.device_kind or output.get(WORKEROUTPUT_DEVICE)
-        self.memory_pool = self.memory_pool or output.get(POOL_KEY)
+        self.memory_pool = self.memory_pool or output.get(WORKEROUTPUT_POOL)
+        self.memory_pool_text = self.memory_pool_text or output.get(WORKEROUTPUT_POOL_TEXT)
 
     def account_for_unrun(self, reason: str) -> int:
         """Record every selected case that never got a verdict as ``interrupted`` (the board lists it, scored 0,
@@ -222,14 +228,11 @@ class ResultCollector:
             lines.append(f"golden outputs from cache: {cached}/{len(results)} cases")
         if self.resumed:
             lines.append(f"resumed from results.jsonl: {len(self.resumed)} cases (--cann-resume)")
-        lines += pool_lines(self.memory_pool, results, self.dispatch)
+        lines += pool_lines(self.memory_pool_text, results, self.dispatch)
         lines += timing_lines(results, limit)
         if self.board is not None:
-            from pytest_cannbench.report.kernelbench import summary_lines as kernelbench_lines
-
             lines += score_lines(self.board, limit)
             lines += kernelbench_lines(self.board.get("kernelbench"), limit)
-            from pytest_cannbench.report.passk import summary_lines as candidate_lines
 
             lines += candidate_lines({"summary": self.board["summary"]} if "summary" in self.board else None)
         if self.written:
@@ -243,7 +246,7 @@ class ResultCollector:
         return lines
 
 
-def pool_lines(pool: Mapping[str, Any] | None, results: list[CaseOutcome], dispatch: str | None = None) -> list[str]:
+def pool_lines(pool: str | None, results: list[CaseOutcome], dispatch: str | None = None) -> list[str]:
     """The memory pool's size, how cases were handed out and what waiting for room cost (only where judges
     shared one)."""
     waits = [r.seconds.get("memory_wait", 0.0) for r in results if r.seconds]
@@ -251,7 +254,7 @@ def pool_lines(pool: Mapping[str, Any] | None, results: list[CaseOutcome], dispa
         return []
     waited = [w for w in waits if w >= 0.01]
     handed = f"; cases handed out {dispatch}" if dispatch else ""
-    return [f"memory pool: {PoolSize(**pool).describe()}{handed}; {len(waited)} cases waited for room, "
+    return [f"memory pool: {pool}{handed}; {len(waited)} cases waited for room, "
             f"{sum(waits):.1f} s in all"]
 
 
@@ -333,7 +336,6 @@ def score_lines(board: Mapping[str, Any], limit: int | None) -> list[str]:
     levels = ", ".join(f"{name} {entry['score']:.1f} ({entry['operators']} ops)"
                        for name, entry in board["levels"].items())
     lines.append(f"total score {board['total_score']:.1f} over {len(ops)} operators; levels: {levels or '-'}")
-    from pytest_cannbench.report.splits import summary_lines as split_lines
 
     lines += split_lines(board)
     examples: dict[str, tuple[int, str]] = {}
@@ -353,8 +355,6 @@ def score_lines(board: Mapping[str, Any], limit: int | None) -> list[str]:
 
 def junit_properties(outcome: CaseOutcome) -> list[tuple[str, Any]]:
     """Scalars CI tools read from junit-xml: HAP, the three times, the worst MERE/MARE over outputs."""
-    from pytest_cannbench.report.scoring import hap
-
     props: list[tuple[str, Any]] = []
     t = outcome.timing
     if t.get("measured"):

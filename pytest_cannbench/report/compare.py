@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_cannbench.outcome import PASSED
+from pytest_cannbench.report.markdown import cell
 from pytest_cannbench.vocab.casekey import parse_key
 from pytest_cannbench.vocab.records import times_of
 
@@ -353,8 +354,6 @@ def terminal_lines(comparison: Comparison, *, regression_pct: float | None = Non
 
 
 def _md(value: Any) -> str:
-    from pytest_cannbench.report.markdown import cell
-
     return cell(str(value).replace(" -> ", " → "), 300)
 
 

@@ -35,8 +35,9 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from pytest_cannbench.figures import baseline_proxy
 from pytest_cannbench.outcome import BUILD_FAILURES
-from pytest_cannbench.report.scoring import PRECISION_FAILURES, baseline_proxy
+from pytest_cannbench.report.scoring import PRECISION_FAILURES
 from pytest_cannbench.vocab.records import times_of
 
 STATUS_MAP: dict[str, str] = {"passed": "success", "missing": "skipped", "skipped": "skipped",

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from pytest_cannbench.report.scoring import hap
+from pytest_cannbench.figures import hap
 from pytest_cannbench.vocab.records import times_of
 
 BoardGetter = Callable[[], Mapping[str, Any] | None]

@@ -18,20 +18,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pytest_cannbench.guard.sandbox import SANDBOX_OFF_FLAG, SandboxChoice
+from pytest_cannbench import __version__
+from pytest_cannbench.atomic import write_bytes_atomic
 from pytest_cannbench.options import Settings
 from pytest_cannbench.options.table import identity_fields
-from pytest_cannbench.outcome import TOO_LARGE
+from pytest_cannbench.outcome import TOO_LARGE, CaseOutcome
+from pytest_cannbench.report import leaderboard
+from pytest_cannbench.report.eval_report import to_eval_report
+from pytest_cannbench.report.leaderboard import dumps
+from pytest_cannbench.report.markdown import render
 from pytest_cannbench.report.secret import commitment, reveal
-from pytest_cannbench.timing.machine import cpu_model
+from pytest_cannbench.report.splits import junit_properties
 
 # Settings a case's recorded outcome depends on (declared with results=True): a resumed case must have been
 # graded under the same.
 IDENTITY_OPTIONS = identity_fields()
-
-
-def sandbox_of(state: Any) -> SandboxChoice:
-    return SandboxChoice.from_dict(getattr(state, "sandbox", None))
 
 
 def submission_summary(state: Any, settings: Settings) -> dict[str, Any]:
@@ -50,14 +51,12 @@ def run_identity(submission: dict[str, Any], settings: Settings) -> str:
     return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def environment(device_label: str, hardware: str | None) -> dict[str, Any]:
+def environment(device_label: str, hardware: str | None, cpu: str) -> dict[str, Any]:
     import pytest
-
-    from pytest_cannbench import __version__
 
     env: dict[str, Any] = {"python": platform.python_version(), "pytest": pytest.__version__,
                            "pytest_cannbench": __version__, "platform": platform.platform(), "device": device_label,
-                           "hardware_key": hardware, "cpu": cpu_model(), "cpus": os.cpu_count()}
+                           "hardware_key": hardware, "cpu": cpu, "cpus": os.cpu_count()}
     torch = sys.modules.get("torch")
     if torch is not None:
         env["torch"] = torch.__version__
@@ -93,8 +92,6 @@ class Journal:
         self.tampered = False
 
     def append(self, outcome: dict[str, Any]) -> None:
-        from pytest_cannbench.report.leaderboard import dumps
-
         entry = {"run": self.identity, "secret_commitment": self.secret_commitment, "outcome": outcome}
         if not self.secret_commitment:
             del entry["secret_commitment"]  # a seeded run: nothing to commit to
@@ -113,7 +110,6 @@ class Journal:
             now = None
         if now != expected:
             self.tampered = True
-            from pytest_cannbench.atomic import write_bytes_atomic
 
             write_bytes_atomic(self.path, expected)
 
@@ -148,13 +144,13 @@ class RunFacts:
     hardware: str | None  # the metadata key an NPU run anchors with (None: live anchors)
     memory_plan: dict[str, Any]
     cpu_budget: dict[str, Any]
+    cpu: str  # the machine's CPU model
+    sandbox: dict[str, Any]  # what submission code ran under (guard.sandbox.SandboxChoice), or why none
 
 
 def start(config: Any, collector: Any, settings: Settings, submission: Any) -> frozenset[str]:
     """Controller, after the submission is ready: open results.jsonl and load what --cann-resume may skip; the
     resumed case keys."""
-    from pytest_cannbench.outcome import CaseOutcome
-
     s = settings
     if config.option.collectonly:
         return frozenset()
@@ -168,26 +164,21 @@ def start(config: Any, collector: Any, settings: Settings, submission: Any) -> f
                 continue
             collector.resumed.add(key)
     collector.journal = Journal(path, identity, commitment(s.secret))
-    if submission is not None and not sandbox_of(submission).on:
-        collector.run_flags.append(SANDBOX_OFF_FLAG)
     return frozenset(collector.resumed)
 
 
 def finish(config: Any, collector: Any, settings: Settings, submission: Any, facts: RunFacts) -> None:
     """Controller, at session end: score everything and write the leaderboard (and the optional reports)."""
-    from pytest_cannbench.report import leaderboard
-
     s = settings
     if collector.journal is None:
         return
     collector.journal.close()
     board = leaderboard.build((o.to_dict() for o in collector.outcomes.values()),
                               submission=submission_summary(submission, s),
-                              environment=environment(facts.device_label, s.hardware or facts.hardware),
+                              environment=environment(facts.device_label, s.hardware or facts.hardware, facts.cpu),
                               config={**s.as_dict(), "secret_commitment": commitment(s.secret),
                                       "run_identity": collector.journal.identity,
-                                      "sandbox": (sandbox_of(submission).to_dict() if submission is not None
-                                                  else {"mode": "none", "reason": "no submission code runs"}),
+                                      "sandbox": facts.sandbox,
                                       "memory_plan": facts.memory_plan,
                                       "cpu_budget": facts.cpu_budget,
                                       "memory_pool": collector.memory_pool,  # None: one judge, no pool
@@ -199,18 +190,14 @@ def finish(config: Any, collector: Any, settings: Settings, submission: Any, fac
     collector.board = board
     leaderboard.write(Path(s.leaderboard), board)
     collector.written = [s.leaderboard, str(collector.journal.path)]
-    from pytest_cannbench.report.page import write_beside  # the standalone HTML report, every run
+    from pytest_cannbench.report.page import write_beside  # brings jinja2: the standalone HTML report, every run
 
     collector.written.append(write_beside(Path(s.leaderboard), board, getattr(config.option, "htmlpath", None)))
     _junit_suite_properties(config, board)
     if s.markdown:
-        from pytest_cannbench.report.markdown import render
-
         leaderboard.write_atomic(Path(s.markdown), render(board))
         collector.written.append(s.markdown)
     if s.eval_report:
-        from pytest_cannbench.report.eval_report import to_eval_report
-
         leaderboard.write_atomic(Path(s.eval_report), leaderboard.dumps(to_eval_report(board), indent=1) + "\n")
         collector.written.append(s.eval_report)
     collector.notes += secret_lines(s)
@@ -242,8 +229,6 @@ def reveal_secret(settings: Settings) -> None:
 def _junit_suite_properties(config: Any, board: Mapping[str, Any]) -> None:
     """Issue 18: the scores (public, hidden, combined) as junit-xml suite properties, when junit-xml is on."""
     from _pytest.junitxml import xml_key
-
-    from pytest_cannbench.report.splits import junit_properties
 
     xml = config.stash.get(xml_key, None)
     if xml is not None:

@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from pytest_cannbench import __version__
 from pytest_cannbench.atomic import write_atomic
+from pytest_cannbench.figures import hap_interval, window_figures
 from pytest_cannbench.outcome import BUILD_FAILURES, MISSING, TAINTING_FAILURES, TOO_LARGE
 from pytest_cannbench.report import splits
 from pytest_cannbench.report.board import (
@@ -31,16 +32,16 @@ from pytest_cannbench.report.board import (
     ScoredCases,
     Weights,
 )
+from pytest_cannbench.report.kernelbench import section as kernelbench_section
+from pytest_cannbench.report.passk import candidate_boards
 from pytest_cannbench.report.scoring import (
     WEIGHTS,
     CaseScore,
     geometric_mean_speedup,
-    hap_interval,
     level_of,
     operator_score,
     totals,
 )
-from pytest_cannbench.timing.isolation import window_figures
 from pytest_cannbench.vocab.casekey import split_key
 from pytest_cannbench.vocab.records import CaseRecord, TimingRecord, times_of, timing_of
 
@@ -180,14 +181,11 @@ def score_cases(outcomes: Iterable[CaseRecord], *, cap: bool = False, gate: bool
 
 def build(outcomes: Iterable[CaseRecord], *, submission: dict[str, Any] | None, environment: dict[str, Any],
           config: dict[str, Any], cap: bool = False) -> Board:
-    from pytest_cannbench.report.kernelbench import section as kernelbench_section
-
     outcomes = list(outcomes)
     scored = score_cases(outcomes, cap=cap, gate=bool(config.get("hidden_gate", True)))
     kernelbench = kernelbench_section(outcomes)
     if kernelbench is not None:
         scored["kernelbench"] = kernelbench
-    from pytest_cannbench.report.passk import candidate_boards
 
     multi = candidate_boards(outcomes, lambda group: score_cases(group, cap=cap))  # one board per candidate
     boards = CandidateBoards()

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_cannbench import outcome as oc
-from pytest_cannbench.report.scoring import hap
+from pytest_cannbench.figures import hap
 from pytest_cannbench.vocab.records import times_of
 
 LETTERS = {oc.MISSING: "M", oc.TIMEOUT: "T", oc.CRASHED: "C", oc.INTERRUPTED: "I", oc.OOM_KILLED: "O"}

@@ -5,7 +5,8 @@ hardware limit. Faster than T_hw is impossible for an honest kernel: the grader 
 (``implausible_time``), and a time below T_hw that reaches scoring anyway (a merged board) scores at most 1;
 ``cap`` clips every HAP at 1 (it only matters for such times). None when a time is NaN, T_cand or
 T_hw is not positive, or the denominator is not positive. A missing baseline (not positive) is replaced by
-the proxy max(10 * T_hw, 10).
+the proxy max(10 * T_hw, 10). Eq.3 itself is :func:`pytest_cannbench.figures.hap`, which the judge's timing
+shares.
 
 Eq.4, per operator over its N cases: compile = 100 w_c (N - compile/runtime failures) / N, function =
 100 w_f passed / N, performance = 100 w_p sum(HAP of passed cases, None as 0) / N; everything 0 when the
@@ -13,16 +14,18 @@ submission did not build (or install, or import). An operator never scores above
 case deducts from the compile part unless it is a pure precision failure. Eq.5: level score = sum of its
 operators; total = sum of all operators.
 
-Used by the terminal, every report file and ``cannbench merge``: no other code computes a score.
+Used by the terminal, every report file and ``cannbench merge``: no other code computes a score (the judge
+reads a HAP's interval, never a score).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pytest_cannbench.figures import hap
 from pytest_cannbench.outcome import BUILD_FAILURES, NOT_GRADED, PRECISION, TAINTING_FAILURES, TOO_LARGE
 from pytest_cannbench.report.board import LevelEntry
 from pytest_cannbench.vocab.records import CaseRecord, times_of, timing_of
@@ -33,43 +36,6 @@ WEIGHTS = {"compile": W_COMPILE, "function": W_FUNCTION, "performance": W_PERF}
 # Failed cases of these types do not deduct from the compile/runtime part (the official "precision" family).
 # A kernel right when checked but wrong when timed (timed_output_wrong) is not a precision problem: it deducts.
 PRECISION_FAILURES = frozenset({PRECISION, "precision"})
-
-
-def _bad(value: float | None) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value))
-
-
-def baseline_proxy(t_hw: float) -> float:
-    return max(10.0 * t_hw, 10.0)
-
-
-def hap(t_base: float | None, t_cand: float | None, t_hw: float | None, *,
-        cap: bool = False) -> tuple[float | None, list[str]]:
-    """Eq.3 with every official edge case; returns the score and flags explaining it."""
-    flags: list[str] = []
-    if _bad(t_cand) or _bad(t_hw):
-        return None, ["missing_time"]
-    assert t_cand is not None and t_hw is not None
-    if t_cand <= 0 or t_hw <= 0:
-        return None, ["non_positive_time"]
-    if t_base is not None and math.isnan(t_base):
-        return None, ["missing_time"]
-    if t_base is None or t_base <= 0:  # missing: the official proxy
-        t_base = baseline_proxy(t_hw)
-        flags.append("baseline_proxy")
-    if t_base < t_hw:
-        flags.append("baseline_below_t_hw")
-    denom = (t_cand - t_hw) + (t_base - t_hw)
-    if denom <= 0:
-        return None, flags + ["degenerate_anchors"]
-    score = (t_base - t_hw) / denom
-    if t_cand < t_hw:
-        flags.append("implausible_time")
-        cap = True  # no reward for beating the hardware limit
-    if cap and score > 1.0:
-        score = 1.0
-        flags.append("hap_capped")
-    return score, flags
 
 
 @dataclass
@@ -142,22 +108,6 @@ def operator_score(cases: list[CaseScore], *, cap: bool = False) -> OperatorScor
     perf_part = min(100.0 * W_PERF, 100.0 * W_PERF * sum(h for h in haps if h is not None) / n)
     return OperatorScore(min(100.0, compile_part + function_part + perf_part), compile_part, function_part,
                          perf_part, total, passed, runtime, haps, flags, cases_not_graded=skipped)
-
-
-def hap_interval(t_base: float | None, t_hw: float | None, speedup: Mapping[str, object] | None,
-                 *, cap: bool = False) -> tuple[float, float] | None:
-    """HAP at the two ends of the paired speed-up's interval (T_cand = T_base / speed-up): HAP rises with the
-    speed-up, so the interval maps end to end. None without a live pairing or usable anchors."""
-    if not speedup or _bad(t_base) or _bad(t_hw):
-        return None
-    low, high = speedup.get("low"), speedup.get("high")
-    if not isinstance(low, (int, float)) or not isinstance(high, (int, float)) or low <= 0 or high <= 0:
-        return None
-    assert t_base is not None
-    ends = [hap(t_base, t_base / s, t_hw, cap=cap)[0] for s in (low, high)]
-    if ends[0] is None or ends[1] is None:
-        return None
-    return ends[0], ends[1]
 
 
 def level_of(rel_path: str) -> str:

@@ -8,8 +8,9 @@ front (OpenAPI at ``/openapi.json``), ``dispatch`` the bounded queue, deadlines 
 hints, provenance), ``metrics`` the Prometheus text, ``client`` and ``reward_fn`` the Python client and the RL
 frameworks' reward adapter (``docs/serve.md``).
 
-Runs outside any pytest session. May import: ``core``, ``options``, ``outcome``, ``report``, ``taskformat``,
-``kernelbench`` (to name a tree it cannot serve yet) and its own modules; third-party
-``fastapi``, ``pydantic``, ``starlette``, ``uvicorn``, ``ray``, ``prometheus_client``, ``httpx`` (the ``serve``
-extra).
+Runs outside any pytest session. Third-party: ``fastapi``, ``pydantic``, ``starlette``, ``uvicorn``, ``ray``,
+``prometheus_client``, ``httpx`` (the ``serve`` extra).
+
+May import: core (the warm grader), options, outcome, report (scores, pass@k, the secret's commitment), taskformat,
+kernelbench (to name a tree it cannot serve yet).
 """

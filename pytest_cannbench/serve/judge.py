@@ -88,6 +88,8 @@ class JudgeCore:
     # ------------------------------------------------------------------------------------------ graders
 
     def _settings(self, overrides: dict[str, Any]) -> Any:
+        # in the judge actor's process only: the server's process (serve.server imports this module) routes and
+        # never loads the grading core or its settings
         from pytest_cannbench.options import settings_for
 
         fixed = {"tasks": self.config["tasks"], "report_dir": str(self.work / "reports"),
@@ -109,6 +111,7 @@ class JudgeCore:
             if idle is None:
                 break
             self._close_grader(idle)
+        # the grading core, in the judge actor's process only (as above)
         from pytest_cannbench.core import Grader
 
         settings = self._settings(overrides)

@@ -26,6 +26,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench.kernelbench.spec import is_problem
+from pytest_cannbench.serve.catalog import Catalog
+from pytest_cannbench.serve.intake import Limits
+from pytest_cannbench.serve.judge import JudgeCore
+from pytest_cannbench.serve.profiles import PROFILES, overrides_for
+from pytest_cannbench.serve.rotation import SecretKeeper
+
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 _MADE: list[str] = []  # directories this process made (Ray's temp dir, the judges' work dir): removed at the end
 
@@ -140,12 +147,8 @@ def run(args: argparse.Namespace) -> int:
              "token (--token-file FILE or $CANNBENCH_SERVE_TOKEN) that clients send as 'Authorization: Bearer'")
         return 2
     tasks = Path(args.tasks).resolve()
-    from pytest_cannbench.serve.catalog import Catalog
-
     catalog = Catalog.read(tasks)
     if not catalog.cases:
-        from pytest_cannbench.kernelbench.spec import is_problem
-
         kernelbench = tasks.is_dir() and any(is_problem(p, "auto") for p in tasks.rglob("*.py"))
         _say(f"error: {tasks}: no CANN-format operator (proto.yaml, cases.yaml, golden.py) to grade"
              + ("; it holds KernelBench problems, which the service does not grade yet" if kernelbench else ""))
@@ -153,8 +156,6 @@ def run(args: argparse.Namespace) -> int:
     if args.submissions_root and not Path(args.submissions_root).is_dir():
         _say(f"error: --submissions-root {args.submissions_root}: not a directory")
         return 2
-    from pytest_cannbench.serve.profiles import PROFILES
-
     bad = [w for w in args.warm or [] if w.partition(":")[0] not in PROFILES or w.partition(":")[2] not in
            ("", "accuracy")]
     if bad:
@@ -187,13 +188,9 @@ def _start_ray(args: argparse.Namespace) -> Any:
 async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> int:
     import uvicorn
 
-    from pytest_cannbench.serve.app import Service, make_app
-    from pytest_cannbench.serve.dispatch import Dispatcher, JudgeHandle
-    from pytest_cannbench.serve.intake import Limits
-    from pytest_cannbench.serve.judge import JudgeCore
-    from pytest_cannbench.serve.metrics import Metrics
-    from pytest_cannbench.serve.profiles import overrides_for
-    from pytest_cannbench.serve.rotation import SecretKeeper
+    from pytest_cannbench.serve.app import Service, make_app  # the serve extra: fastapi, pydantic
+    from pytest_cannbench.serve.dispatch import Dispatcher, JudgeHandle  # the serve extra: prometheus_client
+    from pytest_cannbench.serve.metrics import Metrics  # the serve extra: prometheus_client
 
     ray = _start_ray(args)
     resources = {k: float(v) for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU", "NPU")}

@@ -29,8 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cannbench.guard import sandbox
+from pytest_cannbench.guard.elf_symbols import scan_libraries, summary
+from pytest_cannbench.guard.scan import flags_of, scan_tree, summarize
 from pytest_cannbench.outcome import BUILD_OK, COMPILE_FAILED, IMPORT_FAILED, INSTALL_FAILED
+from pytest_cannbench.procs import read_log_since
 from pytest_cannbench.scratch import make_dir
+from pytest_cannbench.submission.interfaces import validate_names
+from pytest_cannbench.submission.jit_build import needs_jit, package_sources, run_jit_build
+from pytest_cannbench.workers.candidate_client import CandidateWorker
+from pytest_cannbench.workers.candidate_process import WorkerGone
 from pytest_cannbench.workers.env_scrub import scrubbed_environment
 
 INSTALL_TIMEOUT_S = 300.0
@@ -108,8 +115,6 @@ def _tail(text: str, lines: int = 20, chars: int = 3000) -> str:
 
 
 def _file_tail(path: Path, lines: int = 20) -> str:
-    from pytest_cannbench.workers.procs import read_log_since
-
     return _tail(read_log_since(path, 0, 64 * 1024).decode("utf-8", errors="replace"), lines)
 
 
@@ -334,8 +339,6 @@ def check_symbols(state: SubmissionState) -> None:
     """The private install's ELF files, whatever their names, may import from torch only what a kernel library
     needs (guard/torch_imports.py) and no other math library (elf_symbols): a verdict for every case in block mode,
     flags in warn mode; an ELF file it cannot read counts the same. Cases see one line per library and reason."""
-    from pytest_cannbench.guard.elf_symbols import scan_libraries, summary
-
     if not state.site_dir:
         return
     problems, unreadable = scan_libraries(Path(state.site_dir))
@@ -348,9 +351,6 @@ def check_symbols(state: SubmissionState) -> None:
 
 def discover(state: SubmissionState, log_dir: Path, work: Path, guard: str = "block") -> None:
     """Import the submission in a candidate worker and list its interfaces (validated: it ran their code)."""
-    from pytest_cannbench.submission.interfaces import validate_names
-    from pytest_cannbench.workers.candidate_client import CandidateWorker, WorkerGone
-
     box = state.box
     worker = CandidateWorker(log_path=log_dir / "discovery.log", workdir=work / "discovery", mode="submission",
                              site_dir=state.site_dir, env=dict(state.env), guard=guard, protect=list(box.hidden),
@@ -408,8 +408,6 @@ def prepare(source: str | None, *, no_install: bool, report_dir: Path, build_tim
 def jit_build_package(state: SubmissionState, work: Path, log_dir: Path, timeout: float) -> bool:
     """A ``cann_bench`` that compiles at import (``load_inline``) is compiled here, in the build stage
     (:mod:`jit_build`); False (``compile_failed``) when its import fails there."""
-    from pytest_cannbench.submission.jit_build import needs_jit, package_sources, run_jit_build
-
     site = Path(state.site_dir or "")
     if not state.site_dir or not needs_jit(package_sources(site)):
         return True
@@ -425,8 +423,6 @@ def jit_build_package(state: SubmissionState, work: Path, log_dir: Path, timeout
 
 def scan_summary(source: Path) -> dict[str, Any]:
     """Suspicious constructs in the submission's sources (guard.scan): flags for the leaderboard, never a verdict."""
-    from pytest_cannbench.guard.scan import flags_of, scan_tree, summarize
-
     try:
         hits = scan_tree(source)
     except OSError as exc:

@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pytest_cannbench.submission.jit_load import ARTEFACTS, MANIFEST_ENV, MANIFEST_NAME, Manifest, uses_jit
+from pytest_cannbench.workers.jit_load import ARTEFACTS, MANIFEST_ENV, MANIFEST_NAME, Manifest, uses_jit
+from pytest_cannbench.workers.limits import usable_cores
 
 LOG_NAME = "jit_build.log"
 MAX_JOBS = 8
@@ -63,8 +64,6 @@ def _tail(log: Path, chars: int = 3000) -> str:
 def jobs(items: int, cores: int | None = None) -> int:
     """How many build children run side by side: each compiles with one compiler process at a time for the most
     part (nvcc, then the host compiler), so one child per two cores, at most 8; a 2-core machine keeps one."""
-    from pytest_cannbench.workers.limits import usable_cores
-
     return max(1, min(items, (usable_cores() if cores is None else cores) // 2, MAX_JOBS))
 
 

@@ -4,7 +4,7 @@ Started by :mod:`jit_build` through the build stage's runner (the same sandbox a
 ``TORCH_EXTENSIONS_DIR`` and ``TRITON_CACHE_DIR``. For each call the real torch function compiles (ninja and
 the compiler may run here, never in the candidate worker); the built library is copied to
 ``<artefacts>/<key>/`` and recorded in the manifest with the key the worker's router computes
-(:func:`jit_load.call_key`). A module whose import fails (a compile error, say) is recorded with its message,
+(``workers.jit_load.call_key``). A module whose import fails (a compile error, say) is recorded with its message,
 which holds the compiler's output; the others are unaffected. Never imports pytest or the judge.
 """
 
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pytest_cannbench.submission.jit_load import Extension, Manifest, call_key
+from pytest_cannbench.workers.jit_load import Extension, Manifest, call_key
 
 MESSAGE_CHARS = 6000
 

@@ -2,6 +2,7 @@
 ``perf_model`` expressions and deterministic input planning.
 
 Owns everything collection needs, so nothing here imports torch at module level (``inputs`` imports it
-inside the generation functions). May import: the standard library, yaml, ``vocab`` (the case-key grammar) and
-its own modules only.
+inside the generation functions). Besides the standard library and yaml:
+
+May import: vocab (the case-key grammar, the input words), cbuild (the input draw's C kernel).
 """

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench.taskformat.dirs import find_metadata_dir
+
 DEFAULT_HARDWARE = "910b2"
 A3_HARDWARE = "910_93"
 FIELDS = ("baseline_perf_us", "t_hw_us")
@@ -134,8 +136,6 @@ class MetadataAnchors:
     @classmethod
     def from_bench_root(cls, bench_root: Path, device_name: str | None = None) -> MetadataAnchors:
         """Search ``metadata/`` upward from ``bench_root``; no device name means the official default, 910b2."""
-        from pytest_cannbench.taskformat.dirs import find_metadata_dir
-
         return cls(find_metadata_dir(bench_root), device_name or DEFAULT_HARDWARE)
 
     @property

@@ -19,7 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from pytest_cannbench.options import Settings
+from pytest_cannbench.taskformat.metadata import MetadataAnchors
+from pytest_cannbench.taskformat.perf_model import TensorFacts, default_bytes, estimate_work
+from pytest_cannbench.timing.calibrate import CalibrationError
 from pytest_cannbench.timing.devices import DevicePlan
+from pytest_cannbench.timing.roofline import cached_limits, t_hw_us
 
 
 class CannAnchorWarning(UserWarning):
@@ -38,8 +42,6 @@ def hardware_key(settings: Settings, device: DevicePlan) -> str | None:
 
 
 def roofline_limits(cache_dir: Path, device: DevicePlan, threads: int, announce: Any = None) -> Any:
-    from pytest_cannbench.timing.roofline import cached_limits
-
     return cached_limits(cache_dir / "roofline", "cpu" if device.kind == "cpu" else device.kind, threads,
                          announce=announce)
 
@@ -47,8 +49,6 @@ def roofline_limits(cache_dir: Path, device: DevicePlan, threads: int, announce:
 def roofline_line(cache_dir: Path, device: DevicePlan, threads: int, announce: Any = None) -> str:
     """The header's T_HW line. A calibration that fails is said there and never ends the session: every timed
     case then fails with the same reason (harness_error), without measuring again."""
-    from pytest_cannbench.timing.calibrate import CalibrationError
-
     try:
         limits = roofline_limits(cache_dir, device, threads, announce)
     except CalibrationError as exc:
@@ -58,8 +58,6 @@ def roofline_line(cache_dir: Path, device: DevicePlan, threads: int, announce: A
 
 def tensor_facts(task: Any, data: Any) -> dict[str, Any]:
     """Shapes and element sizes of the case's inputs and reference outputs, by proto name."""
-    from pytest_cannbench.taskformat.perf_model import TensorFacts
-
     def facts(value: Any) -> Any:
         if value is None:
             return None
@@ -90,8 +88,6 @@ def make_anchor_source(settings: Settings, device: DevicePlan, cache_dir: Path,
     limits: list[Any] = []
 
     def from_metadata(task: Any, case: Any) -> dict[str, Any] | None:
-        from pytest_cannbench.taskformat.metadata import MetadataAnchors
-
         store = metadata.get(task.bench_root)
         if store is None:
             store = metadata[task.bench_root] = MetadataAnchors.from_bench_root(task.bench_root, key)
@@ -106,9 +102,6 @@ def make_anchor_source(settings: Settings, device: DevicePlan, cache_dir: Path,
                 "t_hw_source": anchor.source, "flags": list(anchor.flags)}
 
     def anchors(task: Any, case: Any, data: Any) -> dict[str, Any]:
-        from pytest_cannbench.taskformat.perf_model import default_bytes, estimate_work
-        from pytest_cannbench.timing.roofline import t_hw_us
-
         facts = tensor_facts(task, data)
         nbytes, flops = estimate_work(task.spec.perf_model, facts, case_attrs(task, case))
         found = from_metadata(task, case) if key else None

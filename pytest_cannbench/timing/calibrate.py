@@ -17,6 +17,7 @@ import sys
 import time
 from typing import Any
 
+from pytest_cannbench.procs import die_with_parent
 from pytest_cannbench.timing.machine import last_level_cache_bytes
 
 MiB = 1 << 20
@@ -166,8 +167,6 @@ def main(argv: list[str] | None = None, prog: str = "python -m pytest_cannbench.
     args = parser.parse_args(argv)
     judge = os.environ.pop("CANNBENCH_JUDGE_PID", "")
     if judge.isdigit():  # started by a pytest session: never outlive it
-        from pytest_cannbench.workers.procs import die_with_parent
-
         die_with_parent(int(judge))
     print(json.dumps(measure(args.device, args.threads)), flush=True)
     return 0

@@ -5,7 +5,7 @@ have nothing to do with the kernel, and the slowdown need not hit the candidate 
 judge (never the untrusted candidate worker) reads the card at the start and the end of every timed window:
 through NVML (``pynvml``, packaged as ``nvidia-ml-py``) where it imports, else by running ``nvidia-smi``.
 :func:`throttled` is the rule that flags a window ``gpu_throttled``; the judge retries such a window once on
-fresh input sets and records the flag when the retry throttles too (``timing/perf.py``). Where neither
+fresh input sets and records the flag when the retry throttles too (``judge/perf.py``). Where neither
 backend works the telemetry is 'unavailable', with the reason, and no case is ever failed for it.
 
 The index is the physical one the judge plans with (``DevicePlan.physical_id``). NVML numbers cards in PCI

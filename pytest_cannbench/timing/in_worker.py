@@ -27,8 +27,10 @@ from typing import Any
 
 from pytest_cannbench.timing.cuda_graph import graph_batch
 from pytest_cannbench.timing.machine import last_level_cache_bytes, private_cache_bytes
+from pytest_cannbench.timing.npu_parse import shape_key
+from pytest_cannbench.timing.npu_run import profile_steps
+from pytest_cannbench.timing.raw_memory import read_every_line
 from pytest_cannbench.vocab.registry import TIMER_AUTO, DeviceKind, is_kind, on_accelerator
-from pytest_cannbench.workers.raw_memory import read_every_line
 
 MAX_FLUSH_BYTES = 128 << 20  # virtual machines report the host's whole L3 (480 MiB here: 94 ms a flush)
 
@@ -52,7 +54,7 @@ class Flusher:
         self.buffer.zero_()
         self.bytes = size
         # The worker's own flush (private caches, in the process the judge samples) reads its buffer through
-        # libc: a torch op here would count as the submission's builtin compute (workers/raw_memory.py).
+        # libc: a torch op here would count as the submission's builtin compute (timing/raw_memory.py).
         self._read_only = device == "cpu" and private_only
 
     def flush(self) -> None:
@@ -268,9 +270,6 @@ def _npu_profiled(fn: Callable, fetch: Callable[[int], Any], count: int, device:
     import tempfile
 
     import torch
-
-    from pytest_cannbench.timing.npu_parse import shape_key
-    from pytest_cannbench.timing.npu_run import profile_steps
 
     shape = tuple(npu["secret_shape"])
     clean_buffer = torch.ones(shape, dtype=torch.float16, device=device)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from pytest_cannbench.figures import window_figures
 from pytest_cannbench.timing.devices import lock_dir
 
 FENCE_WORKERINPUT_KEY = "cannbench_fence"
@@ -225,26 +226,6 @@ def load_sample() -> dict[str, float | None]:
         load = None
     return {"loadavg1": load, "cpu_some_avg10": cpu_pressure(), "cpu_some_total_us": cpu_stall_us(),
             "steal_s": steal_s(), "cpus": os.cpu_count() or 1, "t": time.monotonic()}
-
-
-def _delta(window: dict[str, Any], name: str) -> float | None:
-    start, end = (window.get(edge) or {} for edge in ("start", "end"))
-    a, b = start.get(name), end.get(name)
-    return b - a if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b >= a else None
-
-
-def window_figures(windows: list[dict[str, Any]]) -> dict[str, float | None]:
-    """Over a case's timed windows together: the share of their time some task waited for a CPU
-    (``cpu_stall_pct``) and the share of the machine's CPU time the hypervisor stole (``steal_pct``); None where
-    the totals could not be read."""
-    spans = [(_delta(w, "t"), _delta(w, "cpu_some_total_us"), _delta(w, "steal_s")) for w in windows]
-    cores = max([int((w.get("end") or {}).get("cpus") or 1) for w in windows] or [1])
-    stalled = [(dt, stall) for dt, stall, _ in spans if dt and stall is not None]
-    robbed = [(dt, steal) for dt, _, steal in spans if dt and steal is not None]
-    return {"cpu_stall_pct": 100.0 * sum(v for _, v in stalled) / 1e6 / sum(dt for dt, _ in stalled)
-            if stalled else None,
-            "steal_pct": 100.0 * sum(v for _, v in robbed) / (cores * sum(dt for dt, _ in robbed))
-            if robbed else None}
 
 
 def windows_under_load(windows: list[dict[str, Any]], cores: int) -> str | None:

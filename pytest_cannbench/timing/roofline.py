@@ -182,7 +182,7 @@ def calibrate(device: str = "cpu", threads: int = 1, timeout_s: float = CALIBRAT
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         env[name] = str(threads)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH", "")) if p)
-    env["CANNBENCH_JUDGE_PID"] = str(os.getpid())  # the child dies with this process (workers.procs)
+    env["CANNBENCH_JUDGE_PID"] = str(os.getpid())  # the child dies with this process (procs)
     command = [sys.executable, "-m", "pytest_cannbench.timing.calibrate", "--device", device, "--threads", str(threads)]
     try:
         proc = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)

@@ -4,5 +4,7 @@ kinds), and the shapes of a case's records as plain JSON data (``records``: the 
 
 Plain data and pure functions, so any process may import it (the controller, a judge, a worker, the option
 parser) without torch or pytest. The case's own verdict vocabulary (statuses, failure types) is
-:mod:`pytest_cannbench.outcome`. May import: the standard library only.
+:mod:`pytest_cannbench.outcome`. Only the standard library besides:
+
+May import: nothing.
 """

@@ -191,3 +191,14 @@ def host_clock(timer: str) -> bool:
     worker's reply is read, not trusted) gets the strict host-clock checks."""
     info = TIMERS.get(timer)
     return info is None or info.host_clock
+
+
+# ---------------------------------------------------------------- words of options whose meaning lives in a room
+
+# Declared here, below every room, so the option declarations (options.defaults) accept them without importing the
+# rooms that act on them; each room reads its own words from here.
+SANDBOX_MODES = ("auto", "bwrap", "off")  # --cann-sandbox (guard.sandbox)
+INPUT_DISTS = ("uniform", "normal")  # --cann-input-dist (taskformat.inputs)
+INPUT_COMPAT_MODES = ("fixed", "official")  # --cann-input-compat (taskformat.inputs)
+DISPATCH_MODES = ("memory", "xdist")  # --cann-dispatch (workers.dispatch)
+POOL_MODES = ("auto", "machine")  # --cann-memory-pool, or a number of GiB (workers.memory_pool)

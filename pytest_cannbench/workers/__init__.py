@@ -5,7 +5,8 @@ Every child process starts in its own ``*_main`` module, which never imports pyt
 modules are the judge's side, built on :mod:`client` (spawning, exchanging, killing); :mod:`batch` holds the
 judge's records of a timing batch, :mod:`contract` the judge's own checks of a candidate call (``/proc`` and the
 region), :mod:`env_scrub` what a submission sees of the environment, :mod:`limits` what the process inherited
-(rlimits, cgroups) and the budgets clamped to it. May import: ``vocab``, ``outcome``, ``phases``, ``taskformat``,
-``guard`` (worker side and ``guard.policy``), ``timing.in_worker``, ``kernelbench.problem``,
-``submission.interfaces``, ``submission.jit_load`` (the worker's router to the JIT build stage's artefacts).
+(rlimits, cgroups) and the budgets clamped to it, :mod:`jit_load` the candidate worker's router to the JIT build
+stage's artefacts.
+
+May import: vocab, outcome, phases, atomic, procs, taskformat, guard, kernelbench, timing.
 """

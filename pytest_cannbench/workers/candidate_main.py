@@ -27,7 +27,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pytest_cannbench.workers import procs, wire
+from pytest_cannbench import procs
+from pytest_cannbench.guard import containment
+from pytest_cannbench.guard.builtin_ops import allow_communication
+from pytest_cannbench.guard.coverage import device_time, records_of
+from pytest_cannbench.guard.runtime import Guard, hide_host_modules
+from pytest_cannbench.kernelbench.problem import build_callable
+from pytest_cannbench.timing import cuda_graph, in_worker
+from pytest_cannbench.timing.in_worker import Flusher, run_batch
+from pytest_cannbench.vocab.registry import DeviceKind, is_kind
+from pytest_cannbench.workers import tensor_wire, triton_helper, wire
+from pytest_cannbench.workers.golden_binding import load_golden
+from pytest_cannbench.workers.jit_load import route_from_environment
+from pytest_cannbench.workers.ranks_main import join_group, mc2_callable
+from pytest_cannbench.workers.tensor_wire import flatten, poison, read_args, write_outputs
 
 _clock = time.perf_counter  # bound before any submission code can replace it
 
@@ -139,21 +152,15 @@ class Worker:
         if target["kind"] == "kernelbench":
             fn = self.resolve_kernelbench(target)
         elif target["kind"] == "mc2":  # one rank of a multi-rank case: the task's call, or its golden (self-check)
-            from pytest_cannbench.workers.ranks_main import mc2_callable
-
             candidate = None if target.get("self_check") else self.resolve({**target["operator"], "kind": "submission"})
             fn = mc2_callable(target, self.device, candidate)
         elif target["kind"] == "golden":
-            from pytest_cannbench.workers.golden_binding import load_golden
-
             fn = load_golden(Path(target["op_dir"]), target["rel_path"], target["function_name"],
                              target["name_lower"], str(target.get("golden_sha256") or "")).main
         else:
             import torch
 
-            from pytest_cannbench.submission.interfaces import call_candidates
-
-            names = call_candidates(target["name"], target.get("function_name"))
+            names = list(target["names"])  # the lookup order the judge sent (submission.interfaces.call_candidates)
             fn = None
             namespace = getattr(torch.ops, "cann_bench", None)
             for name in names:
@@ -175,13 +182,9 @@ class Worker:
     def resolve_kernelbench(self, target: dict) -> Callable:
         """A KernelBench model (ModelNew, or the reference Model in golden mode) built with the reference's
         parameters; see kernelbench_problem.build_callable."""
-        from pytest_cannbench.kernelbench.problem import build_callable
-
         return build_callable(target, self.device)
 
     def call(self, req: dict) -> dict:
-        from pytest_cannbench.workers.tensor_wire import flatten, poison, read_args, write_outputs
-
         self.map_region(req["region_size"])
         try:
             fn = self.resolve(req["target"])
@@ -214,9 +217,6 @@ class Worker:
         Streamed (``req["stream"]``): before timed call i the worker says ``{"ready": i}`` and waits for the
         judge's ``go``; only then has the judge written set i into the region, so no call, and no warm-up,
         can see a later set. Otherwise every set is in the region from the start (the judge's own tools)."""
-        from pytest_cannbench.timing.in_worker import Flusher, run_batch
-        from pytest_cannbench.workers.tensor_wire import flatten, poison, read_args, write_outputs
-
         started = _clock()
         self.map_region(req["region_size"])
         stream = bool(req.get("stream"))
@@ -283,8 +283,6 @@ def _device_coverage(trace: Any, calls: int) -> dict:
         return {}
     import torch
 
-    from pytest_cannbench.guard.coverage import device_time, records_of
-
     events, windows = trace
     own_us, all_us = device_time(records_of(events, torch.autograd.DeviceType.CUDA), windows)
     return {"device_kernel_time": {"own_us": own_us, "all_us": all_us, "calls": calls}}
@@ -323,8 +321,6 @@ def _warm_thread_pools(device: str) -> None:
 def _start_triton(args: argparse.Namespace) -> str:
     """A Triton submission's compilers, through a helper started before containment (workers/triton_helper.py);
     its private cache, or "" when the submission does not use Triton."""
-    from pytest_cannbench.workers import triton_helper
-
     if not triton_helper.uses_triton(args.site):
         return ""
     try:
@@ -334,6 +330,22 @@ def _start_triton(args: argparse.Namespace) -> str:
         return ""
     print(f"cannbench: {status}", file=sys.stderr, flush=True)
     return cache
+
+
+def watched(device: str) -> list[tuple[Any, tuple[str, ...]]]:
+    """This worker's own functions a submission could replace to cheat, by owner: the timers, the flush and the
+    tensor wire (and, on CUDA, the graph timer). The guard compares their identities after every request."""
+    owners: list[tuple[Any, tuple[str, ...]]] = [
+        (in_worker, in_worker.GUARDED),  # every timer's function (timing.in_worker.TIMED_BY)
+        (in_worker.Flusher, ("flush",)),
+        (tensor_wire, ("read_args", "write_outputs", "flatten", "poison")),
+    ]
+    if is_kind(device, DeviceKind.CUDA):  # --cann-cuda-graph: the graph timer
+        owners += [(cuda_graph, ("graph_batch", "subtract", "wants_graph", "_Graphs", "_copy_into", "_clone",
+                                 "_poison", "_aliases", "_eager_median", "_eager_rest", "LAUNCH_BOUND_S",
+                                 "_RandomState")),
+                   (cuda_graph._Graphs, ("__init__", "replay", "close"))]
+    return owners
 
 
 def _lookup(namespace: Any, name: str) -> Any:
@@ -369,40 +381,26 @@ def main(argv: list[str] | None = None) -> int:
     if args.workdir:
         os.chdir(args.workdir)
     if args.guard and args.guard != "off" and not args.device.startswith("npu"):  # torch_npu needs numpy
-        from pytest_cannbench.guard.runtime import hide_host_modules
-
         hide_host_modules()
     import torch
-
-    from pytest_cannbench.timing import in_worker  # noqa: F401 - bound before any submission code runs
-    from pytest_cannbench.workers import tensor_wire
 
     torch.set_num_threads(max(1, args.threads))
     _warm_thread_pools(args.device)
     if args.site:
         sys.path.insert(0, args.site)
     if args.guard:  # before the guard and the submission: load_inline/load load only what the build stage built
-        from pytest_cannbench.submission.jit_load import route_from_environment
-
         route_from_environment()
     if args.rank:  # the group's connections are ours, made before the submission and the containment filter
         import json
 
-        from pytest_cannbench.workers.ranks_main import join_group
-
         print(f"cannbench: {join_group(json.loads(args.rank), args.device)}", file=sys.stderr, flush=True)
         if args.guard:
-            from pytest_cannbench.guard.builtin_ops import allow_communication
-
             allow_communication()
     triton_cache = _start_triton(args) if args.guard and args.device.startswith("cuda") and args.site else ""
     worker = Worker(args.region_fd, args.device)
     worker.out = out
     if args.guard:
-        from pytest_cannbench.guard import containment
-        from pytest_cannbench.guard.runtime import Guard
-
-        worker.guard = Guard(args.guard, args.device, args.site, args.protect)
+        worker.guard = Guard(args.guard, args.device, args.site, args.protect, watched(args.device))
         if triton_cache:
             worker.guard.own_dir(triton_cache)
         if args.forbid_builtins:  # the last torch compute of the worker's own setup is behind this point

@@ -15,7 +15,8 @@ from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_cannbench.workers import limits, procs, wire
+from pytest_cannbench import procs
+from pytest_cannbench.workers import limits, wire
 from pytest_cannbench.workers.cpu_watch import CpuWatch
 
 LOG_ROTATE_BYTES = 8 << 20  # a chatty worker must not grow its log without bound

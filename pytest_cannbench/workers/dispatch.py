@@ -21,8 +21,6 @@ from pathlib import Path
 
 from pytest_cannbench.atomic import write_atomic
 
-DISPATCH_MODES = ("memory", "xdist")  # --cann-dispatch
-
 
 @dataclass(frozen=True)
 class CaseNeeds:

@@ -13,6 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench.guard.containment import processes_allowed
+from pytest_cannbench.guard.coverage import Ledger
+from pytest_cannbench.guard.maps import foreign_findings
+from pytest_cannbench.guard.perf_sample import CallSampler, Unavailable
+from pytest_cannbench.guard.perf_verdict import judge_profile
+from pytest_cannbench.guard.policy import guard_problems
+from pytest_cannbench.workers.triton_helper import CACHE_NAME
+
 Problem = tuple[str, str]
 
 
@@ -36,18 +44,12 @@ class OutsideEvidence:
         """For a candidate worker: it builds code into its private Triton cache; contained on a CPU or a CUDA
         card it may start no process, so its children are the compiler helper's (an NPU runtime starts its own).
         A KernelBench worker (``mode``) gets a coverage ledger judged against ``coverage_floor``."""
-        from pytest_cannbench.guard.containment import processes_allowed
-        from pytest_cannbench.guard.coverage import Ledger
-        from pytest_cannbench.workers.triton_helper import CACHE_NAME
-
         return cls(site_dir=site_dir, own_dirs=(str(workdir / CACHE_NAME),),
                    children_are_toolchain=contain and not processes_allowed(device),
                    ledger=Ledger(coverage_floor, host=device == "cpu") if mode == "kernelbench" else None)
 
     def open(self, pid: int) -> None:
         """Sample the new worker before it starts threads (they inherit the events)."""
-        from pytest_cannbench.guard.perf_sample import CallSampler, Unavailable
-
         self.close()
         opened = CallSampler.open(pid, own=tuple(p for p in (self.site_dir,) if p),
                                   children_are_toolchain=self.children_are_toolchain)
@@ -90,7 +92,6 @@ class OutsideEvidence:
         """The samples of what just ran (the worker is frozen), judged merged with the earlier calls of each key."""
         if self.sampler is None:
             return []
-        from pytest_cannbench.guard.perf_verdict import judge_profile
 
         profile = self.sampler.collect(calls=calls)
         for key in keys:
@@ -104,15 +105,11 @@ class OutsideEvidence:
 
     def mapped(self, pid: int) -> list[Problem]:
         """Executable code the frozen worker mapped from outside its install, torch and the system."""
-        from pytest_cannbench.guard.maps import foreign_findings
-
         return [(str(k), str(d)) for k, d in foreign_findings(pid, self.site_dir, own_dirs=self.own_dirs)]
 
     def after_call(self, pid: int, keys: tuple[str, ...], calls: int, reply: dict | None = None) -> list[Problem]:
         found = self.sampled(keys, calls) + self.mapped(pid)
         if self.ledger is not None and reply is not None:  # KernelBench: its kernel coverage, judged
-            from pytest_cannbench.guard.policy import guard_problems
-
             found += self.ledger.judge(keys, reply, self.profiles, found + guard_problems(reply))
         return found
 

@@ -7,8 +7,9 @@ import signal
 import subprocess
 from dataclasses import dataclass
 
+from pytest_cannbench import procs
 from pytest_cannbench.phases import PhaseClock
-from pytest_cannbench.workers import huge_pages, procs
+from pytest_cannbench.workers import huge_pages
 from pytest_cannbench.workers.client import WorkerClient
 
 STARTUP_TIMEOUT_S = 300.0  # python + torch import of a fresh worker, on a loaded machine

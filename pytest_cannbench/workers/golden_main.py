@@ -18,8 +18,23 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from pytest_cannbench import procs
+from pytest_cannbench.kernelbench.problem import prepare as prepare_problem
 from pytest_cannbench.phases import PhaseClock
-from pytest_cannbench.workers import input_file, limits, procs, wire
+from pytest_cannbench.taskformat.dtypes import DTYPE_INFO
+from pytest_cannbench.taskformat.generate import generate_inputs
+from pytest_cannbench.taskformat.inputs import plan_inputs
+from pytest_cannbench.workers import input_file, limits, wire
+from pytest_cannbench.workers.golden_binding import (
+    bind,
+    call_get_input,
+    call_get_output,
+    flatten_outputs,
+    load_golden,
+    upcast,
+)
+from pytest_cannbench.workers.ranks_main import NPU_MODULE, needs_npu
+from pytest_cannbench.workers.ranks_main import mc2_prepare as prepare_rank
 
 # Inputs and results smaller than this go through the pipe: a file's fixed cost (made, written, mapped, removed:
 # 1-2 ms either way) is more than pickling them, and a timed case asks for tens of small sets (Round 9 of
@@ -50,7 +65,6 @@ def _error(stage: str, exc: BaseException) -> dict:
     tb = traceback.extract_tb(exc.__traceback__)
     golden_frames = [f for f in tb if f.filename.endswith(("golden.py",))]
     where = f" at {golden_frames[-1].filename}:{golden_frames[-1].lineno}" if golden_frames else ""
-    from pytest_cannbench.workers.ranks_main import NPU_MODULE, needs_npu
 
     return {"ok": False, "stage": stage, "oom": _is_oom(exc),
             "error": f"{stage}: {type(exc).__name__}: {exc}{where}", "needs": NPU_MODULE if needs_npu(exc) else "",
@@ -64,9 +78,6 @@ def prepare(req: dict) -> dict:
     set, the second correctness pass) the reference is not run when the golden's outputs have the described
     shapes: the golden is rounded to the described dtypes, and the judge asks again, in full, only for a verdict
     that the relative errors alone do not pass (``native_deferred``)."""
-    from pytest_cannbench.taskformat.inputs import generate_inputs, plan_inputs
-    from pytest_cannbench.workers.golden_binding import bind, call_get_input, flatten_outputs, load_golden, upcast
-
     clock = PhaseClock()
     stage = "import golden.py"
     try:
@@ -168,8 +179,6 @@ def _own_inputs(inputs: list | None, path: str | None, layout: list | None) -> l
 def planned_bytes(plans: list) -> int:
     """The native bytes of the inputs ``plans`` describe (``taskformat.inputs.plan_inputs``); an input of a dtype
     outside the project's vocabulary counts as large (it is the file's to refuse)."""
-    from pytest_cannbench.taskformat.dtypes import DTYPE_INFO
-
     return sum(t.nbytes if t.dtype in DTYPE_INFO else PIPE_BYTES for plan in plans for t in plan.tensors)
 
 
@@ -249,8 +258,6 @@ def _round_to(golden: list, targets: list) -> list:
 
 def postprocess(req: dict) -> dict:
     """``get_output`` applied to each output list (golden, native, candidate) alike."""
-    from pytest_cannbench.workers.golden_binding import call_get_output, load_golden
-
     try:
         gm = load_golden(Path(req["op_dir"]), req["rel_path"], req["function_name"], req["name_lower"],
                          str(req.get("golden_sha256") or ""))
@@ -266,15 +273,11 @@ def postprocess(req: dict) -> dict:
 
 def kernelbench_prepare(req: dict) -> dict:
     """A KernelBench reference run (the problem's Model is trusted task code, like a golden)."""
-    from pytest_cannbench.kernelbench.problem import prepare as prepare_problem
-
     return prepare_problem(req)
 
 
 def mc2_prepare(req: dict) -> dict:
     """One rank of a multi-rank case's distributed golden (workers/ranks_main.py)."""
-    from pytest_cannbench.workers.ranks_main import mc2_prepare as prepare_rank
-
     return prepare_rank(req)
 
 

@@ -23,6 +23,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from pytest_cannbench.taskformat.generate import DRAW_CHUNK, generate_inputs
+
 ALIGN = 64
 
 # one input: None, ["t", entry] for a tensor, ["l", [entry, ...]] for a tensor list; entry = [dtype, shape, offset]
@@ -103,14 +105,12 @@ def _new_file(path: str, size: int, fill: Callable[[int], None]) -> None:
 
 
 def generate(path: str, plans: Any, seed: int, *, dist: str, compat: str) -> Layout | None:
-    """The case's inputs generated straight into a new file at ``path`` (``taskformat.inputs.generate_inputs``
+    """The case's inputs generated straight into a new file at ``path`` (``taskformat.generate.generate_inputs``
     with a sink): the same bytes and layout as :func:`write` of the generated tensors, without the tensors. Drawn
     in chunks, the values go from a small staging buffer into the page cache with ``pwrite``, so the golden
     worker never faults in (and the kernel never zeroes) a fresh copy of every input. None when an input is of
     a kind the file cannot carry (nothing is left at ``path``); an OSError (a full disk) leaves nothing either."""
     import torch
-
-    from pytest_cannbench.taskformat.inputs import DRAW_CHUNK, generate_inputs
 
     layout: Layout = []
     places: list[tuple[Any, int]] = []  # per tensor in plan order: dtype, offset

@@ -44,8 +44,6 @@ from typing import Any
 
 from pytest_cannbench.workers.memory_plan import GIB, MIN_SLOT
 
-POOL_MODES = ("auto", "machine")  # or a number of GiB
-WORKEROUTPUT_KEY = "cannbench_memory_pool"  # the size a judge worked out, for the controller's report
 POLL_FIRST, POLL_MOST = 0.002, 0.02  # seconds between looks while waiting (doubling)
 QUARTILE = 0.75  # the other judges' cases the largest runs beside: up to this quantile of the needs
 

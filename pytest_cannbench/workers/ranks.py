@@ -29,16 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_cannbench.workers import procs
+from pytest_cannbench import procs
 from pytest_cannbench.workers.batch import WorkerStatus
-from pytest_cannbench.workers.candidate_client import (
-    CRASHED,
-    IMPORT_FAILED,
-    OOM_KILLED,
-    TIMEOUT,
-    CandidateResult,
-    CandidateWorker,
-)
+from pytest_cannbench.workers.candidate_client import CandidateResult, CandidateWorker
+from pytest_cannbench.workers.candidate_process import CRASHED, IMPORT_FAILED, OOM_KILLED, TIMEOUT, WorkerGone
 from pytest_cannbench.workers.golden_client import GoldenWorker, GoldenWorkerFailure
 
 GROUP_TIMEOUT_SHARE = 0.8  # the group's collectives give up at this share of the call's timeout (see above)
@@ -219,8 +213,6 @@ class RankGroup:
     def start(self, timeout: float) -> list[RankAnswer]:
         """Start every rank (they meet in their group's rendezvous before any of them imports the submission)."""
         def one(worker: RankWorker) -> CandidateResult:
-            from pytest_cannbench.workers.candidate_client import WorkerGone
-
             try:
                 seconds = worker.start()
             except WorkerGone as exc:

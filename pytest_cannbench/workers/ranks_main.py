@@ -33,6 +33,10 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
+from pytest_cannbench import procs
+from pytest_cannbench.taskformat.dtypes import canonical_dtype
+from pytest_cannbench.workers.golden_binding import flatten_outputs, load_golden, upcast
+
 BACKENDS = {"cpu": "gloo", "cuda": "nccl", "npu": "hccl"}
 NPU_MODULE = "torch_npu"
 
@@ -155,8 +159,6 @@ def rank_tensor(shape: Any, dtype_name: str, value_range: Any, seed: int, device
     from ``lo`` to ``hi`` inclusive; ``[0, 1]`` without a range."""
     import torch
 
-    from pytest_cannbench.taskformat.dtypes import canonical_dtype
-
     if shape is None:
         return None
     torch.manual_seed(int(seed))
@@ -254,8 +256,6 @@ def mc2_callable(target: dict[str, Any], device: str, candidate: Callable | None
 def mc2_prepare(req: dict[str, Any]) -> dict[str, Any]:
     """A golden rank: join the case's group, make this rank's inputs, run the distributed golden on float64 copies
     (the truth; ``precision`` fp64_cpu) and on the inputs as made (the native reference), leave the group."""
-    from pytest_cannbench.workers.golden_binding import flatten_outputs, load_golden, upcast
-
     stage = "join the process group"
     notes: list[str] = []
     try:
@@ -367,8 +367,6 @@ def main(argv: list[str]) -> int:
     pytest_cannbench.workers.ranks_main <judge pid>``, it brings the new namespace's loopback interface up, says
     ``ready`` and waits until the judge closes its stdin or dies. Its namespaces live as long as it does; the
     group's workers enter them with ``nsenter`` (workers/ranks.py)."""
-    from pytest_cannbench.workers import procs
-
     procs.die_with_parent(int(argv[0]) if argv else 0)
     try:
         loopback_up()

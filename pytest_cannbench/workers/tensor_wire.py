@@ -22,8 +22,8 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_cannbench.timing.raw_memory import copy_into, fill
 from pytest_cannbench.workers.memory_plan import REGION_KEEP
-from pytest_cannbench.workers.raw_memory import copy_into, fill
 
 ALIGN = 64
 MIN_REGION = 1 << 20
@@ -378,7 +378,7 @@ def poison(outputs: list, descriptions: list[dict]) -> None:
         if type(value) is torch.Tensor and value.layout == torch.strided and value.numel():
             base = torch._C.TensorBase
             if (value.device.type == "cpu" and value.dtype != torch.bool and base.is_contiguous(value)):
-                # libc memset (workers/raw_memory.py): all-ones bytes are NaN in every float format
+                # libc memset (timing/raw_memory.py): all-ones bytes are NaN in every float format
                 fill(value, 0xFF if value.is_floating_point() or value.is_complex() else 0x4D)
                 continue
             try:
@@ -450,7 +450,7 @@ def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: i
         if entry["nbytes"] and offset + entry["nbytes"] <= end:
             src = (t if t.device.type == "cpu" else t.cpu()).resolve_conj().resolve_neg().contiguous()
             # libc, not a torch copy: the judge's sampler would count a torch copy as the submission's builtin
-            # compute (workers/raw_memory.py)
+            # compute (timing/raw_memory.py)
             copy_into(region_mm, offset, src)
             entry["written"] = True
             offset = _aligned(offset + entry["nbytes"])

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from pytest_cannbench.figures import hap
 from pytest_cannbench.report.html import COLUMNS, HtmlHooks, row_values, summary_html, svg_bar_chart
 from pytest_cannbench.report.leaderboard import score_cases
-from pytest_cannbench.report.scoring import hap
 
 SVG = "{http://www.w3.org/2000/svg}"
 XSS = "<script>alert(1)</script>"

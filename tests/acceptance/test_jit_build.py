@@ -112,11 +112,11 @@ def test_the_worker_loads_only_what_the_build_stage_compiled(tmp_path):
     import subprocess
     import sys
 
-    from pytest_cannbench.submission.jit_load import MANIFEST_ENV, Manifest
+    from pytest_cannbench.workers.jit_load import MANIFEST_ENV, Manifest
 
     manifest = tmp_path / "manifest.json"
     manifest.write_text(Manifest().to_json())
-    code = ("from pytest_cannbench.submission.jit_load import route_from_environment; route_from_environment()\n"
+    code = ("from pytest_cannbench.workers.jit_load import route_from_environment; route_from_environment()\n"
             "from torch.utils.cpp_extension import load_inline\n"
             "try:\n    load_inline(name='x', cpp_sources='int f() { return 1; }', functions=['f'])\n"
             "except RuntimeError as e:\n    print(e)\n")
@@ -130,7 +130,7 @@ def test_the_worker_loads_only_what_the_build_stage_compiled(tmp_path):
 def test_manifest_round_trip_and_keys_follow_sources(tmp_path):
     from torch.utils.cpp_extension import load_inline
 
-    from pytest_cannbench.submission.jit_load import Extension, Manifest, call_key
+    from pytest_cannbench.workers.jit_load import Extension, Manifest, call_key
 
     a = call_key(load_inline, "load_inline", ("ext",), {"cpp_sources": "int f();", "functions": ["f"]})
     b = call_key(load_inline, "load_inline", ("ext", "int f();"), {"functions": ["f"], "verbose": True})

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from inner import run_inner
 
-from pytest_cannbench.report.scoring import hap
+from pytest_cannbench.figures import hap
 
 QUICK = ("--cann-tasks=tasks", "-p", "no:cacheprovider", "--cann-golden-cache=off", "--cann-repeat=2",
          "--cann-warmup=0")

@@ -10,7 +10,8 @@ import torch
 
 from pytest_cannbench import cbuild
 from pytest_cannbench.taskformat import draw_kernel
-from pytest_cannbench.taskformat.inputs import generate_inputs, plan_inputs
+from pytest_cannbench.taskformat.generate import generate_inputs
+from pytest_cannbench.taskformat.inputs import plan_inputs
 
 needs_cc = pytest.mark.skipif(cbuild.compiler() is None, reason="no C compiler")
 

@@ -1,6 +1,6 @@
 """The comparison's fast path against its general path: the same counts, sums and maxima, bit for bit.
 
-The fast path (``error_scan._fast_chunk``) is an optimisation of the general one (issue 22), and its compiled
+The fast path (``error_fast.fast_chunk``) is an optimisation of the general one (issue 22), and its compiled
 kernel (``scan_kernel.c``) one of the fast path's torch operations; a verdict may not move by a single bit because
 of either: every comparison here runs all three. Each case builds outputs with the features the rules look at
 (small-value and cancellation regions, errors over MARE, NaN/Inf in one chunk only, untruncated fp64 goldens, a
@@ -16,8 +16,9 @@ import struct
 import pytest
 import torch
 
-from pytest_cannbench.judge import error_scan
-from pytest_cannbench.judge.error_scan import CHUNK, SUB, scan
+from pytest_cannbench.judge import error_fast, error_scan
+from pytest_cannbench.judge.error_fast import SUB
+from pytest_cannbench.judge.error_scan import CHUNK, scan
 from pytest_cannbench.judge.thresholds import thresholds_for
 
 F64 = torch.float64
@@ -114,8 +115,8 @@ def test_a_non_finite_value_takes_the_masked_route_for_its_slice_only(where, mon
     else:
         a[i], g[i] = math.inf, -math.inf
     masked = []
-    real = error_scan._masked_slice
-    monkeypatch.setattr(error_scan, "_masked_slice", lambda *args: masked.append(args[6]) or real(*args))
+    real = error_fast._masked_slice
+    monkeypatch.setattr(error_fast, "_masked_slice", lambda *args: masked.append(args[6]) or real(*args))
     st = assert_paths_agree(a, g, native, torch.float16)
     # one slice, the first of the second chunk (offsets are within a chunk); an Inf both sides share is left out
     # on the fast path itself (test_shared_specials_stay_on_the_fast_path)
@@ -164,8 +165,8 @@ def test_shared_specials_stay_on_the_fast_path(dtype, share, kind, monkeypatch):
     n = CHUNK + 3 * SUB + 1
     a, g, native, pick = _shared_specials(n, dtype, share, seed=int(share * 1e5) + 1, kind=kind)
     masked = []
-    real = error_scan._masked_slice
-    monkeypatch.setattr(error_scan, "_masked_slice", lambda *args: masked.append(args[6]) or real(*args))
+    real = error_fast._masked_slice
+    monkeypatch.setattr(error_fast, "_masked_slice", lambda *args: masked.append(args[6]) or real(*args))
     st = assert_paths_agree(a, g, native, dtype)  # the native finite where the others are not
     same = native.clone()
     same[pick] = a[pick]
@@ -183,8 +184,8 @@ def test_an_overflowing_golden_the_candidate_matches_is_left_out_on_the_fast_pat
     g = torch.exp(x)
     a = g.to(torch.float16)
     masked = []
-    real = error_scan._masked_slice
-    monkeypatch.setattr(error_scan, "_masked_slice", lambda *args: masked.append(args[6]) or real(*args))
+    real = error_fast._masked_slice
+    monkeypatch.setattr(error_fast, "_masked_slice", lambda *args: masked.append(args[6]) or real(*args))
     st = assert_paths_agree(a, g, a.clone(), torch.float16)
     assert masked == [] and st.count["inf"] > 0 and st.count["valid"] == CHUNK + 5 - st.count["inf"]
 
@@ -206,8 +207,8 @@ def test_a_special_not_shared_takes_the_masked_route(spoiler, monkeypatch):
     else:
         g[i] = math.inf
     masked = []
-    real = error_scan._masked_slice
-    monkeypatch.setattr(error_scan, "_masked_slice", lambda *args: masked.append(args[6]) or real(*args))
+    real = error_fast._masked_slice
+    monkeypatch.setattr(error_fast, "_masked_slice", lambda *args: masked.append(args[6]) or real(*args))
     assert_paths_agree(a, g, native, torch.float32)
     assert masked == [0, 0]  # the spoiler's slice (torch path, kernel); the other holds shared specials only
 
@@ -215,7 +216,7 @@ def test_a_special_not_shared_takes_the_masked_route(spoiler, monkeypatch):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float8_e4m3fn])
 def test_other_dtypes_take_the_general_path(dtype, monkeypatch):
     a = torch.randn(50, dtype=F64).to(dtype)
-    monkeypatch.setattr(error_scan, "_fast_chunk", lambda *a, **k: pytest.fail("fast path used"))
+    monkeypatch.setattr(error_scan, "fast_chunk", lambda *a, **k: pytest.fail("fast path used"))
     scan(a, a.double(), None, thresholds_for(dtype))
 
 

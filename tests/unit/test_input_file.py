@@ -11,7 +11,8 @@ import textwrap
 import pytest
 import torch
 
-from pytest_cannbench.taskformat.inputs import generate_inputs, plan_inputs
+from pytest_cannbench.taskformat.generate import generate_inputs
+from pytest_cannbench.taskformat.inputs import plan_inputs
 from pytest_cannbench.workers import input_file
 from pytest_cannbench.workers.golden_main import prepare
 

@@ -18,14 +18,8 @@ import pytest
 import torch
 
 from pytest_cannbench.taskformat.errors import CaseFormatError
-from pytest_cannbench.taskformat.inputs import (
-    DTYPES,
-    InputPlan,
-    TensorPlan,
-    case_seed,
-    generate_inputs,
-    plan_inputs,
-)
+from pytest_cannbench.taskformat.generate import generate_inputs
+from pytest_cannbench.taskformat.inputs import DTYPES, InputPlan, TensorPlan, case_seed, plan_inputs
 
 INF, NAN = math.inf, math.nan
 

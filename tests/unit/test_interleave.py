@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pytest_cannbench.timing.perf import interleave
+from pytest_cannbench.judge.perf import interleave
 from pytest_cannbench.workers.candidate_client import CandidateWorker
 
 SITE = '''import torch
@@ -28,7 +28,8 @@ def fragile(x):
     return x * 2
 '''
 
-TARGET = {"kind": "submission", "name": "double", "function_name": "double", "rel_path": "level1/double"}
+TARGET = {"kind": "submission", "name": "double", "function_name": "double", "names": ["double"],
+          "rel_path": "level1/double"}
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +76,7 @@ def test_one_eviction_per_set_after_every_copy_is_written(workers, each_call: bo
 
 
 def test_a_candidate_ending_early_stops_its_baseline(workers) -> None:
-    fragile = dict(TARGET, name="fragile", function_name="fragile")
+    fragile = dict(TARGET, name="fragile", function_name="fragile", names=["fragile"])
     cb, bb = _open(workers, [fragile, TARGET], 6)
     interleave([(workers[0], cb), (workers[1], bb)], lambda: None)
     assert cb.result is not None and cb.result.status == "raised" and "gave up" in cb.result.message
@@ -125,7 +126,7 @@ def test_make_room_maps_a_grown_region_before_the_window(workers) -> None:
 def test_a_deferred_batch_is_judged_after_the_window_as_it_would_have_been(workers) -> None:
     """The window ends with the batches' final replies unjudged; judged afterwards (the workers frozen, their
     regions untouched) they give the verdicts an immediate judgement gives: an input written into is caught."""
-    sneaky = dict(TARGET, name="sneaky", function_name="sneaky")
+    sneaky = dict(TARGET, name="sneaky", function_name="sneaky", names=["sneaky"])
     cb, bb = _open(workers, [sneaky, TARGET], 4, defer=True)
     interleave([(workers[0], cb), (workers[1], bb)], lambda: None)
     assert cb.result is None and bb.result is None and not cb.waiting and not bb.waiting

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from pytest_cannbench.figures import window_figures
 from pytest_cannbench.timing.isolation import (
     LOAD_FACTOR,
     PSI_SOME_AVG10,
@@ -23,7 +24,6 @@ from pytest_cannbench.timing.isolation import (
     remove_fence,
     steal_s,
     under_load,
-    window_figures,
     windows_under_load,
 )
 

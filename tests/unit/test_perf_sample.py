@@ -37,6 +37,7 @@ from pytest_cannbench.guard.perf_profile import (
     UNSAMPLED,
     CallProfile,
     ObjectSamples,
+    RawSamples,
     attribute,
     classify,
     parse_maps,
@@ -71,7 +72,7 @@ needs_perf = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"perf_event_ope
 
 
 def _sampled(code: str, own: tuple[str, ...] = (), *, pages: int = ps.DEFAULT_PAGES,
-             period_ns: int = ps.DEFAULT_PERIOD_NS) -> tuple[ps.RawSamples, CallProfile, set[int]]:
+             period_ns: int = ps.DEFAULT_PERIOD_NS) -> tuple[RawSamples, CallProfile, set[int]]:
     """Run ``code`` in a child sampled from its spawn: it prints ``ready``, waits for a line, works, prints
     ``done`` and is frozen before the samples are read. Returns the raw samples, the profile and the tids the
     child had when the sampler opened."""
@@ -338,7 +339,7 @@ def test_maps_and_classes() -> None:
         7f0000600000-7f0000700000 r-xp 00000000 08:01 14 /usr/lib/x86_64-linux-gnu/libc.so.6
     """))
     assert [m.start for m in maps] == sorted(m.start for m in maps) and len(maps) == 6  # [heap] is not executable
-    raw = ps.RawSamples()
+    raw = RawSamples()
     raw.ips.update({(7, 0x7F0000000010, False): 3, (7, 0x7F0000200010, False): 5, (7, 0x7F0000400010, False): 1,
                     (7, 0x7F0000500010, False): 1, (7, 0xFFFF800000000000, True): 2, (7, 0x7F0000600010, False): 4,
                     (7, 0x7F00009FFFFF, False): 1, (7, 0x400100, False): 6,

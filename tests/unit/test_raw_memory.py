@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from pytest_cannbench.workers import raw_memory
+from pytest_cannbench.timing import raw_memory
 
 
 def test_copy_into_writes_the_tensors_bytes_at_the_offset() -> None:

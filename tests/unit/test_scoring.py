@@ -6,15 +6,8 @@ import math
 
 import pytest
 
-from pytest_cannbench.report.scoring import (
-    CaseScore,
-    geometric_mean_speedup,
-    hap,
-    hap_interval,
-    level_of,
-    operator_score,
-    totals,
-)
+from pytest_cannbench.figures import hap, hap_interval
+from pytest_cannbench.report.scoring import CaseScore, geometric_mean_speedup, level_of, operator_score, totals
 
 NAN = float("nan")
 

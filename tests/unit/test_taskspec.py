@@ -26,10 +26,10 @@ from pytest_cannbench.taskformat.spec import (
     ATTR_TYPES,
     check_golden_source,
     load_operator,
-    load_yaml,
     parse_cases,
     parse_proto,
 )
+from pytest_cannbench.taskformat.yaml_load import load_yaml
 
 
 def write(path: Path, text: str) -> Path:

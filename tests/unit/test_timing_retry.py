@@ -1,4 +1,4 @@
-"""Issue 20 items 3 and 6 in the judge (timing/perf.py): a window taken on a throttled GPU, or whose CUDA-graph
+"""Issue 20 items 3 and 6 in the judge (judge/perf.py): a window taken on a throttled GPU, or whose CUDA-graph
 timing fell back or differed between candidate and baseline, or that fell short only of the CPU-time floor, is
 timed again once on fresh input sets; the CUDA-graph option parses."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
+from pytest_cannbench.judge import perf
 from pytest_cannbench.phases import PhaseClock
-from pytest_cannbench.timing import perf
 from pytest_cannbench.timing.cuda_graph import FALLBACK_TIMER, GRAPH_TIMER
 from pytest_cannbench.timing.isolation import Fence
 from pytest_cannbench.timing.stats import CaseTiming

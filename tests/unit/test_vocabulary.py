@@ -207,13 +207,14 @@ def test_times_and_the_sealed_timing() -> None:
 
 
 def test_the_guard_reports_any_timer_function_rebound() -> None:
-    """The guard captures the timers' functions from the registry (timing.in_worker.TIMED_BY): in a real
-    worker-like process, rebinding any of them is api_tampered, named."""
+    """The worker hands the guard the timers' functions from the registry (timing.in_worker.TIMED_BY, through
+    candidate_main.watched): in a real worker-like process, rebinding any of them is api_tampered, named."""
     probe = textwrap.dedent("""
         import json, os, torch
         from pytest_cannbench.guard.runtime import Guard
         from pytest_cannbench.timing import in_worker
-        guard = Guard("block", "cpu", os.getcwd(), [])
+        from pytest_cannbench.workers.candidate_main import watched
+        guard = Guard("block", "cpu", os.getcwd(), [], watched=watched("cpu"))
         out = {}
         for name in sorted({fn.__name__ for fn in in_worker.TIMED_BY.values()}):
             real = getattr(in_worker, name)

@@ -2,7 +2,7 @@
 the build stage compiled, and the worker-side router that loads exactly those artefacts.
 
 The candidate worker may not exec (seccomp), so it cannot run ninja or a compiler, and torch's ``load_inline``
-always invokes ninja, even when its build directory is up to date. The build stage (:mod:`jit_main`, a child
+always invokes ninja, even when its build directory is up to date. The build stage (``submission.jit_main``, a child
 of the build sandbox) therefore runs the real ``load_inline`` once per session and records, for each call, a
 key (the extension's name plus a hash of its sources and flags) and the built library. In the worker,
 :func:`install_router` replaces ``load_inline`` and ``load`` before the submission is imported: a call whose

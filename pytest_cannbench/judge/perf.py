@@ -8,8 +8,8 @@ never imported the submission. In one lock window the candidate and the main bas
 (ABBA) on the same sets, each set written into a worker's region only just before its call; every timed
 candidate output is then judged against the reference of its input set. ``--cann-repeat auto`` adds windows
 until the paired speed-up's interval is tight enough (docs/timing.md). On CUDA the judge reads the GPU's clocks,
-temperature and power around each window (:mod:`.gpu_telemetry`) and times a window again, once, on fresh input
-sets when it ran throttled or its CUDA-graph timing fell back (:mod:`.cuda_graph`).
+temperature and power around each window (``timing.gpu_telemetry``) and times a window again, once, on fresh input
+sets when it ran throttled or its CUDA-graph timing fell back (``timing.cuda_graph``).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_cannbench import outcome as oc
+from pytest_cannbench.figures import hap_interval
 from pytest_cannbench.judge.goldens import GoldenFailure
 from pytest_cannbench.judge.source import Anchors, CaseSource, Reference, case_log_path, fate
 from pytest_cannbench.options import Settings
 from pytest_cannbench.outcome import CaseOutcome
 from pytest_cannbench.phases import TIMING_PARTS, PhaseClock, measured
-from pytest_cannbench.report.scoring import hap_interval
 from pytest_cannbench.timing.anchors import check_t_hw
 from pytest_cannbench.timing.cuda_graph import FALLBACK_TIMER, GRAPH_TIMER
 from pytest_cannbench.timing.devices import DevicePlan, timing_lock

@@ -1,4 +1,5 @@
-"""Process plumbing shared by the golden and candidate workers and their clients.
+"""Process plumbing shared by the child processes (the golden and candidate workers, the calibration child) and
+what starts them (the judge's clients, the submission's build).
 
 Judge side: wait for a worker's frame under a deadline, kill a worker's whole
 process group, read its memory use, describe how it ended, read what it logged
