@@ -164,7 +164,7 @@ def become_expendable() -> None:
 
 def give_back_freed_memory() -> None:
     """Return the C heap's free pages to the kernel (glibc ``malloc_trim``; elsewhere nothing). An idle worker
-    otherwise keeps a large case's freed memory resident, and the memory plan counts it as idle (issue 22)."""
+    otherwise keeps a large case's freed memory resident, and the memory plan counts it as idle."""
     import ctypes
 
     try:

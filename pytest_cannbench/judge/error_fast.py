@@ -15,7 +15,7 @@ from pytest_cannbench.judge.error_analysis import EPS, Analysis, analyse
 from pytest_cannbench.judge.scan_kernel import Kernel
 from pytest_cannbench.judge.thresholds import DtypeThresholds
 
-# The fast path (issue 22: the comparison was the largest phase, ~15x the floor's streamed MERE/MARE). The
+# The fast path (the comparison was the largest phase, ~15x the floor's streamed MERE/MARE). The
 # general path makes a dozen fresh 8 MiB float64 temporaries per 1 Mi-element chunk and ~60 passes over them,
 # all memory-bound. The fast path does the same element-wise arithmetic on SUB-element slices whose
 # temporaries stay in cache and are reused, and keeps only what the sums need at chunk size: the sums are then

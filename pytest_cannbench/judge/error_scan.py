@@ -146,7 +146,8 @@ _local = threading.local()
 def _verdict_buffers() -> tuple[torch.Tensor, ...]:
     """:func:`relative_errors`' float64 temporaries (a chunk for the sums, four slices), made once per thread: it
     runs for every timed set, and fresh 10 MiB each time were new pages, dear on a VM that reports freed memory to
-    its host (docs/performance.md, Round 13). Every call writes what it reads, so nothing carries over."""
+    its host (benchmarks/results/performance-rounds.md, Round 13). Every call writes what it reads, so nothing carries
+    over."""
     buffers = getattr(_local, "verdict", None)
     if buffers is None:
         f64 = torch.float64

@@ -1,6 +1,6 @@
 """The comparison's compiled kernel: ``scan_kernel.c`` built by the system's C compiler, once per judge process.
 
-The comparison was the largest phase of an accuracy run (issue 22; docs/performance.md, Round 14): the torch
+The comparison was the largest phase of an accuracy run (benchmarks/results/performance-rounds.md, Round 14): the torch
 fast path of :mod:`error_scan` spends about twenty calls per 64 Ki-element slice, 19-22 ns an element. The kernel
 does the same double-precision operations in one loop per slice and leaves the sums to torch, so every figure is
 the same bits (the tests compare them; see the C file's header). It is built the first time a judge compares,

@@ -117,7 +117,7 @@ class Point:
     speedup: float  # T_baseline / T_cand
     ceiling: float | None  # T_baseline / T_HW: the speed-up of a kernel at the hardware limit
     color: str
-    interval: tuple[float, float] | None = None  # the paired speed-up's 95% interval (issue 20)
+    interval: tuple[float, float] | None = None  # the paired speed-up's 95% interval
 
 
 def _ticks(low: float, high: float) -> list[float]:

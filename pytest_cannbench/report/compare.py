@@ -38,7 +38,7 @@ def number(value: Any) -> float | None:
 
 
 def speedup(case: Mapping[str, Any]) -> float | None:
-    """The speed-up of a passed, timed case, else None: the paired estimate (``speedup.estimate``, issue 20) where
+    """The speed-up of a passed, timed case, else None: the paired estimate (``speedup.estimate``) where
     the board has one, else T_baseline / T_cand."""
     if case.get("status") != PASSED:
         return None
@@ -70,7 +70,7 @@ def interval(case: Mapping[str, Any], name: str = "speedup_ci") -> tuple[float, 
 def partial_reasons(board: Mapping[str, Any]) -> list[str]:
     """Why a board may not be a whole run: a recorded selection (-k, -m, deselected cases) or a shard.
 
-    Written before the selection schema was settled (issue 19, another branch): it reads ``selection`` at the top
+    It reads ``selection`` at the top
     or in ``config``, as a dict, and counts any non-empty keyword or mark expression, a positive deselected count
     or an explicit ``partial`` flag.
     """

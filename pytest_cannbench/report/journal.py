@@ -227,7 +227,7 @@ def reveal_secret(settings: Settings) -> None:
 
 
 def _junit_suite_properties(config: Any, board: Mapping[str, Any]) -> None:
-    """Issue 18: the scores (public, hidden, combined) as junit-xml suite properties, when junit-xml is on."""
+    """The scores (public, hidden, combined) as junit-xml suite properties, when junit-xml is on."""
     from _pytest.junitxml import xml_key
 
     xml = config.stash.get(xml_key, None)

@@ -125,7 +125,7 @@ def _operators(board: Mapping[str, Any]) -> list[str]:
 
 
 def _timing(board: Mapping[str, Any]) -> list[str]:
-    """Every timed case with its paired speed-up and HAP intervals and the calls it took (issue 20)."""
+    """Every timed case with its paired speed-up and HAP intervals and the calls it took."""
     rows = []
     for op in board.get("operators") or []:
         for case in op.get("cases") or []:
@@ -215,7 +215,7 @@ def render(board: Mapping[str, Any]) -> str:
 
 
 def _splits(board: Mapping[str, Any]) -> list[str]:
-    """Issue 18: public, hidden and combined scores per level and in total, the gap, who is not ranked."""
+    """Public, hidden and combined scores per level and in total, the gap, who is not ranked."""
     splits = board.get("splits")
     if not splits:
         return []

@@ -230,7 +230,7 @@ def _check_agreement(sources: list[Source]) -> None:
 
 
 def partial_reasons(board: Mapping[str, Any], *, shard: bool = True) -> list[str]:
-    """Why a board is not the whole tree's grade, from its ``config.selection`` (issue 19): ``-k``/``-m``,
+    """Why a board is not the whole tree's grade, from its ``config.selection``: ``-k``/``-m``,
     deselected or interrupted cases, and (unless ``shard`` is false, as when merging shards) ``--cann-shard``.
     Empty for a complete board and for boards written before selections were recorded. For merge and compare."""
     selection = (board.get("config") or {}).get("selection")

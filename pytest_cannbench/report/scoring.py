@@ -10,7 +10,7 @@ shares.
 
 Eq.4, per operator over its N cases: compile = 100 w_c (N - compile/runtime failures) / N, function =
 100 w_f passed / N, performance = 100 w_p sum(HAP of passed cases, None as 0) / N; everything 0 when the
-submission did not build (or install, or import). An operator never scores above 100 (issue 16). A failed
+submission did not build (or install, or import). An operator never scores above 100. A failed
 case deducts from the compile part unless it is a pure precision failure. Eq.5: level score = sum of its
 operators; total = sum of all operators.
 

@@ -72,7 +72,7 @@ class SubmissionState:
     sandbox: dict[str, Any] = field(default_factory=dict)  # guard.sandbox.SandboxChoice.to_dict()
     protect: list[str] = field(default_factory=list)  # what submission code may not see (the judge's paths)
     seconds: dict[str, float] = field(default_factory=dict)
-    stale: str = ""  # the prebuilt wheel is older than these sources (issue 19: --cann-rebuild)
+    stale: str = ""  # the prebuilt wheel is older than these sources (--cann-rebuild)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,5 +1,5 @@
 """The input draw's compiled kernel: ``draw_kernel.c``, torch's float64 ``uniform_(0, 1)`` on a CPU generator,
-the same bits about four times faster (issue 22; docs/performance.md, Round 16).
+the same bits about four times faster (benchmarks/results/performance-rounds.md, Round 16).
 
 Input generation replays the official generator element for element, so its cost is one Mersenne Twister draw
 per input element, which torch makes through a serial kernel at about 5.4 ns an element: four fifths of the

@@ -1,4 +1,4 @@
-"""A case's memory need, estimated from ``proto.yaml`` and ``cases.yaml`` alone, before anything runs (issue 22).
+"""A case's memory need, estimated from ``proto.yaml`` and ``cases.yaml`` alone, before anything runs.
 
 The estimate is a floor: the bytes that must be held at once in the larger of a case's two phases, never the
 operator's temporaries (which no task file states). A case whose floor does not fit the memory plan's slot

@@ -133,7 +133,7 @@ def check_t_hw(t_hw: float, written_us: float | None, fastest_baseline_us: float
     traffic the operator need not move (an index or a mask selects what is read, a broadcast is read once, a
     ``perf_model`` over-counts), and T_HW falls back to the bytes the outputs must be written with
     (``t_hw_outputs_only``). If even that is above the baseline, the bandwidth itself was under-measured: the
-    anchor stays and the case is flagged ``baseline_below_t_hw`` by scoring (issue 20, docs/timing.md)."""
+    anchor stays and the case is flagged ``baseline_below_t_hw`` by scoring (docs/timing.md)."""
     if fastest_baseline_us is None or written_us is None or fastest_baseline_us >= t_hw or written_us >= t_hw:
         return BaselineCheck(t_hw)
     note = (f"the live baseline's fastest call ({fastest_baseline_us:.1f} us) beat the roofline of the modelled "

@@ -92,7 +92,7 @@ def _flushed_bandwidths(torch: Any, repeats: int = 5) -> list[list[float]]:
     """``[bytes, GB/s]`` per working-set size: the best of a copy (bytes read + written) and a sum (bytes read)
     of that size, each right after the same cache flush a timed call gets. A machine whose flush cannot evict
     everything (a VM reporting the host's whole L3) serves small sets from cache; the roofline must know, or
-    eager PyTorch beats the "hardware limit" on every small case (issue 20)."""
+    eager PyTorch beats the "hardware limit" on every small case."""
     flush = torch.zeros(min(2 * last_level_cache_bytes(), MAX_FLUSH_BYTES) // 4, dtype=torch.float32)
     table = []
     for size in FLUSHED_SIZES:

@@ -1,4 +1,4 @@
-"""CUDA-graph timing (issue 20 item 6, ``--cann-cuda-graph auto|on|off``): for launch-bound calls.
+"""CUDA-graph timing (``--cann-cuda-graph auto|on|off``): for launch-bound calls.
 
 A call of a few microseconds of GPU work timed eagerly is mostly the host's launch overhead. Here, in the
 candidate worker's CUDA timed loop, the call is captured once in a CUDA graph (``torch.cuda.graph``, which

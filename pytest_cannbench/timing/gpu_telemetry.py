@@ -1,4 +1,4 @@
-"""GPU clocks, temperature and power around each timed window on CUDA (issue 20 items 3 and 6).
+"""GPU clocks, temperature and power around each timed window on CUDA.
 
 A kernel timed while the GPU throttles (power cap, thermal or hardware slowdown) runs slower for reasons that
 have nothing to do with the kernel, and the slowdown need not hit the candidate and its baseline alike. The

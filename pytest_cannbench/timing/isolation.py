@@ -1,4 +1,4 @@
-"""Quiet windows (issue 20 item 3): while one xdist worker times a case, the session's other workers hold off
+"""Quiet windows: while one xdist worker times a case, the session's other workers hold off
 their accuracy work, and the machine's load around each timed window is recorded.
 
 **The fence.** One file per session under the lock directory (``$TMPDIR/cannbench-locks-<uid>/``), made by the
@@ -101,7 +101,7 @@ class Fence:
         """Between two steps of accuracy work under a shared hold: when a timed window waits for the fence, end
         the hold (and its span), let the window run, and take the fence again behind it; the seconds that took.
         Without it a window waits for the whole of a long loop (a case's timed sets, their verdicts) while its
-        core idles: the waiting is the same, the loss is not (docs/performance.md, Round 9)."""
+        core idles: the waiting is the same, the loss is not (benchmarks/results/performance-rounds.md, Round 9)."""
         held = self._held
         if held is None or self._exclusive or not held.window_waiting():
             return 0.0

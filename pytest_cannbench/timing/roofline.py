@@ -38,7 +38,7 @@ from pytest_cannbench.timing.calibrate import main as measure_main
 from pytest_cannbench.timing.isolation import load_sample, under_load, windows_under_load
 from pytest_cannbench.timing.machine import cpu_model
 
-METHOD_VERSION = 2  # 2: bandwidth by working-set size after the flush (issue 20)
+METHOD_VERSION = 2  # 2: bandwidth by working-set size after the flush
 # Bump when the measurement changes: old cache entries no longer match
 FLOOR_US = 1.0
 CALIBRATION_TIMEOUT_S = 300.0
@@ -95,7 +95,7 @@ def bandwidth_for(nbytes: float, limits: MachineLimits) -> float:
     """The highest bandwidth a working set of ``nbytes`` could reach: the large-buffer figure, or any calibrated
     size from a quarter of it up that was faster after the timed calls' flush (data the flush left in cache,
     as on a VM reporting the host's whole L3). A smaller set can do at least as well as a larger one, so the
-    roofline stays a lower bound for small cases too (issue 20)."""
+    roofline stays a lower bound for small cases too."""
     best = limits.bandwidth_gbs
     for size, rate in _table(limits).items():
         if size >= nbytes / 4 and rate < math.inf:
@@ -215,7 +215,7 @@ def merged(best: MachineLimits, other: MachineLimits) -> MachineLimits:
     """The best of two calibrations of the same device, limit by limit and size by size. Every figure is a rate
     the hardware was seen to reach, so the higher one is the truer limit, and T_HW stays a lower bound: a
     calibration taken while other work ran (which underestimates the limits, raises T_HW and made honest
-    baselines "beat the hardware", issue 20) can only add, never lower, what a quieter one measured. ``best``'s
+    baselines "beat the hardware") can only add, never lower, what a quieter one measured. ``best``'s
     key and details are kept; the counts add up."""
     table = _table(best)
     for size, rate in _table(other).items():

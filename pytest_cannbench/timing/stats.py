@@ -221,7 +221,7 @@ def not_measured(reason: str) -> TimingRecord:
     return CaseTiming(measured=False, reason=reason).to_dict()
 
 
-# ---------------------------------------------------------------- paired speed-up (issue 20)
+# ---------------------------------------------------------------- paired speed-up
 
 BOOTSTRAP_RESAMPLES = 2000
 CONFIDENCE = 0.95

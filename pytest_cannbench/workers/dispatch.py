@@ -1,9 +1,10 @@
-"""Which case an xdist worker gets next, from the cases' estimated memory needs (issue 22).
+"""Which case an xdist worker gets next, from the cases' estimated memory needs.
 
 xdist's ``load`` scheduling hands cases out in collection order, in chunks. The session's memory pool
 (:mod:`.memory_pool`) then makes a case wait while the cases in flight leave it no room. Official level 1 lists
 each operator's largest cases last, so both judges kept reaching large cases together: 26-39 s of ``memory_wait``
-in a 100 s accuracy-only run (docs/performance.md, Round 16), time in which a small case could have run.
+in a 100 s accuracy-only run (benchmarks/results/performance-rounds.md, Round 16), time in which a small case could
+have run.
 
 The controller can hand out cases by need, but under xdist it collects nothing: the judges know the needs. Each
 judge writes them at the end of its collection to a file beside the pool's ledger (:func:`write_needs`, before

@@ -43,7 +43,7 @@ class GoldenWorker(WorkerClient):
         return proc
 
     def budget(self, memory_bytes: int) -> None:
-        """Another address-space budget from the next request on (issue 22: a case running alone gets the
+        """Another address-space budget from the next request on (a case running alone gets the
         session's memory). A running worker is closed: its RLIMIT_AS cannot be raised from outside."""
         if memory_bytes != self.memory_bytes:
             self.close()

@@ -1,4 +1,4 @@
-"""A case's generated inputs handed from the golden worker to the judge through a file (issue 22).
+"""A case's generated inputs handed from the golden worker to the judge through a file.
 
 The judge used to generate every input set a second time, bit for bit the same as the golden worker had: 0.72 s
 for a 256 MiB input on this project's CI machine, 10% of an accuracy-only run's CPU. Writing the worker's copy into

@@ -2,7 +2,7 @@
 
 Every budget the plugin sets for its children is at most what the pytest process itself may use: raising an
 rlimit above the inherited hard limit fails ("not allowed to raise maximum limit"), and a budget above a cgroup's
-memory limit is one the kernel never lets the worker reach (issue 19). No torch here: the header uses it.
+memory limit is one the kernel never lets the worker reach. No torch here: the header uses it.
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def cpu_threads() -> int:
 
 def timing_threads(asked: int, fenced: bool, workers: int | None = None) -> int:
     """Intra-op threads of the candidate and baseline workers (``--cann-timing-threads``, default 1), for all their
-    calls: the same count under ``-n 2`` as serially, so the two modes time the same thing (issue 20: a serial run
+    calls: the same count under ``-n 2`` as serially, so the two modes time the same thing (a serial run
     used to time with both cores and ``-n 2`` with one, and their scores differed). One count for every call: a
     worker switching counts between its correctness calls and its timed batch failed honest batches as
     ``timing_implausible`` (CPU outside the phases it reported). ``all`` is every usable core, which a timed window

@@ -1,4 +1,4 @@
-"""The session's memory plan: how the memory this run may use is split between its processes (issue 22).
+"""The session's memory plan: how the memory this run may use is split between its processes.
 
 Each pytest process (the judge: one per xdist worker, or the only one) runs a golden worker, a candidate worker
 and, when timing, a baseline worker. Before the plan each child's budget was a share of the whole machine (80% of
@@ -33,7 +33,8 @@ GIB = 1 << 30
 HEADROOM = 0.10  # of the usable memory, never planned: page cache, the xdist controller, short-lived children
 # what a process with torch imported and nothing to do adds to the machine's use: its proportional set size, which
 # counts a shared library once across the processes that map it (measured 2026-12-04 on official level 1: idle
-# judges 0.21-0.25 GiB, candidate workers 0.19, golden workers 0.15; docs/performance.md, Round 10). Its resident
+# judges 0.21-0.25 GiB, candidate workers 0.19, golden workers 0.15; benchmarks/results/performance-rounds.md, Round
+# 10). Its resident
 # size, 0.35-0.5 GiB, counts torch's libraries again in every process: the plan used it until 2026-12-04, and a
 # 5 GiB session left a case running alone 2.5 GiB.
 IDLE_BYTES = 256 << 20
@@ -43,7 +44,8 @@ MIN_SLOT = 1 * GIB  # below this nothing useful runs; the plan says so instead o
 # its worker's IDLE_BYTES (idle regions had held 2 GiB of a 6.8 GiB peak, Round 10). Timed: a timed case maps
 # every set of a window, and on a VM that hands freed pages back to its host (free page reporting) faulting in a
 # released region again ran at about 0.8 GB/s: 138 ms a window for the README main job's sets, more than their
-# references (docs/performance.md, Round 13). So timed sessions keep up to TIMED_REGION_KEEP and charge the
+# references (benchmarks/results/performance-rounds.md, Round 13). So timed sessions keep up to TIMED_REGION_KEEP and
+# charge the
 # difference as idle memory of each region's worker, where the plan leaves a slot of 2 * MIN_SLOT or more.
 REGION_KEEP = 64 << 20
 TIMED_REGION_KEEP = 256 << 20

@@ -1,4 +1,4 @@
-"""The session's memory pool (issue 22): the cases in flight reserve their estimated need from one pool of bytes,
+"""The session's memory pool: the cases in flight reserve their estimated need from one pool of bytes,
 and a case the pool cannot hold now waits, first come first served, until the cases before it let go.
 
 Why a pool and not only the memory plan's budgets: the plan (:mod:`.memory_plan`) keeps every process under its
@@ -12,7 +12,8 @@ third quartile of the needs (``auto``): the largest case runs beside any of thre
 another outlier, and cases of equal size all run at once; never less than the plan's ``MIN_SLOT`` (1 GiB) per
 judge, since holding small cases apart saves less than their waits cost (the README main job, every case under
 0.5 GiB: 38 s of waits for a pool of 0.54 GiB, Round 15). (The median in its place held back half the cases and
-cost official level 1 a sixth of its wall: docs/performance.md, Round 15.) ``machine``: every judge's whole slot
+cost official level 1 a sixth of its wall: benchmarks/results/performance-rounds.md, Round 15.) ``machine``: every
+judge's whole slot
 (the plan's bound alone). Never more than the judges' slots together.
 
 A reservation has a claim (the case's estimated peak) and holds part of it at a time: its golden phase's need while
