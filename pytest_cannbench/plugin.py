@@ -34,8 +34,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("cannbench", "CANN Bench operator grading")
     for entry in _declared()["options"]:
         kind = {k: v for k, v in entry.items() if k not in ("name", "dest", "help")}
-        group.addoption(entry["name"], dest=entry["dest"], default=None,
-                        help=entry["help"] if entry["help"] is not None else argparse.SUPPRESS, **kind)
+        group.addoption(
+            entry["name"],
+            dest=entry["dest"],
+            default=None,
+            help=entry["help"] if entry["help"] is not None else argparse.SUPPRESS,
+            **kind,
+        )
     for entry in _declared()["ini"]:
         parser.addini(entry["name"], entry["help"], type=entry["type"], default=None)
 

@@ -62,21 +62,30 @@ def _shard_outcomes(directory: Path) -> tuple[Path | None, dict[str, str], dict[
 
 
 def _case_id(key: str, rel_path: str) -> int | None:
-    tail = key[len(rel_path) + 1:] if key.startswith(rel_path + "_") else ""
+    tail = key[len(rel_path) + 1 :] if key.startswith(rel_path + "_") else ""
     return int(tail) if tail.isdigit() else None
 
 
 def _lost(record: ShardRecord, unit: Unit, keys: list[str], why: str) -> list[CaseRecord]:
     label, index = record.shard.label, record.shard.index
-    message = (f"no verdict: shard {label} ({why}); its log is {SHARDS}/{index}/{PYTEST_LOG} in the report "
-               "directory")
-    return [oc.CaseOutcome(key=k, rel_path=unit.rel_path, operator="", case_id=_case_id(k, unit.rel_path),
-                           status=oc.INTERRUPTED, failure_type=oc.SESSION_INTERRUPTED, message=message).to_dict()
-            for k in keys]
+    message = f"no verdict: shard {label} ({why}); its log is {SHARDS}/{index}/{PYTEST_LOG} in the report directory"
+    return [
+        oc.CaseOutcome(
+            key=k,
+            rel_path=unit.rel_path,
+            operator="",
+            case_id=_case_id(k, unit.rel_path),
+            status=oc.INTERRUPTED,
+            failure_type=oc.SESSION_INTERRUPTED,
+            message=message,
+        ).to_dict()
+        for k in keys
+    ]
 
 
-def assemble(report_dir: Path, records: list[ShardRecord], *, cluster: dict[str, Any], wall_s: float,
-             selecting: bool) -> Board:
+def assemble(
+    report_dir: Path, records: list[ShardRecord], *, cluster: dict[str, Any], wall_s: float, selecting: bool
+) -> Board:
     """Write the run's files into ``report_dir`` and return the merged board (with its ``cluster`` section).
 
     ``selecting``: the user's pytest options select cases (``-k``, ``-m``, ...), so a graded shard's board may
@@ -109,8 +118,15 @@ def assemble(report_dir: Path, records: list[ShardRecord], *, cluster: dict[str,
             if not absent and not unfinished:
                 continue
             lost += _lost(record, unit, absent, why)
-            missing.append({"rel_path": unit.rel_path, "shard": record.shard.label,
-                            "cases": len(absent) + len(unfinished), "of": unit.cases, "reason": why})
+            missing.append(
+                {
+                    "rel_path": unit.rel_path,
+                    "shard": record.shard.label,
+                    "cases": len(absent) + len(unfinished),
+                    "of": unit.cases,
+                    "reason": why,
+                }
+            )
     lines = [leaderboard.dumps({"run": run or SYNTHESIZED_RUN, "outcome": o}) for o in lost]
     if lines:
         synthesized = shards_dir / "lost.jsonl"
@@ -124,8 +140,12 @@ def assemble(report_dir: Path, records: list[ShardRecord], *, cluster: dict[str,
     if lost:
         selection.update(interrupted=len(lost), partial=True)
     config["selection"] = selection
-    board["cluster"] = {**cluster, "wall_s": round(wall_s, 3),
-                        "shards": [r.to_dict() for r in records], "missing": missing}
+    board["cluster"] = {
+        **cluster,
+        "wall_s": round(wall_s, 3),
+        "shards": [r.to_dict() for r in records],
+        "missing": missing,
+    }
     board_path = report_dir / "leaderboard.json"
     leaderboard.write(board_path, board)
     write_bytes_atomic(report_dir / "results.jsonl", "".join(f"{line}\n" for line in journal + lines).encode())
@@ -146,4 +166,3 @@ def summary_lines(board: Mapping[str, Any]) -> list[str]:
     for data in outcomes_from_board(board):
         collector.outcomes[data["key"]] = CaseOutcome.from_dict(data)
     return collector.summary_lines() or ["no cases"]
-

@@ -22,58 +22,117 @@ from pytest_cannbench.report.merge import InputError
 
 SHARD_FAILED = 3
 # pytest options a shard's session gets from the run itself: each names what to use instead
-OWN_OPTIONS = {"--cann-tasks": "--tasks", "--cann-source": "--source", "--cann-report-dir": "--report-dir",
-               "--cann-leaderboard": "--report-dir (the board is <report dir>/leaderboard.json)",
-               "--junitxml": "--report-dir (junit is <report dir>/junit.xml)", "--junit-xml": "--report-dir",
-               "--cann-shard": "--shards", "--cann-resume": "a fresh run (shards start from empty report directories)",
-               "--cann-markdown": "cannbench report <report dir>/leaderboard.json --markdown PATH",
-               "--cann-eval-report": "cannbench report <report dir>/leaderboard.json --eval-report PATH",
-               "--html": "<report dir>/report.html, written for every run",
-               "--cann-reveal-secret": "a local run (each shard draws its own secret)"}
-SELECTING = ("-k", "-m", "--deselect", "--ignore", "--ignore-glob", "--lf", "--last-failed", "-x", "--exitfirst",
-             "--maxfail")
+OWN_OPTIONS = {
+    "--cann-tasks": "--tasks",
+    "--cann-source": "--source",
+    "--cann-report-dir": "--report-dir",
+    "--cann-leaderboard": "--report-dir (the board is <report dir>/leaderboard.json)",
+    "--junitxml": "--report-dir (junit is <report dir>/junit.xml)",
+    "--junit-xml": "--report-dir",
+    "--cann-shard": "--shards",
+    "--cann-resume": "a fresh run (shards start from empty report directories)",
+    "--cann-markdown": "cannbench report <report dir>/leaderboard.json --markdown PATH",
+    "--cann-eval-report": "cannbench report <report dir>/leaderboard.json --eval-report PATH",
+    "--html": "<report dir>/report.html, written for every run",
+    "--cann-reveal-secret": "a local run (each shard draws its own secret)",
+}
+SELECTING = (
+    "-k",
+    "-m",
+    "--deselect",
+    "--ignore",
+    "--ignore-glob",
+    "--lf",
+    "--last-failed",
+    "-x",
+    "--exitfirst",
+    "--maxfail",
+)
 
 
 def add_parser(commands: Any) -> argparse.ArgumentParser:
     parser: argparse.ArgumentParser = commands.add_parser(
-        "cluster-grade", help="grade one submission on a task tree across a Ray cluster (one merged board)",
+        "cluster-grade",
+        help="grade one submission on a task tree across a Ray cluster (one merged board)",
         prog="cannbench cluster-grade",
         description="Grade one submission on a whole task tree spread over the judges of a Ray cluster and write "
-                    "what a local pytest run writes: leaderboard.json, results.jsonl, junit.xml and report.html in "
-                    "the report directory (each shard's own files under shards/<k>/). The operators are split into "
-                    "shards balanced by case count; each shard is a real pytest session of the plugin on a node "
-                    "(one judge per NPU or GPU, or per --cpus-per-judge CPUs); the boards come back through Ray "
-                    "and are merged for you, every score recomputed. Without --address an embedded Ray instance "
-                    "runs on this machine. The task tree and the submission must be at the same paths on every "
-                    "node (a shared filesystem); the results need none. A shard whose node dies is rerun; one "
-                    "that still fails is named, and its operators are on the board as interrupted. Exit status: 0 "
-                    "all graded and passed, 1 cases failed, 3 a shard could not be graded, 5 nothing selected, 2 a "
-                    "usage error. docs/cluster.md.",
-        epilog="Options after -- go to every shard's pytest session, e.g. -- --cann-no-perf -k gelu.")
-    parser.add_argument("--tasks", required=True, type=Path, metavar="DIR",
-                        help="the task tree (a bench root, a level directory or one operator directory)")
-    parser.add_argument("--source", required=True, type=Path, metavar="DIR",
-                        help="the submission (as --cann-source): every shard grades its prebuilt "
-                             "dist/cann_bench*.whl, or builds it from build.sh when there is none")
-    parser.add_argument("--address", default=None, metavar="ADDR",
-                        help="join this Ray cluster (HOST:PORT of its head; default $RAY_ADDRESS, else an "
-                             "embedded instance on this machine)")
-    parser.add_argument("--report-dir", type=Path, default=Path("reports"), metavar="DIR",
-                        help="where the merged files go (default reports/)")
-    parser.add_argument("--shards", type=int, default=0, metavar="N",
-                        help="how many shards (default: one per judge slot, at most one per operator)")
-    parser.add_argument("--cpus-per-judge", type=float, default=2.0, metavar="N",
-                        help="CPU hosts: CPUs each judge holds, its cores pinned (default 2; the host's count "
-                             "gives timing runs a host each)")
-    parser.add_argument("--num-cpus", type=int, default=None, metavar="N",
-                        help="the embedded instance's CPUs (default: this machine's)")
-    parser.add_argument("--shard-retries", type=int, default=1, metavar="N",
-                        help="submit a shard that produced no board again this many times (default 1); a shard "
-                             "whose node is lost is rerun by Ray besides")
-    parser.add_argument("--shard-timeout", type=float, default=None, metavar="SEC",
-                        help="stop a shard's session after SEC seconds (SIGTERM: its finished cases are kept)")
-    parser.add_argument("pytest_args", nargs="*", metavar="-- PYTEST_ARGS",
-                        help="options for every shard's pytest session")
+        "what a local pytest run writes: leaderboard.json, results.jsonl, junit.xml and report.html in "
+        "the report directory (each shard's own files under shards/<k>/). The operators are split into "
+        "shards balanced by case count; each shard is a real pytest session of the plugin on a node "
+        "(one judge per NPU or GPU, or per --cpus-per-judge CPUs); the boards come back through Ray "
+        "and are merged for you, every score recomputed. Without --address an embedded Ray instance "
+        "runs on this machine. The task tree and the submission must be at the same paths on every "
+        "node (a shared filesystem); the results need none. A shard whose node dies is rerun; one "
+        "that still fails is named, and its operators are on the board as interrupted. Exit status: 0 "
+        "all graded and passed, 1 cases failed, 3 a shard could not be graded, 5 nothing selected, 2 a "
+        "usage error. docs/cluster.md.",
+        epilog="Options after -- go to every shard's pytest session, e.g. -- --cann-no-perf -k gelu.",
+    )
+    parser.add_argument(
+        "--tasks",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="the task tree (a bench root, a level directory or one operator directory)",
+    )
+    parser.add_argument(
+        "--source",
+        required=True,
+        type=Path,
+        metavar="DIR",
+        help="the submission (as --cann-source): every shard grades its prebuilt "
+        "dist/cann_bench*.whl, or builds it from build.sh when there is none",
+    )
+    parser.add_argument(
+        "--address",
+        default=None,
+        metavar="ADDR",
+        help="join this Ray cluster (HOST:PORT of its head; default $RAY_ADDRESS, else an "
+        "embedded instance on this machine)",
+    )
+    parser.add_argument(
+        "--report-dir",
+        type=Path,
+        default=Path("reports"),
+        metavar="DIR",
+        help="where the merged files go (default reports/)",
+    )
+    parser.add_argument(
+        "--shards",
+        type=int,
+        default=0,
+        metavar="N",
+        help="how many shards (default: one per judge slot, at most one per operator)",
+    )
+    parser.add_argument(
+        "--cpus-per-judge",
+        type=float,
+        default=2.0,
+        metavar="N",
+        help="CPU hosts: CPUs each judge holds, its cores pinned (default 2; the host's count "
+        "gives timing runs a host each)",
+    )
+    parser.add_argument(
+        "--num-cpus", type=int, default=None, metavar="N", help="the embedded instance's CPUs (default: this machine's)"
+    )
+    parser.add_argument(
+        "--shard-retries",
+        type=int,
+        default=1,
+        metavar="N",
+        help="submit a shard that produced no board again this many times (default 1); a shard "
+        "whose node is lost is rerun by Ray besides",
+    )
+    parser.add_argument(
+        "--shard-timeout",
+        type=float,
+        default=None,
+        metavar="SEC",
+        help="stop a shard's session after SEC seconds (SIGTERM: its finished cases are kept)",
+    )
+    parser.add_argument(
+        "pytest_args", nargs="*", metavar="-- PYTEST_ARGS", help="options for every shard's pytest session"
+    )
     return parser
 
 
@@ -93,10 +152,21 @@ def _builds_per_shard(source: Path) -> bool:
     return (source / "build.sh").is_file() and not list((source / "dist").glob("cann_bench*.whl"))
 
 
-def grade_tree(tasks: Path, source: Path, *, report_dir: Path, address: str | None = None, shards: int = 0,
-               extra: Sequence[str] = (), cpus_per_judge: float = 2.0, num_cpus: int | None = None,
-               retries: int = 1, timeout_s: float | None = None, say: Callable[[str], None] | None = None,
-               on_start: Callable[[dict[str, Any]], None] | None = None) -> tuple[int, Mapping[str, Any]]:
+def grade_tree(
+    tasks: Path,
+    source: Path,
+    *,
+    report_dir: Path,
+    address: str | None = None,
+    shards: int = 0,
+    extra: Sequence[str] = (),
+    cpus_per_judge: float = 2.0,
+    num_cpus: int | None = None,
+    retries: int = 1,
+    timeout_s: float | None = None,
+    say: Callable[[str], None] | None = None,
+    on_start: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[int, Mapping[str, Any]]:
     """Grade ``source`` on ``tasks`` across the cluster; the exit status and the merged board."""
 
     speak = say or (lambda line: print(f"cannbench cluster-grade: {line}", flush=True))
@@ -115,12 +185,16 @@ def grade_tree(tasks: Path, source: Path, *, report_dir: Path, address: str | No
         for node in cluster.nodes:
             speak(f"  node {node.node_id[:8]} on {node.host}: {node.judges} judges")
         plan = split(units, shards or cluster.judges)
-        speak(f"grading {source} on {tree}: {len(units)} operators, {sum(u.cases for u in units)} cases in "
-              f"{len(plan)} shards (balanced by case count)")
+        speak(
+            f"grading {source} on {tree}: {len(units)} operators, {sum(u.cases for u in units)} cases in "
+            f"{len(plan)} shards (balanced by case count)"
+        )
         if _builds_per_shard(source):
-            speak(f"warning: {source} has build.sh but no prebuilt dist/cann_bench*.whl: every shard builds it "
-                  f"({len(plan)} builds, and the merge notes {len(plan)} different wheels); build it once and "
-                  "pass the directory holding dist/ to avoid that")
+            speak(
+                f"warning: {source} has build.sh but no prebuilt dist/cann_bench*.whl: every shard builds it "
+                f"({len(plan)} builds, and the merge notes {len(plan)} different wheels); build it once and "
+                "pass the directory holding dist/ to avoid that"
+            )
         runner = Runner(cluster, units, str(tree), str(source), list(extra), timeout_s, retries, speak, on_start)
         records = runner.run(plan)
         wall = time.monotonic() - t0
@@ -139,11 +213,14 @@ def _summary(board: Mapping[str, Any], report_dir: Path, wall: float) -> list[st
     attempts = [a for shard in cluster["shards"] for a in shard["attempts"] if a["node_id"]]
     nodes = sorted({f"{a['host']}/{a['node_id'][:8]}" for a in attempts})
     lines = ["merged board:", *(f"  {line}" for line in summary_lines(board))]
-    lines.append(f"{len(cluster['shards'])} shards ran on {len(nodes)} nodes ({', '.join(nodes) or 'none'}), wall "
-                 f"{wall:.1f} s")
+    lines.append(
+        f"{len(cluster['shards'])} shards ran on {len(nodes)} nodes ({', '.join(nodes) or 'none'}), wall {wall:.1f} s"
+    )
     for entry in cluster["missing"]:
-        lines.append(f"MISSING {entry['rel_path']} ({entry['cases']} of {entry['of']} cases, shard {entry['shard']}): "
-                     f"{entry['reason']}")
+        lines.append(
+            f"MISSING {entry['rel_path']} ({entry['cases']} of {entry['of']} cases, shard {entry['shard']}): "
+            f"{entry['reason']}"
+        )
     written = ", ".join(str(report_dir / n) for n in ("leaderboard.json", "results.jsonl", "junit.xml", "report.html"))
     lines.append(f"written: {written} (each shard's files under {report_dir / 'shards'})")
     return lines
@@ -154,8 +231,16 @@ def run(args: argparse.Namespace) -> int:
     extra = list(args.pytest_args or [])
     if extra and extra[0] == "--":
         extra = extra[1:]
-    code, _ = grade_tree(args.tasks, args.source, report_dir=args.report_dir, address=args.address,
-                         shards=args.shards, extra=extra, cpus_per_judge=args.cpus_per_judge, num_cpus=args.num_cpus,
-                         retries=args.shard_retries, timeout_s=args.shard_timeout)
+    code, _ = grade_tree(
+        args.tasks,
+        args.source,
+        report_dir=args.report_dir,
+        address=args.address,
+        shards=args.shards,
+        extra=extra,
+        cpus_per_judge=args.cpus_per_judge,
+        num_cpus=args.num_cpus,
+        retries=args.shard_retries,
+        timeout_s=args.shard_timeout,
+    )
     return code
-

@@ -41,8 +41,12 @@ class NodeSlots:
     resources: dict[str, float]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"node_id": self.node_id, "host": self.host, "judges": self.judges,
-                "resources": {k: v for k, v in sorted(self.resources.items()) if not k.startswith("node:")}}
+        return {
+            "node_id": self.node_id,
+            "host": self.host,
+            "judges": self.judges,
+            "resources": {k: v for k, v in sorted(self.resources.items()) if not k.startswith("node:")},
+        }
 
 
 @dataclass
@@ -72,13 +76,21 @@ class ClusterView:
         where = "embedded Ray instance on this machine" if self.embedded else "Ray cluster"
         dash = f", dashboard {self.dashboard}" if self.dashboard else ""
         per = {NPU: "one per NPU", GPU: "one per GPU"}.get(self.kind, f"{self.cpus_per_judge:g} CPUs each")
-        return (f"{where} at {self.address}{dash}: {len(self.nodes)} nodes, {self.judges} {self.kind.upper()} judge "
-                f"slots ({per})")
+        return (
+            f"{where} at {self.address}{dash}: {len(self.nodes)} nodes, {self.judges} {self.kind.upper()} judge "
+            f"slots ({per})"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"address": self.address, "embedded": self.embedded, "kind": self.kind,
-                "cpus_per_judge": self.cpus_per_judge, "judges": self.judges, "dashboard": self.dashboard,
-                "nodes": [n.to_dict() for n in self.nodes]}
+        return {
+            "address": self.address,
+            "embedded": self.embedded,
+            "kind": self.kind,
+            "cpus_per_judge": self.cpus_per_judge,
+            "judges": self.judges,
+            "dashboard": self.dashboard,
+            "nodes": [n.to_dict() for n in self.nodes],
+        }
 
 
 def import_ray() -> Any:
@@ -86,8 +98,10 @@ def import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        raise InputError("cluster-grade needs Ray: pip install 'pytest-cannbench[cluster]' (or ray>=2.40) on this "
-                         "machine and on every node") from None
+        raise InputError(
+            "cluster-grade needs Ray: pip install 'pytest-cannbench[cluster]' (or ray>=2.40) on this "
+            "machine and on every node"
+        ) from None
     return ray
 
 
@@ -113,14 +127,22 @@ def view(ray: Any, *, address: str, embedded: bool, cpus_per_judge: float, dashb
     """The cluster's alive nodes and judge slots, now (``ray.nodes()``)."""
     nodes = [n for n in ray.nodes() if n.get("Alive")]
     kind = kind_of(nodes)
-    slots = [NodeSlots(str(n["NodeID"]), str(n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or "?"),
-                       judges_of(n["Resources"], kind, cpus_per_judge), dict(n["Resources"]))
-             for n in nodes]
+    slots = [
+        NodeSlots(
+            str(n["NodeID"]),
+            str(n.get("NodeManagerHostname") or n.get("NodeManagerAddress") or "?"),
+            judges_of(n["Resources"], kind, cpus_per_judge),
+            dict(n["Resources"]),
+        )
+        for n in nodes
+    ]
     found = ClusterView(address, embedded, kind, cpus_per_judge, [s for s in slots if s.judges > 0], dashboard)
     if not found.judges:
         have = "; ".join(f"{s.host}: {s.resources.get('CPU', 0):g} CPUs" for s in slots) or "no alive node"
-        raise InputError(f"the cluster at {address} has no judge slot: no node has an NPU or a GPU, and none has "
-                         f"{cpus_per_judge:g} CPUs for one CPU judge ({have}); lower --cpus-per-judge or add nodes")
+        raise InputError(
+            f"the cluster at {address} has no judge slot: no node has an NPU or a GPU, and none has "
+            f"{cpus_per_judge:g} CPUs for one CPU judge ({have}); lower --cpus-per-judge or add nodes"
+        )
     return found
 
 
@@ -142,16 +164,26 @@ def connected(address: str | None, *, cpus_per_judge: float, num_cpus: int | Non
             if target:
                 context = ray.init(address=target, **options)
             else:
-                context = ray.init(address="local", num_cpus=num_cpus, object_store_memory=EMBEDDED_OBJECT_STORE,
-                                   include_dashboard=False, **options)
+                context = ray.init(
+                    address="local",
+                    num_cpus=num_cpus,
+                    object_store_memory=EMBEDDED_OBJECT_STORE,
+                    include_dashboard=False,
+                    **options,
+                )
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = f"the Ray cluster at {target}" if target else "an embedded Ray instance"
             raise InputError(f"cannot connect to {where}: {exc}") from None
         dashboard = str(getattr(context, "dashboard_url", "") or "")
     try:
         gcs = str(ray.get_runtime_context().gcs_address)
-        yield view(ray, address=gcs, embedded=owned and not target, cpus_per_judge=cpus_per_judge,
-                   dashboard=f"http://{dashboard}" if dashboard and not dashboard.startswith("http") else dashboard)
+        yield view(
+            ray,
+            address=gcs,
+            embedded=owned and not target,
+            cpus_per_judge=cpus_per_judge,
+            dashboard=f"http://{dashboard}" if dashboard and not dashboard.startswith("http") else dashboard,
+        )
     finally:
         if owned:
             ray.shutdown()

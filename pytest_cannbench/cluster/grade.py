@@ -54,8 +54,14 @@ class Attempt:
     error: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"node_id": self.node_id, "host": self.host, "result": self.result, "seconds": self.seconds,
-                "rc": self.rc, "error": self.error}
+        return {
+            "node_id": self.node_id,
+            "host": self.host,
+            "result": self.result,
+            "seconds": self.seconds,
+            "rc": self.rc,
+            "error": self.error,
+        }
 
 
 @dataclass
@@ -79,13 +85,21 @@ class ShardRecord:
 
     def to_dict(self) -> dict[str, Any]:
         final = self.final
-        return {"index": self.shard.index, "label": self.shard.label, "cases": self.shard.cases,
-                "operators": [u.rel_path for u in self.shard.units],
-                "status": "graded" if self.complete else "failed", "reason": "" if self.complete else self.reason,
-                "rc": final.rc if final else None, "node_id": final.node_id if final else "",
-                "host": final.host if final else "", "seconds": final.seconds if final else 0.0,
-                "cores": final.cores if final else [], "cut_files": final.cut if final else [],
-                "attempts": [a.to_dict() for a in self.attempts]}
+        return {
+            "index": self.shard.index,
+            "label": self.shard.label,
+            "cases": self.shard.cases,
+            "operators": [u.rel_path for u in self.shard.units],
+            "status": "graded" if self.complete else "failed",
+            "reason": "" if self.complete else self.reason,
+            "rc": final.rc if final else None,
+            "node_id": final.node_id if final else "",
+            "host": final.host if final else "",
+            "seconds": final.seconds if final else 0.0,
+            "cores": final.cores if final else [],
+            "cut_files": final.cut if final else [],
+            "attempts": [a.to_dict() for a in self.attempts],
+        }
 
 
 def failure(result: ShardResult) -> str:
@@ -125,20 +139,40 @@ class Runner:
         here = ray.get_runtime_context().get_node_id()
         # on the driver's own node, hard: a soft affinity placed it on any node, and a node lost mid-run took it
         # along (that node's death would take the driver's raylet, hence the driver, anyway)
-        progress: Any = ray.remote(num_cpus=0)(Progress).options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False)).remote()
+        progress: Any = (
+            ray.remote(num_cpus=0)(Progress)
+            .options(scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False))
+            .remote()
+        )
         task = ray.remote(grade_shard)
-        options = {**self.cluster.request(), "max_retries": LOST_RETRIES, "retry_exceptions": False,
-                   "scheduling_strategy": "SPREAD"}
+        options = {
+            **self.cluster.request(),
+            "max_retries": LOST_RETRIES,
+            "retry_exceptions": False,
+            "scheduling_strategy": "SPREAD",
+        }
         pending: dict[Any, int] = {}
 
         def submit(shard: Shard) -> None:
             record = self.records.setdefault(shard.index, ShardRecord(shard))
             record.submitted += 1
-            spec = ShardSpec(shard.index, shard.label, self.tree, self.source, [u.path for u in shard.units],
-                             ignored_elsewhere(shard, self.units), list(self.extra), os.getcwd(),
-                             os.environ.get("OMP_NUM_THREADS"), _version(), self.cluster.kind,
-                             self.cluster.cpus_per_judge, self.timeout_s, record.submitted, progress)
+            spec = ShardSpec(
+                shard.index,
+                shard.label,
+                self.tree,
+                self.source,
+                [u.path for u in shard.units],
+                ignored_elsewhere(shard, self.units),
+                list(self.extra),
+                os.getcwd(),
+                os.environ.get("OMP_NUM_THREADS"),
+                _version(),
+                self.cluster.kind,
+                self.cluster.cpus_per_judge,
+                self.timeout_s,
+                record.submitted,
+                progress,
+            )
             pending[task.options(**options, name=f"cannbench-shard-{shard.index}").remote(spec)] = shard.index
 
         for shard in shards:
@@ -159,9 +193,15 @@ class Runner:
         except KeyboardInterrupt:
             for ref, index in pending.items():
                 ray.cancel(ref, force=True)
-                self._finished(index, ShardResult(index, self.records[index].submitted,
-                                                  error="the run was interrupted (Ctrl-C) before this shard ended"),
-                               retry=False)
+                self._finished(
+                    index,
+                    ShardResult(
+                        index,
+                        self.records[index].submitted,
+                        error="the run was interrupted (Ctrl-C) before this shard ended",
+                    ),
+                    retry=False,
+                )
             pending.clear()
         self._events(self._take(ray, progress))
         return [self.records[s.index] for s in shards]
@@ -176,8 +216,7 @@ class Runner:
             return events
         except ray.exceptions.RayError as exc:
             self.progress_lost = True
-            self.say(f"warning: the progress actor is gone ({type(exc).__name__}); shards go on without start "
-                     "events")
+            self.say(f"warning: the progress actor is gone ({type(exc).__name__}); shards go on without start events")
             return []
 
     def _result(self, ray: Any, ref: Any, index: int) -> ShardResult:
@@ -187,8 +226,11 @@ class Runner:
         except ray.exceptions.RayError as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             record = self.records[index]
-            return ShardResult(index, record.submitted, error=f"lost after {LOST_RETRIES + 1} tries by Ray "
-                                                              f"({type(exc).__name__}: {first})")
+            return ShardResult(
+                index,
+                record.submitted,
+                error=f"lost after {LOST_RETRIES + 1} tries by Ray ({type(exc).__name__}: {first})",
+            )
 
     def _events(self, events: list[dict[str, Any]]) -> None:
         for event in events:
@@ -198,8 +240,10 @@ class Runner:
             running = [a for a in record.attempts if a.result == "running"]
             for lost in running:  # a new start while one was running: Ray reran it after a loss
                 lost.result, lost.error = "lost", "its worker or node was lost; Ray reran the shard"
-                self.say(f"shard {record.shard.label}: lost on {lost.host} (node {lost.node_id[:8]}): its worker or "
-                         "node died; Ray reruns it")
+                self.say(
+                    f"shard {record.shard.label}: lost on {lost.host} (node {lost.node_id[:8]}): its worker or "
+                    "node died; Ray reruns it"
+                )
             node, host = str(event.get("node_id", "")), str(event.get("host", ""))
             record.attempts.append(Attempt(node, host, "running"))
             cores = event.get("cores") or []
@@ -220,30 +264,43 @@ class Runner:
         for stale in running[:-1]:
             stale.result = "lost"
         attempt.node_id, attempt.host = result.node_id or attempt.node_id, result.host or attempt.host
-        attempt.result, attempt.seconds, attempt.rc, attempt.error = ("failed" if why else "graded", result.seconds,
-                                                                      result.rc, why)
+        attempt.result, attempt.seconds, attempt.rc, attempt.error = (
+            "failed" if why else "graded",
+            result.seconds,
+            result.rc,
+            why,
+        )
         label = record.shard.label
         if not why:
             self.say(f"shard {label}: done on {result.host} in {result.seconds:.1f} s (pytest exit {result.rc})")
             return False
         if retry and record.submitted <= self.retries:
-            self.say(f"shard {label}: failed on {result.host or 'its node'}: {why}; retrying "
-                     f"(attempt {record.submitted + 1} of {self.retries + 1})")
+            self.say(
+                f"shard {label}: failed on {result.host or 'its node'}: {why}; retrying "
+                f"(attempt {record.submitted + 1} of {self.retries + 1})"
+            )
             return True
         tail = "".join(f"\n    | {line}" for line in result.log_tail.splitlines()[-15:])
-        self.say(f"shard {label}: FAILED after {record.submitted} attempt(s): {why}" + (f"; log tail:{tail}" if tail
-                                                                                       else ""))
+        self.say(
+            f"shard {label}: FAILED after {record.submitted} attempt(s): {why}" + (f"; log tail:{tail}" if tail else "")
+        )
         return False
 
     def _check_slots(self, ray: Any, pending: dict[Any, int]) -> None:
         """Fail the waiting shards when no node can hold a judge any more (they would wait for ever)."""
         try:
-            now = view(ray, address=self.cluster.address, embedded=self.cluster.embedded,
-                       cpus_per_judge=self.cluster.cpus_per_judge)
+            now = view(
+                ray,
+                address=self.cluster.address,
+                embedded=self.cluster.embedded,
+                cpus_per_judge=self.cluster.cpus_per_judge,
+            )
             if now.kind != self.cluster.kind:
-                raise InputError(f"no node of the cluster holds a {self.cluster.kind.upper()} judge any more (the "
-                                 f"run grades on {self.cluster.kind.upper()}s; what is left has {now.kind.upper()} "
-                                 "judges only)")
+                raise InputError(
+                    f"no node of the cluster holds a {self.cluster.kind.upper()} judge any more (the "
+                    f"run grades on {self.cluster.kind.upper()}s; what is left has {now.kind.upper()} "
+                    "judges only)"
+                )
         except InputError as exc:
             for ref, index in list(pending.items()):
                 ray.cancel(ref, force=True)

@@ -50,21 +50,29 @@ def _class_prefix(cases: list[ET.Element]) -> str:
 
 def _lost_case(prefix: str, outcome: Mapping[str, Any]) -> ET.Element:
     rel_path, key = str(outcome["rel_path"]), str(outcome["key"])
-    label = key[len(rel_path) + 1:] if key.startswith(rel_path + "_") else key
+    label = key[len(rel_path) + 1 :] if key.startswith(rel_path + "_") else key
     label = label.zfill(2) if label.isdigit() else label  # as collection names a case: case ids of two digits
-    case = ET.Element("testcase", classname=prefix + rel_path.replace("/", ".") + ".cases.yaml",
-                      name=f"{rel_path.rsplit('/', 1)[-1]}[{label}]", time="0.000")
+    case = ET.Element(
+        "testcase",
+        classname=prefix + rel_path.replace("/", ".") + ".cases.yaml",
+        name=f"{rel_path.rsplit('/', 1)[-1]}[{label}]",
+        time="0.000",
+    )
     props = ET.SubElement(case, "properties")
-    for name, value in (("cann_case", key), ("cann_status", outcome["status"]),
-                        ("cann_failure_type", outcome["failure_type"])):
+    for name, value in (
+        ("cann_case", key),
+        ("cann_status", outcome["status"]),
+        ("cann_failure_type", outcome["failure_type"]),
+    ):
         ET.SubElement(props, "property", name=name, value=str(value))
     error = ET.SubElement(case, "error", message=str(outcome["message"])[:500])
     error.text = str(outcome["message"])
     return case
 
 
-def merge_junit(shard_files: list[Path], lost: Sequence[Mapping[str, Any]], board: Mapping[str, Any], out: Path,
-                wall_s: float) -> None:
+def merge_junit(
+    shard_files: list[Path], lost: Sequence[Mapping[str, Any]], board: Mapping[str, Any], out: Path, wall_s: float
+) -> None:
     """Write ``out``: the shards' cases and the lost ones in one suite."""
     cases: list[ET.Element] = []
     first: ET.Element | None = None
@@ -84,10 +92,18 @@ def merge_junit(shard_files: list[Path], lost: Sequence[Mapping[str, Any]], boar
         elif case.find("skipped") is not None:
             counts["skipped"] += 1
     root = ET.Element("testsuites", name="pytest tests")
-    suite = ET.SubElement(root, "testsuite", name="pytest", errors=str(counts["errors"]),
-                          failures=str(counts["failures"]), skipped=str(counts["skipped"]), tests=str(len(cases)),
-                          time=f"{wall_s:.3f}", timestamp=(first.get("timestamp", "") if first is not None else ""),
-                          hostname="cannbench-cluster")
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        name="pytest",
+        errors=str(counts["errors"]),
+        failures=str(counts["failures"]),
+        skipped=str(counts["skipped"]),
+        tests=str(len(cases)),
+        time=f"{wall_s:.3f}",
+        timestamp=(first.get("timestamp", "") if first is not None else ""),
+        hostname="cannbench-cluster",
+    )
     props = ET.SubElement(suite, "properties")
     for name, value in junit_properties(board):
         ET.SubElement(props, "property", name=name, value=str(value))

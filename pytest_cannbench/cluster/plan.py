@@ -64,8 +64,9 @@ class Shard:
         return tuple(k for u in self.units for k in u.keys)
 
     def describe(self) -> str:
-        names = ", ".join(u.rel_path for u in self.units[:4]) + (f" +{len(self.units) - 4}" if len(self.units) > 4
-                                                                   else "")
+        names = ", ".join(u.rel_path for u in self.units[:4]) + (
+            f" +{len(self.units) - 4}" if len(self.units) > 4 else ""
+        )
         return f"{len(self.units)} operators, {self.cases} cases ({names})"
 
 
@@ -105,9 +106,11 @@ def refuse_problems(tree: Path) -> None:
             found.append(path.relative_to(root).as_posix())
     if found:
         more = f" and {len(found) - 3} more" if len(found) > 3 else ""
-        raise InputError(f"{tree}: holds KernelBench problem files ({', '.join(found[:3])}{more}), which "
-                         "cluster-grade does not shard yet; grade them with pytest --cann-shard K/N on each host "
-                         "and cannbench merge (docs/ci.md), or point --tasks at the CANN operators only")
+        raise InputError(
+            f"{tree}: holds KernelBench problem files ({', '.join(found[:3])}{more}), which "
+            "cluster-grade does not shard yet; grade them with pytest --cann-shard K/N on each host "
+            "and cannbench merge (docs/ci.md), or point --tasks at the CANN operators only"
+        )
 
 
 def split(units: list[Unit], shards: int) -> list[Shard]:

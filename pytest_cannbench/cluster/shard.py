@@ -34,7 +34,7 @@ SHIP_LIMIT = 64 * 2**20  # bytes of a shard's report directory shipped back; log
 LOG_LIMIT = 4 * 2**20  # one log file's share at most (its tail)
 TAIL_LINES = 30
 TERM_GRACE_S = 30.0  # after SIGTERM (the shard's timeout) the session writes its board of interrupted cases
-SHARED_FS = "docs/cluster.md, \"The shared filesystem\""
+SHARED_FS = 'docs/cluster.md, "The shared filesystem"'
 
 
 @dataclass
@@ -77,24 +77,38 @@ class ShardResult:
 
 def command(spec: ShardSpec, report_dir: Path) -> list[str]:
     """The pytest session of a shard: the whole tree under --cann-tasks, the other shards' operators ignored."""
-    return [sys.executable, "-m", "pytest", f"--cann-tasks={spec.tree}", f"--cann-source={spec.source}",
-            f"--cann-report-dir={report_dir}", f"--junitxml={report_dir / JUNIT}", "-p", "no:cacheprovider",
-            *spec.ignore, *spec.extra]
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        f"--cann-tasks={spec.tree}",
+        f"--cann-source={spec.source}",
+        f"--cann-report-dir={report_dir}",
+        f"--junitxml={report_dir / JUNIT}",
+        "-p",
+        "no:cacheprovider",
+        *spec.ignore,
+        *spec.extra,
+    ]
 
 
 def unreachable(spec: ShardSpec) -> str:
     """Why this node cannot grade the shard ("" when it can)."""
     host = socket.gethostname()
     if __version__ != spec.version:
-        return (f"node {host} has pytest-cannbench {__version__}, the driver {spec.version}: install the same "
-                "version on every node (boards of different versions are not graded alike)")
+        return (
+            f"node {host} has pytest-cannbench {__version__}, the driver {spec.version}: install the same "
+            "version on every node (boards of different versions are not graded alike)"
+        )
     wanted = [(spec.tree, "the task tree"), (spec.source, "the submission")]
     wanted += [(op, "an operator directory of this shard") for op in spec.operators]
     for path, what in wanted:
         if not os.path.exists(path):
-            return (f"node {host} cannot see {what} at {path}: cluster-grade reads the task tree and the "
-                    f"submission at the same paths on every node; mount them there ({SHARED_FS}) or leave this "
-                    "node out of the cluster")
+            return (
+                f"node {host} cannot see {what} at {path}: cluster-grade reads the task tree and the "
+                f"submission at the same paths on every node; mount them there ({SHARED_FS}) or leave this "
+                "node out of the cluster"
+            )
     return ""
 
 
@@ -118,7 +132,7 @@ def judge_cores(spec: ShardSpec) -> Iterator[list[int]]:
             handle.close()
             continue
         try:
-            yield allowed[share * per:(share + 1) * per]
+            yield allowed[share * per : (share + 1) * per]
         finally:
             handle.close()
         return
@@ -138,8 +152,10 @@ def _tail(path: Path, lines: int = TAIL_LINES) -> str:
 def ship(report_dir: Path) -> tuple[dict[str, bytes], list[str]]:
     """The report directory as ``{relative path: bytes}``: the board, journal, junit, page and log first, then
     the session's logs, each at most :data:`LOG_LIMIT` (its tail), all within :data:`SHIP_LIMIT`."""
-    paths = sorted((p for p in report_dir.rglob("*") if p.is_file() and not p.is_symlink()),
-                   key=lambda p: (p.relative_to(report_dir).as_posix() not in FIRST, p.as_posix()))
+    paths = sorted(
+        (p for p in report_dir.rglob("*") if p.is_file() and not p.is_symlink()),
+        key=lambda p: (p.relative_to(report_dir).as_posix() not in FIRST, p.as_posix()),
+    )
     files: dict[str, bytes] = {}
     cut: list[str] = []
     left = SHIP_LIMIT
@@ -171,18 +187,33 @@ def _environment(spec: ShardSpec) -> dict[str, str]:
 
 def _run(spec: ShardSpec, report_dir: Path, cores: list[int], result: ShardResult) -> None:
     log = report_dir.parent / PYTEST_LOG
-    launcher = [sys.executable, "-m", "pytest_cannbench.cluster.launch_main", str(os.getpid()),
-                ",".join(map(str, cores)) or "-", "--"]
+    launcher = [
+        sys.executable,
+        "-m",
+        "pytest_cannbench.cluster.launch_main",
+        str(os.getpid()),
+        ",".join(map(str, cores)) or "-",
+        "--",
+    ]
     cwd = spec.cwd if os.path.isdir(spec.cwd) else str(report_dir.parent)
     t0 = time.monotonic()
     with open(log, "wb") as out:
-        proc = subprocess.Popen([*launcher, *command(spec, report_dir)], cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=_environment(spec), start_new_session=True)
+        proc = subprocess.Popen(
+            [*launcher, *command(spec, report_dir)],
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=_environment(spec),
+            start_new_session=True,
+        )
         try:
             result.rc = proc.wait(timeout=spec.timeout_s)
         except subprocess.TimeoutExpired:
-            result.error = (f"the session did not finish within --shard-timeout {spec.timeout_s:g} s and was "
-                            "stopped (SIGTERM: its finished cases are kept)")
+            result.error = (
+                f"the session did not finish within --shard-timeout {spec.timeout_s:g} s and was "
+                "stopped (SIGTERM: its finished cases are kept)"
+            )
             os.killpg(proc.pid, signal.SIGTERM)
             try:
                 proc.wait(timeout=TERM_GRACE_S)
@@ -219,8 +250,16 @@ def grade_shard(spec: ShardSpec) -> ShardResult:
             result.cores = cores
             if spec.progress is not None:
                 with contextlib.suppress(Exception):
-                    spec.progress.post.remote({"event": "started", "index": spec.index, "attempt": spec.attempt,
-                                               "node_id": result.node_id, "host": result.host, "cores": cores})
+                    spec.progress.post.remote(
+                        {
+                            "event": "started",
+                            "index": spec.index,
+                            "attempt": spec.attempt,
+                            "node_id": result.node_id,
+                            "host": result.host,
+                            "cores": cores,
+                        }
+                    )
             _run(spec, report_dir, cores, result)
         result.files, result.cut = ship(report_dir)
     except OSError as exc:

@@ -90,8 +90,9 @@ class CaseRun:
         self.outcome = self.seal(result) if self.seal is not None else result
         return self.outcome
 
-    def stop(self, kind: str, status: oc.Status, failure_type: oc.FailureType | None, message: str,
-             said: str = "") -> CaseStopped:
+    def stop(
+        self, kind: str, status: oc.Status, failure_type: oc.FailureType | None, message: str, said: str = ""
+    ) -> CaseStopped:
         """Record the outcome and return the exception that says so (``said``: the line, if not the message)."""
         self.record(self.source.outcome(status, failure_type, message))
         return CaseStopped(kind, said or message)
@@ -142,11 +143,21 @@ class CaseRun:
             raise self.stop("task", oc.ERROR, oc.TASK_ERROR, source.task_error, f"task_error: {source.task_error}")
         submission = self.judge.submission_of(self.route.candidate)
         if submission is not None and not submission.ok:
-            raise self.stop("fail", oc.Status(submission.status), oc.FailureType(submission.status), submission.message,
-                            f"{submission.status}: {submission.message}")
+            raise self.stop(
+                "fail",
+                oc.Status(submission.status),
+                oc.FailureType(submission.status),
+                submission.message,
+                f"{submission.status}: {submission.message}",
+            )
         if self.build_failed:
-            raise self.stop("fail", oc.COMPILE_FAILED, oc.FailureType.COMPILE_FAILED, self.build_failed,
-                            f"{oc.COMPILE_FAILED}: {self.build_failed}")
+            raise self.stop(
+                "fail",
+                oc.COMPILE_FAILED,
+                oc.FailureType.COMPILE_FAILED,
+                self.build_failed,
+                f"{oc.COMPILE_FAILED}: {self.build_failed}",
+            )
 
     def run(self) -> CaseOutcome:
         """The candidate, judged, then timed once it passes; the final outcome (a failure raises
@@ -163,15 +174,21 @@ class CaseRun:
 
             self.phase("peak")  # the timed sets' references are goldens too
             with self.clock.phase("timing"):
-                timing, failure = measure(source, ref, worker, self.perf(), self.clock,
-                                          lean=decided_without_native(result.accuracy))
+                timing, failure = measure(
+                    source, ref, worker, self.perf(), self.clock, lean=decided_without_native(result.accuracy)
+                )
             if failure is not None:
                 failure.accuracy = result.accuracy
                 result = failure
             result.timing = timing
         else:
-            result.timing = not_measured("--cann-no-perf" if not settings.perf else "not the timed item"
-                                         if not self.route.timed else f"the case {result.status}")
+            result.timing = not_measured(
+                "--cann-no-perf"
+                if not settings.perf
+                else "not the timed item"
+                if not self.route.timed
+                else f"the case {result.status}"
+            )
         if judge.fence().active and result.timing:  # for the reports' account of isolation (never scored)
             result.timing["accuracy_spans"] = [*self.spans, *result.timing.get("accuracy_spans", [])]
         result.golden_cached = ref.cached
@@ -206,8 +223,7 @@ class CaseRun:
     def admit(self, alone: bool = False) -> str | None:
         """Through the run's memory plan: why the case is too large, or None once it holds its place (released
         at teardown); ``alone``: run it alone whatever its estimate."""
-        return memory.admit(self.judge, self.route.need, self.admission_workers(), self._hold, self.clock,
-                            alone=alone)
+        return memory.admit(self.judge, self.route.need, self.admission_workers(), self._hold, self.clock, alone=alone)
 
     def phase(self, phase: str) -> None:
         """Hold what the case's next phase needs of its memory pool reservation (:func:`memory.hold_phase`)."""
@@ -236,8 +252,10 @@ class CaseRun:
                 ref = self.source.prepare()
         except GoldenFailure as exc:
             raise GoldenFailure(f"{exc} (also alone, with {whole:.1f} GiB of address space)", oom=exc.oom) from None
-        self.golden_alone = (f"the golden ran out of its slot's memory ({first}); it ran again alone, with "
-                             f"{whole:.1f} GiB of address space")
+        self.golden_alone = (
+            f"the golden ran out of its slot's memory ({first}); it ran again alone, with "
+            f"{whole:.1f} GiB of address space"
+        )
         return ref
 
     def correctness(self, ref: Reference, worker: CandidateWorker) -> tuple[CaseOutcome, float]:
@@ -257,8 +275,15 @@ class CaseRun:
             self.judge.fence().let_windows_pass()  # another judge's window, waiting, goes before the second pass
             like = ref if decided_without_native(result.accuracy) else None  # its native runs where needed
             self.phase("golden_kept")  # the first reference stays with the judge
-            again = second_pass(source, worker, timeout_s, log_dir, self.clock, like=like,
-                                after_golden=lambda: self.phase("candidate_kept"))
+            again = second_pass(
+                source,
+                worker,
+                timeout_s,
+                log_dir,
+                self.clock,
+                like=like,
+                after_golden=lambda: self.phase("candidate_kept"),
+            )
             if again is not None:
                 again.accuracy = again.accuracy or result.accuracy
                 result = again

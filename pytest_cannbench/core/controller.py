@@ -115,22 +115,35 @@ class Controller:
             assert s.source is not None  # wanted() is false without a source
             self.submission = kernelbench_submission.prepare(s.source, self.log_dir, s.build_timeout_s, box=box)
         else:
-            self.submission = prepare(s.source, no_install=s.no_install, report_dir=self.report_dir,
-                                      build_timeout=s.build_timeout_s, guard=s.guard, box=box, rebuild=s.rebuild,
-                                      announce=announce)
+            self.submission = prepare(
+                s.source,
+                no_install=s.no_install,
+                report_dir=self.report_dir,
+                build_timeout=s.build_timeout_s,
+                guard=s.guard,
+                box=box,
+                rebuild=s.rebuild,
+                announce=announce,
+            )
         self.owns_submission = True
 
-    def prepare_candidate(self, name: str, source: str, *, kernelbench: bool = False,
-                          sample: int | None = None) -> SubmissionState:
+    def prepare_candidate(
+        self, name: str, source: str, *, kernelbench: bool = False, sample: int | None = None
+    ) -> SubmissionState:
         """One more candidate, built into its own private install and logs (``<report dir>/candidates/<name>``)."""
         s = self.settings
         report_dir = self.report_dir / "candidates" / name
         if kernelbench:
-            sub = kernelbench_submission.prepare(source, report_dir / "logs", s.build_timeout_s, sample,
-                                                 box=self.box())
+            sub = kernelbench_submission.prepare(source, report_dir / "logs", s.build_timeout_s, sample, box=self.box())
         else:
-            sub = prepare(source, no_install=False, report_dir=report_dir, build_timeout=s.build_timeout_s,
-                          guard=s.guard, box=self.box())
+            sub = prepare(
+                source,
+                no_install=False,
+                report_dir=report_dir,
+                build_timeout=s.build_timeout_s,
+                guard=s.guard,
+                box=self.box(),
+            )
         self.submissions[name] = sub
         if self.submission is None:
             self.submission = sub
@@ -182,11 +195,15 @@ class Controller:
             s, gib = self.settings, 1 << 30
             candidates = min(len(self.candidate_names()) or 1, MAX_LIVE_WORKERS)
             plan = memory_plan.make_plan(
-                limits.inherited(), memory_plan.mem_available(), self.processes, self.judges_per_process(),
+                limits.inherited(),
+                memory_plan.mem_available(),
+                self.processes,
+                self.judges_per_process(),
                 int(s.golden_memory_gib * gib) if s.golden_memory_gib else None,
                 int(s.worker_memory_gib * gib) if s.worker_memory_gib else None,
                 int(s.session_memory_gib * gib) if s.session_memory_gib else None,
-                timed_regions=candidates + 1 if s.perf else 0)
+                timed_regions=candidates + 1 if s.perf else 0,
+            )
             if self.processes > 1:  # the memory pool's ledger: one file per run, like the timing fence
                 ledger = lock_dir() / f"memory-{os.getpid()}-{os.urandom(6).hex()}.pool"
                 ledger.touch()
@@ -197,10 +214,18 @@ class Controller:
     def judge_setup(self, worker_id: str = "main") -> JudgeSetup:
         """What a judge of this run is given."""
         fence = self.fence_path()
-        return JudgeSetup(worker_id=worker_id, processes=self.processes, memory_plan=self.memory_plan(),
-                          submission=self.submission, submissions=dict(self.submissions), pins=dict(self.pins),
-                          resumed=self.resumed, fence_path=str(fence) if fence is not None else None,
-                          task_roots=self.task_roots, candidates=tuple(self.candidate_names()))
+        return JudgeSetup(
+            worker_id=worker_id,
+            processes=self.processes,
+            memory_plan=self.memory_plan(),
+            submission=self.submission,
+            submissions=dict(self.submissions),
+            pins=dict(self.pins),
+            resumed=self.resumed,
+            fence_path=str(fence) if fence is not None else None,
+            task_roots=self.task_roots,
+            candidates=tuple(self.candidate_names()),
+        )
 
     def device(self, detected: str | None = None) -> DevicePlan:
         """The run's device plan as the controller sees it; ``detected``, the kind a judge found for

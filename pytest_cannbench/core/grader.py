@@ -71,8 +71,7 @@ class Grader:
         self.controller.start_submission(self.announce)
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
     @property
@@ -101,8 +100,11 @@ class Grader:
 
     def operators(self) -> Iterator[Path]:
         """Every operator directory under the task tree, in path order."""
-        roots = [self.tasks] if looks_like_operator_dir(self.tasks) else sorted(
-            p.parent for p in self.tasks.rglob("cases.yaml") if looks_like_operator_dir(p.parent))
+        roots = (
+            [self.tasks]
+            if looks_like_operator_dir(self.tasks)
+            else sorted(p.parent for p in self.tasks.rglob("cases.yaml") if looks_like_operator_dir(p.parent))
+        )
         yield from roots
 
     def _task(self, op_dir: Path) -> OperatorTask | TaskFormatError:
@@ -122,8 +124,15 @@ class Grader:
             task = self._task(op_dir)
             if isinstance(task, TaskFormatError):
                 rel = op_dir.name
-                ref = CaseRef(key=f"{rel}_task", rel_path=rel, operator=op_dir.name, case_id=None, level=None,
-                              names=(op_dir.name, f"{op_dir.name}[task]"), error=str(task))
+                ref = CaseRef(
+                    key=f"{rel}_task",
+                    rel_path=rel,
+                    operator=op_dir.name,
+                    case_id=None,
+                    level=None,
+                    names=(op_dir.name, f"{op_dir.name}[task]"),
+                    error=str(task),
+                )
                 if match(ref.names):
                     found.append(ref)
                 continue
@@ -131,11 +140,24 @@ class Grader:
             width = max(2, len(str(max(ids)))) if ids else 2
             for case in task.cases:
                 label = f"{case.case_id:0{width}d}" if case.case_id is not None else f"#{case.index}"
-                names = (task.spec.name, task.rel_path, f"{op_dir.name}[{label}]", *case.dtype_names,
-                         *([task.spec.category] if task.spec.category else []),
-                         *([f"level{task.level}"] if task.level is not None else []))
-                ref = CaseRef(key=task.result_key(case), rel_path=task.rel_path, operator=task.spec.name,
-                              case_id=case.case_id, level=task.level, names=names, task=task, case=case)
+                names = (
+                    task.spec.name,
+                    task.rel_path,
+                    f"{op_dir.name}[{label}]",
+                    *case.dtype_names,
+                    *([task.spec.category] if task.spec.category else []),
+                    *([f"level{task.level}"] if task.level is not None else []),
+                )
+                ref = CaseRef(
+                    key=task.result_key(case),
+                    rel_path=task.rel_path,
+                    operator=task.spec.name,
+                    case_id=case.case_id,
+                    level=task.level,
+                    names=names,
+                    task=task,
+                    case=case,
+                )
                 if match(names):
                     found.append(ref)
         return found
@@ -144,8 +166,14 @@ class Grader:
         """The case's run on this grader's judge (three phases a front-end may drive itself)."""
         assert case.task is not None and case.case is not None
         judge, task, spec = self.judge, case.task, case.case
-        source = OperatorCase(task=task, case=spec, settings=self.settings, service=judge.golden_service,
-                              candidate=candidate or "", memo=judge.shared_reference if candidate else None)
+        source = OperatorCase(
+            task=task,
+            case=spec,
+            settings=self.settings,
+            service=judge.golden_service,
+            candidate=candidate or "",
+            memo=judge.shared_reference if candidate else None,
+        )
         route = Route(source=source, candidate=candidate, need=case_need(task, spec, self.settings))
         if spec.world_size is not None:
             return MultiRankRun(judge, route, task=task, case=spec)
@@ -156,8 +184,16 @@ class Grader:
         if candidate is not None and candidate not in self.judge.submissions:
             raise KeyError(f"candidate {candidate!r} is not prepared (Grader.prepare first)")
         if case.error is not None:
-            return CaseOutcome(key=case.key, rel_path=case.rel_path, operator="", case_id=None, status=oc.ERROR,
-                               failure_type=oc.TASK_ERROR, message=case.error, candidate=candidate or "")
+            return CaseOutcome(
+                key=case.key,
+                rel_path=case.rel_path,
+                operator="",
+                case_id=None,
+                status=oc.ERROR,
+                failure_type=oc.TASK_ERROR,
+                message=case.error,
+                candidate=candidate or "",
+            )
         result = self.run_of(case, candidate).grade()
         result.candidate = candidate or ""
         return result

@@ -47,9 +47,11 @@ T = TypeVar("T")
 MAX_LIVE_WORKERS = 6  # candidate workers kept alive at once when several candidates share a judge (LRU)
 
 # candidate-worker roles: (log name, mode when grading, whether it loads the submission's install)
-WORKER_ROLES = {"candidate": ("candidate", "submission", True),  # CANN operators of the submission
-                "kernelbench": ("kernelbench", "kernelbench", True),  # ModelNew modules (+ their JIT builds)
-                "baseline": ("baseline", "golden", False)}  # the live baseline: never imports the submission
+WORKER_ROLES = {
+    "candidate": ("candidate", "submission", True),  # CANN operators of the submission
+    "kernelbench": ("kernelbench", "kernelbench", True),  # ModelNew modules (+ their JIT builds)
+    "baseline": ("baseline", "golden", False),
+}  # the live baseline: never imports the submission
 
 
 @dataclass(frozen=True)
@@ -68,22 +70,34 @@ class JudgeSetup:
     candidates: tuple[str, ...] = ()  # the candidates items are parametrised by (empty: one submission)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"worker_id": self.worker_id, "processes": self.processes, "memory_plan": self.memory_plan.to_dict(),
-                "submission": self.submission.to_dict() if self.submission is not None else None,
-                "submissions": {k: v.to_dict() for k, v in self.submissions.items()}, "pins": dict(self.pins),
-                "resumed": sorted(self.resumed), "fence_path": self.fence_path, "task_roots": list(self.task_roots),
-                "candidates": list(self.candidates)}
+        return {
+            "worker_id": self.worker_id,
+            "processes": self.processes,
+            "memory_plan": self.memory_plan.to_dict(),
+            "submission": self.submission.to_dict() if self.submission is not None else None,
+            "submissions": {k: v.to_dict() for k, v in self.submissions.items()},
+            "pins": dict(self.pins),
+            "resumed": sorted(self.resumed),
+            "fence_path": self.fence_path,
+            "task_roots": list(self.task_roots),
+            "candidates": list(self.candidates),
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], **override: Any) -> JudgeSetup:
         sub = data.get("submission")
-        made = cls(worker_id=str(data["worker_id"]), processes=int(data["processes"]),
-                   memory_plan=MemoryPlan.from_dict(data["memory_plan"]),
-                   submission=SubmissionState.from_dict(sub) if sub is not None else None,
-                   submissions={k: SubmissionState.from_dict(v) for k, v in (data.get("submissions") or {}).items()},
-                   pins=dict(data.get("pins") or {}), resumed=frozenset(data.get("resumed") or ()),
-                   fence_path=data.get("fence_path"), task_roots=tuple(data.get("task_roots") or ()),
-                   candidates=tuple(data.get("candidates") or ()))
+        made = cls(
+            worker_id=str(data["worker_id"]),
+            processes=int(data["processes"]),
+            memory_plan=MemoryPlan.from_dict(data["memory_plan"]),
+            submission=SubmissionState.from_dict(sub) if sub is not None else None,
+            submissions={k: SubmissionState.from_dict(v) for k, v in (data.get("submissions") or {}).items()},
+            pins=dict(data.get("pins") or {}),
+            resumed=frozenset(data.get("resumed") or ()),
+            fence_path=data.get("fence_path"),
+            task_roots=tuple(data.get("task_roots") or ()),
+            candidates=tuple(data.get("candidates") or ()),
+        )
         return replace(made, **override) if override else made
 
 
@@ -115,8 +129,7 @@ class Judge:
     def __enter__(self) -> Judge:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
     # ------------------------------------------------------------ what the setup says
@@ -220,8 +233,9 @@ class Judge:
             worker = self._workers[key] = self.new_worker(log_name, mode, submission, guard_role=name)
         return worker
 
-    def new_worker(self, name: str, mode: str, submission: SubmissionState | None,
-                   guard_role: str | None = None) -> CandidateWorker:
+    def new_worker(
+        self, name: str, mode: str, submission: SubmissionState | None, guard_role: str | None = None
+    ) -> CandidateWorker:
         """A candidate-side worker the caller owns (closes); ``mode`` is the grading mode, golden under
         self-check."""
         s = self.settings
@@ -231,16 +245,22 @@ class Judge:
         base = make_dir("worker")  # the worker's empty, private cwd
         worker = CandidateWorker(
             log_path=self.log_dir / f"{name}-worker-{self.worker_id}.log",
-            workdir=base / f"work-{self.worker_id}", mode=mode,
+            workdir=base / f"work-{self.worker_id}",
+            mode=mode,
             site_dir=submission.site_dir if submission is not None else None,
             env={**(submission.env if submission is not None else {}), **plan.env, **untimed_worker_env(s.perf)},
-            device=plan.worker_device, watch=for_judge(self.timed_threads(), self.worker_id, plan.worker_device),
-            threads=self.timed_threads(), memory_bytes=self.memory_plan.candidate,
+            device=plan.worker_device,
+            watch=for_judge(self.timed_threads(), self.worker_id, plan.worker_device),
+            threads=self.timed_threads(),
+            memory_bytes=self.memory_plan.candidate,
             startup_timeout_s=max(120.0, s.case_timeout_s),
-            guard=mode_for(guard_role or name, s.guard, s.kb_guard), protect=self.protected_paths(),
+            guard=mode_for(guard_role or name, s.guard, s.kb_guard),
+            protect=self.protected_paths(),
             coverage_floor=coverage_floor(guard_role or name, s.guard, s.kb_guard),
             static_problems=submission.guard_problems if submission is not None else [],
-            sandbox=self._sandbox(), readable=self._sandbox_readable(submission))
+            sandbox=self._sandbox(),
+            readable=self._sandbox_readable(submission),
+        )
         if self._private_goldens:  # an apart judge's workers log into its private directory, hidden from workers
             worker.log_path = self.log_dir / f"{name}-worker.log"
             worker.protect = sorted({*worker.protect, str(self.log_dir)})
@@ -302,16 +322,22 @@ class Judge:
     def perf_context(self) -> PerfContext:
         if self._perf is None:
             if self._owner is not None:  # the owner's anchors and device, this judge's baseline and logs
-                self._perf = replace(self._owner.perf_context(), baseline_worker=self.worker("baseline"),
-                                     log_dir=self.log_dir)
+                self._perf = replace(
+                    self._owner.perf_context(), baseline_worker=self.worker("baseline"), log_dir=self.log_dir
+                )
                 return self._perf
 
             s, plan = self.settings, self.device()
             self._perf = PerfContext(
-                settings=s, device=plan, baseline_worker=self.worker("baseline"),
-                anchors=make_anchor_source(s, plan, cache_dir(), self.timed_threads()), log_dir=self.log_dir,
-                npu=_npu_timer(s) if plan.kind == "npu" else None, fence=self.fence(),
-                telemetry=Telemetry() if plan.kind == "cuda" else None)
+                settings=s,
+                device=plan,
+                baseline_worker=self.worker("baseline"),
+                anchors=make_anchor_source(s, plan, cache_dir(), self.timed_threads()),
+                log_dir=self.log_dir,
+                npu=_npu_timer(s) if plan.kind == "npu" else None,
+                fence=self.fence(),
+                telemetry=Telemetry() if plan.kind == "cuda" else None,
+            )
         return self._perf
 
     def apart(self) -> Judge:

@@ -84,15 +84,26 @@ def hold_phase(judge: Judge, need: MemoryNeed | None, phase: str, clock: PhaseCl
     timing); a wait for more is its ``memory_wait``."""
     if need is None:
         return
-    nbytes = {"golden": need.golden, "candidate": need.candidate, "golden_kept": need.golden + need.kept,
-              "candidate_kept": need.candidate + need.kept, "peak": need.peak}[phase]
+    nbytes = {
+        "golden": need.golden,
+        "candidate": need.candidate,
+        "golden_kept": need.golden + need.kept,
+        "candidate_kept": need.candidate + need.kept,
+        "peak": need.peak,
+    }[phase]
     waited = judge.memory_pool().hold(nbytes, judge.fence().let_windows_pass)
     if waited >= 0.001:
         clock.add("memory_wait", waited)
 
 
-def admit(judge: Judge, need: MemoryNeed | None, workers: list[CandidateWorker],
-          hold: contextlib.ExitStack, clock: PhaseClock | None = None, alone: bool = False) -> str | None:
+def admit(
+    judge: Judge,
+    need: MemoryNeed | None,
+    workers: list[CandidateWorker],
+    hold: contextlib.ExitStack,
+    clock: PhaseClock | None = None,
+    alone: bool = False,
+) -> str | None:
     """The ``too_large`` message, or None with the case's hold entered on ``hold`` (closed at teardown).
 
     ``workers`` are the candidate-side workers the case will call (their watchdog limits are raised when it

@@ -63,8 +63,9 @@ class MultiRankRun(CaseRun):
 
         def template(rank: int) -> Any:
             if role == "candidate":
-                worker = judge.new_worker("candidate", "submission", judge.submission_of(candidate),
-                                          guard_role="candidate")
+                worker = judge.new_worker(
+                    "candidate", "submission", judge.submission_of(candidate), guard_role="candidate"
+                )
             else:
                 worker = judge.new_worker("baseline", "golden", None, guard_role="baseline")
             name = role if candidate is None else f"{role}-{candidate}"
@@ -73,8 +74,14 @@ class MultiRankRun(CaseRun):
             return worker
 
         # the submission's ranks share a network namespace of their own (trusted goldens use the host's loopback)
-        group = RankGroup.make(template, self.world_size, s.case_timeout_s, make_dir("ranks"), judge.log_dir,
-                               private_network=role == "candidate" and not s.self_check)
+        group = RankGroup.make(
+            template,
+            self.world_size,
+            s.case_timeout_s,
+            make_dir("ranks"),
+            judge.log_dir,
+            private_network=role == "candidate" and not s.self_check,
+        )
         self._groups.append(group)
         return group
 
@@ -87,21 +94,40 @@ class MultiRankRun(CaseRun):
             group = self._group("candidate")
             started = group.start(settings.case_timeout_s)
             if any(a.result.status != "ok" for a in started):
-                ends = [(a.rank, *fate(a.result.status), a.result.message) for a in started
-                        if a.result.status != "ok" and not a.stopped]
+                ends = [
+                    (a.rank, *fate(a.result.status), a.result.message)
+                    for a in started
+                    if a.result.status != "ok" and not a.stopped
+                ]
                 result = fold(self.task, self.case, ends, self.world_size)
                 result.message = f"the rank workers did not start: {result.message}"
             else:
                 with judge.fence().shared(self.spans):
-                    result = correctness(self.task, self.case, settings, ref, group,
-                                         payload(self.task, self.case, settings), judge.log_dir)
+                    result = correctness(
+                        self.task,
+                        self.case,
+                        settings,
+                        ref,
+                        group,
+                        payload(self.task, self.case, settings),
+                        judge.log_dir,
+                    )
         if result.status == oc.PASSED and settings.perf:
             assert self._goldens is not None
             with self.clock.phase("timing"):
                 baseline = self._group("baseline")
                 baseline.start(settings.case_timeout_s)
-                timing, failure = measure(self.task, self.case, settings, ref, group, baseline, self._goldens,
-                                          judge.log_dir, judge.perf_context().judge_flush())
+                timing, failure = measure(
+                    self.task,
+                    self.case,
+                    settings,
+                    ref,
+                    group,
+                    baseline,
+                    self._goldens,
+                    judge.log_dir,
+                    judge.perf_context().judge_flush(),
+                )
             if failure is not None:
                 failure.accuracy = result.accuracy
                 failure.warnings = result.warnings
@@ -120,5 +146,3 @@ class MultiRankRun(CaseRun):
             self._goldens.close()
             self._goldens = None
         super().teardown()
-
-

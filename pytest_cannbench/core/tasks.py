@@ -22,9 +22,13 @@ def check_pin(task: OperatorTask, pins: dict[str, str]) -> None:
     path = str(task.op_dir / "golden.py")
     pinned = pins.get(path)
     if pinned is not None and pinned != task.golden_sha256:
-        raise TaskFormatError(task.op_dir / "golden.py", "", f"changed after the session started (sha256 "
-                              f"{pinned[:12]} before the submission was built, {task.golden_sha256[:12]} now)",
-                              "restore the task tree (something rewrote it during the build) and rerun")
+        raise TaskFormatError(
+            task.op_dir / "golden.py",
+            "",
+            f"changed after the session started (sha256 "
+            f"{pinned[:12]} before the submission was built, {task.golden_sha256[:12]} now)",
+            "restore the task tree (something rewrote it during the build) and rerun",
+        )
 
 
 def load_task(op_dir: Path, pins: dict[str, str]) -> OperatorTask:

@@ -45,15 +45,19 @@ class CannBenchRun:
         if settings.tasks and config.args_source != pytest.Config.ArgsSource.ARGS:
             config.args = [settings.tasks]
         if getattr(config, "workerinput", None) is None:
-            collector = results.ResultCollector(key_of=lambda nodeid: keys.key_from_nodeid(
-                nodeid, config.rootpath, settings.kb_trials, keys.initial_paths(config)))
+            collector = results.ResultCollector(
+                key_of=lambda nodeid: keys.key_from_nodeid(
+                    nodeid, config.rootpath, settings.kb_trials, keys.initial_paths(config)
+                )
+            )
             self.collector = collector
             config.pluginmanager.register(collector, "cannbench-results")
             if config.pluginmanager.hasplugin("xdist"):
                 config.pluginmanager.register(XdistHooks(), "cannbench-xdist")
             if config.pluginmanager.hasplugin("html"):
-                config.pluginmanager.register(HtmlHooks(lambda: collector.board, cap=settings.hap_cap),
-                                              "cannbench-html")
+                config.pluginmanager.register(
+                    HtmlHooks(lambda: collector.board, cap=settings.hap_cap), "cannbench-html"
+                )
 
     # ------------------------------------------------------------ session
 
@@ -66,8 +70,9 @@ class CannBenchRun:
             reporter = config.pluginmanager.get_plugin("terminalreporter")
             controller.start(reporter.write_line if reporter is not None else None)
             if self.collector is not None:
-                controller.core.resumed = journal.start(config, self.collector, self.settings,
-                                                        controller.core.submission)
+                controller.core.resumed = journal.start(
+                    config, self.collector, self.settings, controller.core.submission
+                )
                 if controller.core.submission is not None and not sandbox_of(controller.core.submission).on:
                     self.collector.run_flags.append(SANDBOX_OFF_FLAG)  # a weaker mode: on every case
         roles.start_judge(config)
@@ -190,12 +195,18 @@ def run_facts(controller: roles.RunController, collector: results.ResultCollecto
     """What the board records of the run's setup, from the controller (the device a judge detected)."""
     core, s = controller.core, controller.settings
     plan = core.device(collector.device_kind)
-    return journal.RunFacts(device_label=plan.label, hardware=hardware_key(s, plan) if plan.kind == "npu" else None,
-                            memory_plan=core.memory_plan().to_dict(),
-                            cpu_budget=board_config(core.timed_threads(), core.processes, plan.worker_device),
-                            cpu=cpu_model(),
-                            sandbox=(sandbox_of(core.submission).to_dict() if core.submission is not None
-                                     else {"mode": "none", "reason": "no submission code runs"}))
+    return journal.RunFacts(
+        device_label=plan.label,
+        hardware=hardware_key(s, plan) if plan.kind == "npu" else None,
+        memory_plan=core.memory_plan().to_dict(),
+        cpu_budget=board_config(core.timed_threads(), core.processes, plan.worker_device),
+        cpu=cpu_model(),
+        sandbox=(
+            sandbox_of(core.submission).to_dict()
+            if core.submission is not None
+            else {"mode": "none", "reason": "no submission code runs"}
+        ),
+    )
 
 
 def size_pool(config: pytest.Config, collected: list[pytest.Item]) -> None:

@@ -24,15 +24,20 @@ def lines(config: pytest.Config, run: RunController) -> list[str]:
         mode = "grading a submission"
     else:
         mode = "no candidate"
-    seed = f"seed {settings.seed}" + (" + a session secret (reports record its commitment)" if settings.secret
-                                      else "")
+    seed = f"seed {settings.seed}" + (" + a session secret (reports record its commitment)" if settings.secret else "")
     cache = "off (secret seeds never repeat)" if settings.secret else settings.golden_cache or "off"
-    out = [f"cannbench: {mode}; {seed}, inputs {settings.input_dist}/{settings.input_compat}, "
-           f"golden {settings.golden_precision}, checker {settings.checker}",
-           f"cannbench: golden cache {cache}; logs {core.log_dir}", core.budget_line(), core.memory_plan().describe()]
+    out = [
+        f"cannbench: {mode}; {seed}, inputs {settings.input_dist}/{settings.input_compat}, "
+        f"golden {settings.golden_precision}, checker {settings.checker}",
+        f"cannbench: golden cache {cache}; logs {core.log_dir}",
+        core.budget_line(),
+        core.memory_plan().describe(),
+    ]
     if settings.source or settings.no_install:
-        out.append(f"cannbench: guard {settings.guard} (builtin compute, host libraries, tampering); "
-                   "containment on (seccomp where available)")
+        out.append(
+            f"cannbench: guard {settings.guard} (builtin compute, host libraries, tampering); "
+            "containment on (seccomp where available)"
+        )
     if settings.hidden:
         out.append(hidden.header_line(settings))
     if settings.tasks:
@@ -41,8 +46,10 @@ def lines(config: pytest.Config, run: RunController) -> list[str]:
     if submitted is not None:
         out.append(f"cannbench: {sandbox.sandbox_of(submitted).describe()}")
         for name, sub in core.submissions.items() if core.submissions else [("", submitted)]:
-            out += [f"cannbench: [{name}] {line.removeprefix('cannbench: ')}" if name else line
-                    for line in build.header_lines(sub)]
+            out += [
+                f"cannbench: [{name}] {line.removeprefix('cannbench: ')}" if name else line
+                for line in build.header_lines(sub)
+            ]
     if settings.self_check or submitted is not None:
         if runs_cases(config):  # a judge: its own comparison kernel, built and self-tested
             from pytest_cannbench.judge.error_scan import kernel_line  # brings torch
@@ -60,23 +67,38 @@ def timing_lines(config: pytest.Config, run: RunController) -> list[str]:
     if not s.perf:
         return ["cannbench: timing off (--cann-no-perf): cases are 'not measured'"]
     plan = core.device()
-    flush = (f"cache flush {min(2 * last_level_cache_bytes(), MAX_FLUSH_BYTES) >> 20} MiB" if plan.kind == "cpu"
-             else "L2 flush" if plan.kind == "cuda" else "cache-clean kernel")
+    flush = (
+        f"cache flush {min(2 * last_level_cache_bytes(), MAX_FLUSH_BYTES) >> 20} MiB"
+        if plan.kind == "cpu"
+        else "L2 flush"
+        if plan.kind == "cuda"
+        else "cache-clean kernel"
+    )
     hap = f", HAP to +-{s.hap_target:g}" if s.hap_target > 0 else ""
-    repeat = (f"repeat auto ({s.repeat}-{s.repeat_max} calls, speed-up to +-{s.timing_target * 100:g}%{hap} or "
-              f"{s.timing_budget_s:g} s a case)" if s.repeat_auto else f"repeat {s.repeat}")
+    repeat = (
+        f"repeat auto ({s.repeat}-{s.repeat_max} calls, speed-up to +-{s.timing_target * 100:g}%{hap} or "
+        f"{s.timing_budget_s:g} s a case)"
+        if s.repeat_auto
+        else f"repeat {s.repeat}"
+    )
     threads = core.timed_threads()
-    out = [f"cannbench: timing on {plan.label}: {threads} thread{'s' if threads > 1 else ''} per timed call, "
-           f"warmup {s.warmup}, {repeat} on fresh verified inputs streamed "
-           f"one call at a time, candidate and baseline interleaved (ABBA), {flush}; T_baseline = the golden "
-           "in native precision on the device, unless metadata has one"]
+    out = [
+        f"cannbench: timing on {plan.label}: {threads} thread{'s' if threads > 1 else ''} per timed call, "
+        f"warmup {s.warmup}, {repeat} on fresh verified inputs streamed "
+        f"one call at a time, candidate and baseline interleaved (ABBA), {flush}; T_baseline = the golden "
+        "in native precision on the device, unless metadata has one"
+    ]
     out.append(header_line(threads, core.processes, plan.worker_device))  # thread budget, CPU meter
     if s.timing_isolation == "off":
-        out.append("cannbench: timing isolation off (cann_timing_isolation = off): other workers' accuracy "
-                   "work runs during timed windows")
+        out.append(
+            "cannbench: timing isolation off (cann_timing_isolation = off): other workers' accuracy "
+            "work runs during timed windows"
+        )
     if plan.kind == "cuda":
-        out.append(f"cannbench: GPU clocks, temperature and power read around each window (a throttled one is "
-                   f"timed again once); CUDA graphs {s.cuda_graph} (cann_cuda_graph)")
+        out.append(
+            f"cannbench: GPU clocks, temperature and power read around each window (a throttled one is "
+            f"timed again once); CUDA graphs {s.cuda_graph} (cann_cuda_graph)"
+        )
     key = hardware_key(s, plan)
     if key:
         out.append(f"cannbench: anchors from metadata/<{key}>.json where it has the case; else live")

@@ -43,17 +43,27 @@ def header_line(settings: Settings) -> str:
     """What the run header says of the hidden split (never a case)."""
     written = f"written cases from {settings.hidden_cases}" if settings.hidden_cases else "no written cases"
     generated = f"{settings.hidden_generate} generated per operator" if settings.hidden_generate else "none generated"
-    return (f"cannbench: hidden split (sealed): {written}, {generated}; gate "
-            f"{'on' if settings.hidden_gate else 'off'} (docs/hidden-cases.md)")
+    return (
+        f"cannbench: hidden split (sealed): {written}, {generated}; gate "
+        f"{'on' if settings.hidden_gate else 'off'} (docs/hidden-cases.md)"
+    )
 
 
 def seal(result: CaseOutcome, key: str, message: str = "") -> CaseOutcome:
     """What of a hidden case may leave the judge: key, status, failure type and the times HAP needs."""
     label = CaseKey.parse(key).label
     text = message or f"{label}: {result.status}" + (f" ({result.failure_type})" if result.failure_type else "")
-    return CaseOutcome(key=key, rel_path=result.rel_path, operator=result.operator, case_id=None,
-                       status=result.status, failure_type=result.failure_type, message=text,
-                       timing=sealed_timing(result.timing), split=oc.SPLIT_HIDDEN)
+    return CaseOutcome(
+        key=key,
+        rel_path=result.rel_path,
+        operator=result.operator,
+        case_id=None,
+        status=result.status,
+        failure_type=result.failure_type,
+        message=text,
+        timing=sealed_timing(result.timing),
+        split=oc.SPLIT_HIDDEN,
+    )
 
 
 @contextlib.contextmanager
@@ -79,23 +89,40 @@ class HiddenCaseItem(CaseItem):
 
     def route(self, judge: Judge) -> Route:
         make = hidden_source()
-        source: CaseSource = make(task=self.task, case=self.case, settings=judge.settings,
-                                  service=judge.golden_service, hidden_key=self.key)
+        source: CaseSource = make(
+            task=self.task, case=self.case, settings=judge.settings, service=judge.golden_service, hidden_key=self.key
+        )
         return Route(source=source, need=self.memory_need())
 
     def _record(self, result: CaseOutcome, message: str = "") -> CaseOutcome:
         return super()._record(seal(result, self.key, message))
 
     def _drop(self, why: str) -> None:
-        self._record(CaseOutcome(key=self.key, rel_path=self.task.rel_path, operator=self.task.spec.name,
-                                 case_id=None, status=oc.SKIPPED, failure_type=oc.HIDDEN_DROPPED), why)
+        self._record(
+            CaseOutcome(
+                key=self.key,
+                rel_path=self.task.rel_path,
+                operator=self.task.spec.name,
+                case_id=None,
+                status=oc.SKIPPED,
+                failure_type=oc.HIDDEN_DROPPED,
+            ),
+            why,
+        )
         pytest.skip(f"{self.hidden.label}: {why}")
 
     def _sealed_line(self) -> str:
         result = self.stash.get(OUTCOME_KEY, None)
         if result is None:
-            result = self._record(CaseOutcome(key=self.key, rel_path=self.task.rel_path,
-                                              operator=self.task.spec.name, case_id=None, status=oc.ERROR))
+            result = self._record(
+                CaseOutcome(
+                    key=self.key,
+                    rel_path=self.task.rel_path,
+                    operator=self.task.spec.name,
+                    case_id=None,
+                    status=oc.ERROR,
+                )
+            )
         return result.message
 
     def setup(self) -> None:
@@ -124,8 +151,9 @@ class HiddenCaseItem(CaseItem):
 
         s = settings_of(self.config)
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            quality = grade_case(self.task, self.case, checker=s.checker, seed=s.seed, dist=s.input_dist,
-                                 compat=s.input_compat)
+            quality = grade_case(
+                self.task, self.case, checker=s.checker, seed=s.seed, dist=s.input_dist, compat=s.input_compat
+            )
         if quality.error:
             self._drop(DROP_GOLDEN)
         if quality.weak:
@@ -148,6 +176,7 @@ class HiddenCaseItem(CaseItem):
 def hidden_source() -> type:
     """:class:`~pytest_cannbench.judge.case.OperatorCase` keyed by the opaque label, so case logs and resume never
     see the real id (made on first use: the judge room brings torch)."""
+
     @dataclass
     class HiddenSource(OperatorCase):
         hidden_key: str = ""
@@ -173,8 +202,12 @@ class OperatorWithHidden(OperatorFile):
             return
 
         try:
-            hidden = load_hidden(task, hidden_root=settings.hidden_cases, count=settings.hidden_generate,
-                                 key=generation_key(settings.secret, settings.seed))
+            hidden = load_hidden(
+                task,
+                hidden_root=settings.hidden_cases,
+                count=settings.hidden_generate,
+                key=generation_key(settings.secret, settings.seed),
+            )
         except HiddenCaseError as exc:
             raise self.CollectError(str(exc)) from None
         for h in hidden:

@@ -78,9 +78,15 @@ class InvalidTaskItem(_CannItem):
         self.user_properties.append(("cann_case", str(CaseKey.task(rel_path))))
 
     def runtest(self) -> None:
-        self.stash[OUTCOME_KEY] = CaseOutcome(key=str(CaseKey.task(self.rel_path)), rel_path=self.rel_path, operator="",
-                                              case_id=None, status=oc.ERROR, failure_type=oc.TASK_ERROR,
-                                              message=self.error)
+        self.stash[OUTCOME_KEY] = CaseOutcome(
+            key=str(CaseKey.task(self.rel_path)),
+            rel_path=self.rel_path,
+            operator="",
+            case_id=None,
+            status=oc.ERROR,
+            failure_type=oc.TASK_ERROR,
+            message=self.error,
+        )
         raise TaskInputError(self.error)
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
@@ -176,8 +182,14 @@ class CaseItem(SourceItem):
         self.user_properties.append(("cann_case", str(task.result_key_of(case).of_candidate(candidate))))
 
     def route(self, judge: Judge) -> Route:
-        source = OperatorCase(task=self.task, case=self.case, settings=judge.settings, service=judge.golden_service,
-                              candidate=self.candidate or "", memo=judge.shared_reference if self.candidate else None)
+        source = OperatorCase(
+            task=self.task,
+            case=self.case,
+            settings=judge.settings,
+            service=judge.golden_service,
+            candidate=self.candidate or "",
+            memo=judge.shared_reference if self.candidate else None,
+        )
         return Route(source=source, candidate=self.candidate, need=self.memory_need())
 
     def memory_need(self) -> MemoryNeed | None:
@@ -205,10 +217,15 @@ class OperatorFile(pytest.File):
         other = self.config.stash.setdefault(REL_PATHS, {}).setdefault(rel_path, op_dir.resolve())
         if other != op_dir.resolve():  # two trees of one session, one rel_path: their case keys would collide
             yield InvalidTaskItem.from_parent(
-                self, name=f"{op_dir.name}[task]", rel_path=f"{bench_root.name}/{rel_path}",
-                error=(f"{op_dir}: its case keys ({rel_path}_<id>) are those of {other}, another tree collected in "
-                       "this session (each tree's rel_path is under its own bench root), so their results would "
-                       "replace each other's: grade each tree in a session of its own (--cann-tasks=<tree>)"))
+                self,
+                name=f"{op_dir.name}[task]",
+                rel_path=f"{bench_root.name}/{rel_path}",
+                error=(
+                    f"{op_dir}: its case keys ({rel_path}_<id>) are those of {other}, another tree collected in "
+                    "this session (each tree's rel_path is under its own bench root), so their results would "
+                    "replace each other's: grade each tree in a session of its own (--cann-tasks=<tree>)"
+                ),
+            )
             return
         try:
             task = load_operator(op_dir.resolve(), bench_root)
@@ -244,8 +261,9 @@ class OperatorFile(pytest.File):
         """The item of one case (a multi-rank case's is nodes.multi_rank's)."""
         return CaseItem
 
-    def _items(self, task: OperatorTask, case: CaseSpec, base: str,
-               candidates: list[str | None]) -> Iterator[pytest.Item]:
+    def _items(
+        self, task: OperatorTask, case: CaseSpec, base: str, candidates: list[str | None]
+    ) -> Iterator[pytest.Item]:
         level = task.level
         for candidate in candidates:
             name = base if candidate is None else f"{base}[cand={candidate}]"
@@ -304,9 +322,16 @@ def fallback_outcome(item: pytest.Item, excinfo: pytest.ExceptionInfo[BaseExcept
         status, failure_type = oc.TIMEOUT, oc.PYTEST_TIMEOUT
     else:
         status, failure_type = oc.ERROR, oc.HARNESS_ERROR
-    return CaseOutcome(key=key, rel_path=rel_path, operator="", case_id=case_id, status=status,
-                       failure_type=failure_type, message=f"{excinfo.typename}: {excinfo.value}"[:2000],
-                       candidate=candidate_of(key))
+    return CaseOutcome(
+        key=key,
+        rel_path=rel_path,
+        operator="",
+        case_id=case_id,
+        status=status,
+        failure_type=failure_type,
+        message=f"{excinfo.typename}: {excinfo.value}"[:2000],
+        candidate=candidate_of(key),
+    )
 
 
 def _warns(config: pytest.Config) -> bool:
@@ -319,8 +344,9 @@ def _registered_markers(config: pytest.Config) -> set[str]:
     return {line.split(":")[0].strip() for line in config.getini("markers")}
 
 
-def collect_file(file_path: Any, parent: pytest.Collector,
-                 cls: type[OperatorFile] = OperatorFile) -> OperatorFile | None:
+def collect_file(
+    file_path: Any, parent: pytest.Collector, cls: type[OperatorFile] = OperatorFile
+) -> OperatorFile | None:
     if file_path.name != "cases.yaml" or not (file_path.parent / "proto.yaml").is_file():
         return None
     shard = settings_of(parent.config).shard

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
 class ProblemItem(SourceItem):
     """One correctness trial (``case_id`` 1..T) or the timed case (``case_id`` T+1) of a problem."""
 
-    def __init__(self, *, problem: Problem, case_id: int, trials: int, candidate: str | None = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, *, problem: Problem, case_id: int, trials: int, candidate: str | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.problem, self.case_id, self.trials, self.candidate = problem, case_id, trials, candidate
         self.user_properties.append(("cann_case", str(CaseKey.case(problem.rel_path, case_id, candidate or ""))))
@@ -38,9 +39,16 @@ class ProblemItem(SourceItem):
         return self.case_id > self.trials
 
     def route(self, judge: Judge) -> Route:
-        source = ProblemCase(problem=self.problem, case_id=self.case_id, settings=judge.settings,
-                             submission=judge.submission_of(self.candidate), service=judge.golden_service,
-                             state_dir=judge.kb_state_dir, candidate=self.candidate or "", memo=judge.shared_reference)
+        source = ProblemCase(
+            problem=self.problem,
+            case_id=self.case_id,
+            settings=judge.settings,
+            submission=judge.submission_of(self.candidate),
+            service=judge.golden_service,
+            state_dir=judge.kb_state_dir,
+            candidate=self.candidate or "",
+            memo=judge.shared_reference,
+        )
         return Route(source=source, candidate=self.candidate, timed=self.timed, coverage=True)
 
     def recorded(self, result: CaseOutcome) -> None:
@@ -64,8 +72,14 @@ class ProblemFile(pytest.File):
         for case_id, candidate in ((c, n) for c in range(1, trials + 2) for n in candidates):
             label = "timed" if case_id > trials else f"trial{case_id}"
             suffix = f"[cand={candidate}]" if candidate else ""
-            item = ProblemItem.from_parent(self, name=f"{problem.name}[{label}]{suffix}", problem=problem,
-                                           case_id=case_id, trials=trials, candidate=candidate)
+            item = ProblemItem.from_parent(
+                self,
+                name=f"{problem.name}[{label}]{suffix}",
+                problem=problem,
+                case_id=case_id,
+                trials=trials,
+                candidate=candidate,
+            )
             if problem.level is not None:
                 marker = f"level{problem.level}"
                 if marker not in {line.split(":")[0].strip() for line in self.config.getini("markers")}:

@@ -115,8 +115,10 @@ class RunController:
 
     def workerinput(self, worker: str) -> dict[str, Any]:
         """What an xdist worker is given: its judge's setup, the secret and the plan's files."""
-        return {SETUP_WORKERINPUT_KEY: self.core.judge_setup(worker).to_dict(),
-                SECRET_WORKERINPUT_KEY: self.settings.secret}
+        return {
+            SETUP_WORKERINPUT_KEY: self.core.judge_setup(worker).to_dict(),
+            SECRET_WORKERINPUT_KEY: self.settings.secret,
+        }
 
     def close(self) -> None:
         self.core.close()

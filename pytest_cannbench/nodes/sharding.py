@@ -15,6 +15,7 @@ from pytest_cannbench.options.values import parse_shard
 
 __all__ = ["in_shard", "normalise", "parse_shard", "shard_of"]
 
+
 def normalise(rel_path: str) -> str:
     """The operator's path relative to the bench root, in the one spelling every machine agrees on."""
     return "/".join(part for part in str(rel_path).replace("\\", "/").split("/") if part not in ("", "."))

@@ -77,8 +77,9 @@ def collect_report(collector: Any) -> pytest.CollectReport | None:
     (loading the directory's conftest.py files)."""
     if not is_task_node(collector):
         return None
-    call = pytest.CallInfo.from_call(lambda: list(collector.collect()), "collect",
-                                     reraise=(KeyboardInterrupt, SystemExit))
+    call = pytest.CallInfo.from_call(
+        lambda: list(collector.collect()), "collect", reraise=(KeyboardInterrupt, SystemExit)
+    )
     if call.excinfo is None:
         report = pytest.CollectReport(collector.nodeid, "passed", None, call.result)
     else:

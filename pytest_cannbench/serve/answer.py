@@ -85,21 +85,43 @@ def case_answer(case: dict[str, Any], hap: float | None, hap_flags: list[str]) -
     speedup, ci = _speedup(timing)
     code = code_of(case)
     flags = sorted(set(list(case.get("flags") or []) + list(timing.get("flags") or []) + hap_flags))
-    return {"key": case["key"], "operator": case.get("rel_path") or case.get("operator") or "",
-            "case_id": case.get("case_id"), "status": case["status"], "code": code, "hint": failure_hint(code),
-            "message": (case.get("message") or "")[:MESSAGE_CHARS], "speedup": speedup, "speedup_ci": ci,
-            "hap": hap, "flags": flags}
+    return {
+        "key": case["key"],
+        "operator": case.get("rel_path") or case.get("operator") or "",
+        "case_id": case.get("case_id"),
+        "status": case["status"],
+        "code": code,
+        "hint": failure_hint(code),
+        "message": (case.get("message") or "")[:MESSAGE_CHARS],
+        "speedup": speedup,
+        "speedup_ci": ci,
+        "hap": hap,
+        "flags": flags,
+    }
 
 
 def _score_case(case: dict[str, Any]) -> CaseScore:
     timing = case.get("timing") or {}
-    return CaseScore(case["status"], case.get("failure_type"), timing.get("t_cand_us"), timing.get("t_baseline_us"),
-                     timing.get("t_hw_us"))
+    return CaseScore(
+        case["status"],
+        case.get("failure_type"),
+        timing.get("t_cand_us"),
+        timing.get("t_baseline_us"),
+        timing.get("t_hw_us"),
+    )
 
 
-def grade_answer(cases: list[dict[str, Any]], *, perf: bool, provenance: dict[str, Any], job_id: str,
-                 name: str | None, message: str = "", seconds: dict[str, float] | None = None,
-                 attempts: int = 1) -> dict[str, Any]:
+def grade_answer(
+    cases: list[dict[str, Any]],
+    *,
+    perf: bool,
+    provenance: dict[str, Any],
+    job_id: str,
+    name: str | None,
+    message: str = "",
+    seconds: dict[str, float] | None = None,
+    attempts: int = 1,
+) -> dict[str, Any]:
     """The answer to one candidate (``schema.GradeAnswer``) from its case outcomes (``CaseOutcome.to_dict``)."""
     by_op: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for case in cases:
@@ -109,15 +131,33 @@ def grade_answer(cases: list[dict[str, Any]], *, perf: bool, provenance: dict[st
         group.sort(key=lambda c: (c.get("case_id") is None, c.get("case_id") or 0, c["key"]))
         score = operator_score([_score_case(c) for c in group])
         answers += [case_answer(c, h, f) for c, h, f in zip(group, score.haps, score.hap_flags)]
-        operators.append({"rel_path": rel_path, "score": score.score, "compile": score.compile_score,
-                          "function": score.function_score, "performance": score.performance_score,
-                          "cases": score.cases_total, "passed": score.cases_passed, "score_error": score.score_error,
-                          "status": status_of(group),
-                          "ungraded": all(code_of(c) == NOT_GRADED_YET for c in group)})
+        operators.append(
+            {
+                "rel_path": rel_path,
+                "score": score.score,
+                "compile": score.compile_score,
+                "function": score.function_score,
+                "performance": score.performance_score,
+                "cases": score.cases_total,
+                "passed": score.cases_passed,
+                "score_error": score.score_error,
+                "status": status_of(group),
+                "ungraded": all(code_of(c) == NOT_GRADED_YET for c in group),
+            }
+        )
     status = status_of(cases)
-    return {"status": status, "reward": reward(status, operators, perf=perf), "operators": operators,
-            "provenance": provenance, "name": name, "id": job_id, "cases": answers, "message": message,
-            "seconds": seconds or {}, "attempts": attempts}
+    return {
+        "status": status,
+        "reward": reward(status, operators, perf=perf),
+        "operators": operators,
+        "provenance": provenance,
+        "name": name,
+        "id": job_id,
+        "cases": answers,
+        "message": message,
+        "seconds": seconds or {},
+        "attempts": attempts,
+    }
 
 
 def reward(status: str, operators: list[dict[str, Any]], *, perf: bool) -> float | None:
@@ -145,18 +185,32 @@ def batch_answer(answers: list[dict[str, Any]], provenance: dict[str, Any], gold
     rows: list[dict[str, Any]] = []
     for rel_path, correct in sorted(samples.items()):
         n, c = len(correct), sum(correct)
-        rows.append({"rel_path": rel_path, "samples": n, "correct": c,
-                     "pass_at_k": {str(k): pass_at_k(n, c, k) for k in KS if k <= n}})
+        rows.append(
+            {
+                "rel_path": rel_path,
+                "samples": n,
+                "correct": c,
+                "pass_at_k": {str(k): pass_at_k(n, c, k) for k in KS if k <= n},
+            }
+        )
     overall = {}
     for k in KS:
         values = [row["pass_at_k"][str(k)] for row in rows if str(k) in row["pass_at_k"]]
         if values:
             overall[str(k)] = sum(values) / len(values)
-    cut = any(a["status"] == oc.TIMEOUT and any(c.get("code") in (DEADLINE, NOT_GRADED_YET) for c in a["cases"])
-              for a in answers)
-    return {"status": "timeout" if cut else "done", "reward": [a["reward"] for a in answers], "operators": rows,
-            "provenance": provenance, "candidates": answers, "pass_at_k": overall,
-            "goldens_computed": goldens_computed}
+    cut = any(
+        a["status"] == oc.TIMEOUT and any(c.get("code") in (DEADLINE, NOT_GRADED_YET) for c in a["cases"])
+        for a in answers
+    )
+    return {
+        "status": "timeout" if cut else "done",
+        "reward": [a["reward"] for a in answers],
+        "operators": rows,
+        "provenance": provenance,
+        "candidates": answers,
+        "pass_at_k": overall,
+        "goldens_computed": goldens_computed,
+    }
 
 
 def placeholder(case: dict[str, Any], code: str, message: str) -> dict[str, Any]:
@@ -168,5 +222,10 @@ def placeholder(case: dict[str, Any], code: str, message: str) -> dict[str, Any]
 
 def goldens_computed(outcomes: Iterable[dict[str, Any]]) -> int:
     """Cases whose golden was computed for this answer (not taken from a memo or the golden cache)."""
-    return sum(1 for o in outcomes if o.get("status") not in (oc.MISSING, *oc.BUILD_FAILURES)
-               and o.get("failure_type") not in (DEADLINE, NOT_GRADED_YET, JUDGE_LOST) and not o.get("golden_cached"))
+    return sum(
+        1
+        for o in outcomes
+        if o.get("status") not in (oc.MISSING, *oc.BUILD_FAILURES)
+        and o.get("failure_type") not in (DEADLINE, NOT_GRADED_YET, JUDGE_LOST)
+        and not o.get("golden_cached")
+    )

@@ -59,29 +59,61 @@ class Service:
     def jobs_for(self, request: schema.Options, named: list[tuple[str | None, schema.Submission, str]]) -> list[Job]:
         """The jobs of one request, every field checked first (:class:`BadRequest` naming the field)."""
         if request.format != self.format:
-            raise BadRequest("format", f"this server grades {self.format!r} submissions (its task tree is "
-                                       f"{self.catalog.tasks}); {request.format!r} cannot be graded here yet")
+            raise BadRequest(
+                "format",
+                f"this server grades {self.format!r} submissions (its task tree is "
+                f"{self.catalog.tasks}); {request.format!r} cannot be graded here yet",
+            )
         cases = self.catalog.select(request.select, request.operators)
         payloads = [payload_of(sub, self.limits, self.submissions_root, where) for _, sub, where in named]
         profile = PROFILES[request.profile]
         deadline = time.monotonic() + (request.deadline_s or profile.deadline_s)
         epoch = self.keeper.take() if request.seed.policy == "secret" else None
-        seed: dict[str, Any] = ({"policy": "secret", "epoch": epoch.number, "commitment": epoch.commitment}
-                                if epoch is not None else {"policy": "fixed", "value": request.seed.value})
-        overrides = overrides_for(profile.name, perf=request.perf, policy=request.seed.policy,
-                                  value=request.seed.value, secret=epoch.secret if epoch else "", caps=self.caps)
+        seed: dict[str, Any] = (
+            {"policy": "secret", "epoch": epoch.number, "commitment": epoch.commitment}
+            if epoch is not None
+            else {"policy": "fixed", "value": request.seed.value}
+        )
+        overrides = overrides_for(
+            profile.name,
+            perf=request.perf,
+            policy=request.seed.policy,
+            value=request.seed.value,
+            secret=epoch.secret if epoch else "",
+            caps=self.caps,
+        )
         stuck = overrides["build_timeout_s"] + overrides["case_timeout_s"] + 900.0  # a golden may take minutes
         flags = ["seed_public"] if epoch is None else []
         jobs = []
         for i, ((name, _, _), payload) in enumerate(zip(named, payloads)):
             if epoch is not None and i:
                 epoch.users += 1  # one epoch for the whole group, held by every candidate
-            provenance = {"version": __version__, "commit": self.commit, "torch": None, "device": None,
-                          "judge": None, "node": None, "settings_hash": settings_hash(overrides),
-                          "profile": profile.name, "seed": seed, "guard": self.guard, "sandbox": self.sandbox,
-                          "flags": flags}
-            job = Job(id=_job_id(), cases=cases, payload=payload, overrides=overrides, perf=request.perf,
-                      provenance=provenance, deadline=deadline, stuck_s=stuck, epoch=epoch, name=name)
+            provenance = {
+                "version": __version__,
+                "commit": self.commit,
+                "torch": None,
+                "device": None,
+                "judge": None,
+                "node": None,
+                "settings_hash": settings_hash(overrides),
+                "profile": profile.name,
+                "seed": seed,
+                "guard": self.guard,
+                "sandbox": self.sandbox,
+                "flags": flags,
+            }
+            job = Job(
+                id=_job_id(),
+                cases=cases,
+                payload=payload,
+                overrides=overrides,
+                perf=request.perf,
+                provenance=provenance,
+                deadline=deadline,
+                stuck_s=stuck,
+                epoch=epoch,
+                name=name,
+            )
             job.on_finish.append(self._finished)
             jobs.append(job)
         return jobs
@@ -107,15 +139,31 @@ class Service:
             raise
 
     def health(self) -> dict[str, Any]:
-        judges = [{"name": j.name, "node": j.info.get("node"), "device": j.info.get("device"), "state": j.state,
-                   "busy_s": round(j.busy_s, 3), "graded": j.graded} for j in self.dispatcher.judges]
+        judges = [
+            {
+                "name": j.name,
+                "node": j.info.get("node"),
+                "device": j.info.get("device"),
+                "state": j.state,
+                "busy_s": round(j.busy_s, 3),
+                "graded": j.graded,
+            }
+            for j in self.dispatcher.judges
+        ]
         degraded = any(j.state in ("starting", "restarting") for j in self.dispatcher.judges)
-        return {"status": "draining" if self.dispatcher.draining else "degraded" if degraded else "ok",
-                "version": __version__, "judges": judges, "devices": self.devices,
-                "queue_depth": len(self.dispatcher.pending), "in_flight": len(self.dispatcher.running),
-                "queue_capacity": self.dispatcher.capacity, "format": self.format,
-                "operators": len(self.catalog.operators), "cases": len(self.catalog.cases),
-                "secret_epoch": self.keeper.current.number}
+        return {
+            "status": "draining" if self.dispatcher.draining else "degraded" if degraded else "ok",
+            "version": __version__,
+            "judges": judges,
+            "devices": self.devices,
+            "queue_depth": len(self.dispatcher.pending),
+            "in_flight": len(self.dispatcher.running),
+            "queue_capacity": self.dispatcher.capacity,
+            "format": self.format,
+            "operators": len(self.catalog.operators),
+            "cases": len(self.catalog.cases),
+            "secret_epoch": self.keeper.current.number,
+        }
 
 
 def _job_id() -> str:
@@ -124,10 +172,10 @@ def _job_id() -> str:
     return secrets.token_hex(16)
 
 
-def _error(status: int, error: str, fieldname: str | None, message: str,
-           headers: dict[str, str] | None = None) -> JSONResponse:
-    return JSONResponse({"error": error, "field": fieldname, "message": message}, status_code=status,
-                        headers=headers)
+def _error(
+    status: int, error: str, fieldname: str | None, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse({"error": error, "field": fieldname, "message": message}, status_code=status, headers=headers)
 
 
 class BodyLimit:
@@ -160,8 +208,12 @@ class BodyLimit:
                 break
         if too_big:
             self.service.metrics.rejected.labels("too_large").inc()
-            response = _error(413, "too_large", "body", f"the request body is over {limit} bytes "
-                                                        "(--max-body-mib); send fewer or smaller files")
+            response = _error(
+                413,
+                "too_large",
+                "body",
+                f"the request body is over {limit} bytes (--max-body-mib); send fewer or smaller files",
+            )
             await response(scope, receive, send)
             return
         body = b"".join(chunks)
@@ -169,12 +221,17 @@ class BodyLimit:
             body.decode("utf-8")
         except UnicodeDecodeError as exc:
             self.service.metrics.rejected.labels("bad_request").inc()
-            await _error(400, "bad_request", "body", f"not UTF-8 (byte {exc.start}): JSON bodies are UTF-8; "
-                                                     "send binary files in submission.archive")(scope, receive, send)
+            await _error(
+                400,
+                "bad_request",
+                "body",
+                f"not UTF-8 (byte {exc.start}): JSON bodies are UTF-8; send binary files in submission.archive",
+            )(scope, receive, send)
             return
         # the API takes JSON only: a body sent as a form (curl -d) is read as the JSON it is
         scope["headers"] = [(k, v) for k, v in scope.get("headers") or [] if k != b"content-type"] + [
-            (b"content-type", b"application/json")]
+            (b"content-type", b"application/json")
+        ]
         sent = False
 
         async def replay() -> MutableMapping[str, Any]:
@@ -188,8 +245,13 @@ class BodyLimit:
 
 
 def make_app(service: Service) -> FastAPI:
-    app = FastAPI(title="cannbench serve", version=API_VERSION, docs_url=None, redoc_url=None,
-                  description="A warm grading service for CANN Bench submissions (docs/serve.md).")
+    app = FastAPI(
+        title="cannbench serve",
+        version=API_VERSION,
+        docs_url=None,
+        redoc_url=None,
+        description="A warm grading service for CANN Bench submissions (docs/serve.md).",
+    )
     metrics = service.metrics
 
     def authorized(request: Request) -> None:
@@ -218,8 +280,12 @@ def make_app(service: Service) -> FastAPI:
         metrics.rejected.labels("bad_request").inc()
         if first.get("type") == "json_invalid":
             at = first.get("loc", ("body", "?"))[-1]
-            return _error(400, "bad_request", "body", f"malformed JSON at character {at}: "
-                                                      f"{first.get('ctx', {}).get('error', first.get('msg'))}")
+            return _error(
+                400,
+                "bad_request",
+                "body",
+                f"malformed JSON at character {at}: {first.get('ctx', {}).get('error', first.get('msg'))}",
+            )
         loc = [str(p) for p in first.get("loc", ()) if p != "body"]
         where = ".".join(loc).replace(".[", "[") or "body"
         more = f" (and {len(errors) - 1} more problems)" if len(errors) > 1 else ""
@@ -233,24 +299,35 @@ def make_app(service: Service) -> FastAPI:
     @app.exception_handler(QueueFull)
     async def full(request: Request, exc: QueueFull) -> JSONResponse:
         metrics.rejected.labels("queue_full").inc()
-        return _error(429, "queue_full", None, f"the queue holds {service.dispatcher.capacity} candidates and is "
-                                               f"full; retry after {exc.retry_after} s",
-                      {"Retry-After": str(exc.retry_after)})
+        return _error(
+            429,
+            "queue_full",
+            None,
+            f"the queue holds {service.dispatcher.capacity} candidates and is full; retry after {exc.retry_after} s",
+            {"Retry-After": str(exc.retry_after)},
+        )
 
     @app.exception_handler(Draining)
     async def draining(request: Request, exc: Draining) -> JSONResponse:
         metrics.rejected.labels("draining").inc()
-        return _error(503, "draining", None, "the service is shutting down and takes no new work",
-                      {"Retry-After": "30"})
+        return _error(
+            503, "draining", None, "the service is shutting down and takes no new work", {"Retry-After": "30"}
+        )
 
     @app.exception_handler(_Unauthorized)
     async def unauthorized(request: Request, exc: _Unauthorized) -> JSONResponse:
-        return _error(401, "unauthorized", "Authorization", "send the service's token as 'Authorization: Bearer "
-                                                            "<token>'", {"WWW-Authenticate": "Bearer"})
+        return _error(
+            401,
+            "unauthorized",
+            "Authorization",
+            "send the service's token as 'Authorization: Bearer <token>'",
+            {"WWW-Authenticate": "Bearer"},
+        )
 
     guarded = [Depends(authorized)]
-    errors: dict[int | str, dict[str, Any]] = {code: {"model": schema.ErrorAnswer}
-                                               for code in (400, 401, 403, 413, 422, 429, 503)}
+    errors: dict[int | str, dict[str, Any]] = {
+        code: {"model": schema.ErrorAnswer} for code in (400, 401, 403, 413, 422, 429, 503)
+    }
 
     @app.get("/v1/health", response_model=schema.Health, dependencies=guarded, responses=errors)
     async def health() -> dict[str, Any]:
@@ -265,8 +342,7 @@ def make_app(service: Service) -> FastAPI:
         assert jobs[0].answer is not None
         return jobs[0].answer
 
-    @app.post("/v1/jobs", response_model=schema.JobAccepted, status_code=202, dependencies=guarded,
-              responses=errors)
+    @app.post("/v1/jobs", response_model=schema.JobAccepted, status_code=202, dependencies=guarded, responses=errors)
     async def submit_job(body: schema.GradeRequest) -> dict[str, Any]:
         """Queue one submission; poll GET /v1/jobs/{id} for its answer."""
         jobs = service.jobs_for(body, [(body.name, body.submission, "submission")])
@@ -278,8 +354,12 @@ def make_app(service: Service) -> FastAPI:
         job = service.dispatcher.jobs.get(job_id)
         if job is None:
             return _error(404, "not_found", "id", f"no job {job_id[:64]!r} (unknown, or answered long ago)")
-        return {"id": job.id, "state": job.state, "queue_position": service.dispatcher.position(job),
-                "answer": job.answer}
+        return {
+            "id": job.id,
+            "state": job.state,
+            "queue_position": service.dispatcher.position(job),
+            "answer": job.answer,
+        }
 
     @app.post("/v1/batch", response_model=schema.BatchAnswer, dependencies=guarded, responses=errors)
     async def batch(body: schema.BatchRequest) -> dict[str, Any]:
@@ -290,8 +370,13 @@ def make_app(service: Service) -> FastAPI:
             if name in names:
                 raise BadRequest(f"candidates[{i}].name", f"{name!r} names two candidates")
             names.append(name)
-        jobs = service.jobs_for(body, [(name, cand.submission, f"candidates[{i}].submission")
-                                       for i, (name, cand) in enumerate(zip(names, body.candidates))])
+        jobs = service.jobs_for(
+            body,
+            [
+                (name, cand.submission, f"candidates[{i}].submission")
+                for i, (name, cand) in enumerate(zip(names, body.candidates))
+            ],
+        )
         service.submit(jobs)
         await wait_all(jobs)
         answers = [job.answer for job in jobs if job.answer is not None]
@@ -315,7 +400,17 @@ def openapi_schema() -> dict[str, Any]:
     from pathlib import Path
 
     metrics = Metrics()
-    service = Service(catalog=Catalog(Path("tasks"), [], {}), dispatcher=Dispatcher([], 1, metrics),
-                      keeper=SecretKeeper(0), metrics=metrics, limits=Limits(), token=None, submissions_root=None,
-                      guard="block", sandbox="auto", commit=None, max_body=1)
+    service = Service(
+        catalog=Catalog(Path("tasks"), [], {}),
+        dispatcher=Dispatcher([], 1, metrics),
+        keeper=SecretKeeper(0),
+        metrics=metrics,
+        limits=Limits(),
+        token=None,
+        submissions_root=None,
+        guard="block",
+        sandbox="auto",
+        commit=None,
+        max_body=1,
+    )
     return make_app(service).openapi()

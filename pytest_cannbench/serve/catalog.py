@@ -55,11 +55,23 @@ class Catalog:
                 if case.case_id is None:
                     continue
                 name = f"{op_dir.name}[{case.case_id:0{width}d}]"
-                words = (task.spec.name, task.rel_path, name, *case.dtype_names,
-                         *([task.spec.category] if task.spec.category else []),
-                         *([f"level{task.level}"] if task.level is not None else []))
-                cases.append(CaseInfo(task.case_key(case.case_id), task.rel_path, op_dir.name, case.case_id,
-                                      tuple(w for w in words if w)))
+                words = (
+                    task.spec.name,
+                    task.rel_path,
+                    name,
+                    *case.dtype_names,
+                    *([task.spec.category] if task.spec.category else []),
+                    *([f"level{task.level}"] if task.level is not None else []),
+                )
+                cases.append(
+                    CaseInfo(
+                        task.case_key(case.case_id),
+                        task.rel_path,
+                        op_dir.name,
+                        case.case_id,
+                        tuple(w for w in words if w),
+                    )
+                )
         return cls(tasks, cases, broken)
 
     def select(self, expression: str | None, operators: list[str] | None) -> list[CaseInfo]:
@@ -70,11 +82,13 @@ class Catalog:
             known = {c.rel_path for c in self.cases} | {c.operator for c in self.cases}
             for i, name in enumerate(operators):
                 if name in self.broken:
-                    raise BadRequest(f"operators[{i}]",
-                                     f"{name!r} cannot be graded on this server: {self.broken[name]}")
+                    raise BadRequest(
+                        f"operators[{i}]", f"{name!r} cannot be graded on this server: {self.broken[name]}"
+                    )
                 if name not in known:
-                    raise BadRequest(f"operators[{i}]", f"unknown operator {name!r}; this server grades "
-                                                        f"{_listing(self.operators)}")
+                    raise BadRequest(
+                        f"operators[{i}]", f"unknown operator {name!r}; this server grades {_listing(self.operators)}"
+                    )
             wanted = set(operators)
             chosen = [c for c in chosen if c.rel_path in wanted or c.operator in wanted]
         if expression:
@@ -84,9 +98,10 @@ class Catalog:
                 raise BadRequest("select", f"not a -k expression: {exc}") from None
             chosen = [c for c in chosen if match(c.words)]
         if not chosen:
-            raise BadRequest("select" if expression else "operators",
-                             f"selects no case of this server's tree ({len(self.cases)} cases of "
-                             f"{_listing(self.operators)})")
+            raise BadRequest(
+                "select" if expression else "operators",
+                f"selects no case of this server's tree ({len(self.cases)} cases of {_listing(self.operators)})",
+            )
         return chosen
 
 

@@ -37,13 +37,17 @@ class ServiceError(Exception):
         super().__init__(f"{status} {self.error}: {self.field + ': ' if self.field else ''}{self.message}")
 
 
-def files_of(directory: str | os.PathLike[str], *, skip: tuple[str, ...] = ("build", "dist", "__pycache__")) -> (
-        dict[str, Any]):
+def files_of(
+    directory: str | os.PathLike[str], *, skip: tuple[str, ...] = ("build", "dist", "__pycache__")
+) -> dict[str, Any]:
     """A submission directory as ``{"files": ...}`` (UTF-8 text) or, when it holds binary files, as a tar.gz
     ``{"archive": ...}``; build outputs (``skip``) are left out."""
     root = Path(directory)
-    paths = [p for p in sorted(root.rglob("*")) if p.is_file() and not set(p.relative_to(root).parts) & set(skip)
-             and ".egg-info" not in str(p)]
+    paths = [
+        p
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not set(p.relative_to(root).parts) & set(skip) and ".egg-info" not in str(p)
+    ]
     texts: dict[str, str] = {}
     for path in paths:
         try:
@@ -82,14 +86,18 @@ def _check(response: httpx.Response) -> Any:
         except ValueError:
             body = {"message": response.text[:500]}
         after = response.headers.get("retry-after")
-        raise ServiceError(response.status_code, body if isinstance(body, dict) else {"message": str(body)},
-                           float(after) if after and after.replace(".", "", 1).isdigit() else None)
+        raise ServiceError(
+            response.status_code,
+            body if isinstance(body, dict) else {"message": str(body)},
+            float(after) if after and after.replace(".", "", 1).isdigit() else None,
+        )
     return response.json()
 
 
 class Client:
-    def __init__(self, url: str, *, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 retries: int = 3) -> None:
+    def __init__(
+        self, url: str, *, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S, retries: int = 3
+    ) -> None:
         self.http = httpx.Client(base_url=url.rstrip("/"), headers=_headers(token), timeout=timeout)
         self.retries = retries
 
@@ -138,8 +146,9 @@ class Client:
                 raise TimeoutError(f"job {job_id} not answered within {timeout_s} s (last state {state['state']})")
             time.sleep(poll_s)
 
-    def batch(self, submissions: list[dict[str, Any]], *, names: list[str] | None = None,
-              **options: Any) -> dict[str, Any]:
+    def batch(
+        self, submissions: list[dict[str, Any]], *, names: list[str] | None = None, **options: Any
+    ) -> dict[str, Any]:
         """Grade a group of candidates on the same cases and inputs: every answer and pass@k."""
         candidates = [{"submission": s, **({"name": names[i]} if names else {})} for i, s in enumerate(submissions)]
         return dict(self._post("/v1/batch", {**_request(None, options), "candidates": candidates}))
@@ -152,11 +161,17 @@ class Client:
 
 
 class AsyncClient:
-    def __init__(self, url: str, *, token: str | None = None, timeout: float = DEFAULT_TIMEOUT_S,
-                 retries: int = 3, max_connections: int = 64) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        retries: int = 3,
+        max_connections: int = 64,
+    ) -> None:
         limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
-        self.http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=_headers(token), timeout=timeout,
-                                      limits=limits)
+        self.http = httpx.AsyncClient(base_url=url.rstrip("/"), headers=_headers(token), timeout=timeout, limits=limits)
         self.retries = retries
 
     async def __aenter__(self) -> AsyncClient:
@@ -190,8 +205,7 @@ class AsyncClient:
     async def job(self, job_id: str) -> dict[str, Any]:
         return dict(_check(await self.http.get(f"/v1/jobs/{job_id}")))
 
-    async def wait(self, job_id: str, *, poll_s: float = 0.5, timeout_s: float = DEFAULT_TIMEOUT_S) -> (
-            dict[str, Any]):
+    async def wait(self, job_id: str, *, poll_s: float = 0.5, timeout_s: float = DEFAULT_TIMEOUT_S) -> dict[str, Any]:
         end = time.monotonic() + timeout_s
         while True:
             state = await self.job(job_id)
@@ -201,7 +215,8 @@ class AsyncClient:
                 raise TimeoutError(f"job {job_id} not answered within {timeout_s} s (last state {state['state']})")
             await asyncio.sleep(poll_s)
 
-    async def batch(self, submissions: list[dict[str, Any]], *, names: list[str] | None = None,
-                    **options: Any) -> dict[str, Any]:
+    async def batch(
+        self, submissions: list[dict[str, Any]], *, names: list[str] | None = None, **options: Any
+    ) -> dict[str, Any]:
         candidates = [{"submission": s, **({"name": names[i]} if names else {})} for i, s in enumerate(submissions)]
         return dict(await self._post("/v1/batch", {**_request(None, options), "candidates": candidates}))

@@ -85,10 +85,21 @@ class Job:
             cases.append(got)
         now = time.monotonic()
         queued = (self.started or now) - self.arrived
-        seconds = {"queued": round(queued, 3), "graded": round(now - (self.started or now), 3),
-                   "total": round(now - self.arrived, 3)}
-        self.answer = grade_answer(cases, perf=self.perf, provenance=self.provenance, job_id=self.id,
-                                   name=self.name, message=message, seconds=seconds, attempts=max(self.attempts, 1))
+        seconds = {
+            "queued": round(queued, 3),
+            "graded": round(now - (self.started or now), 3),
+            "total": round(now - self.arrived, 3),
+        }
+        self.answer = grade_answer(
+            cases,
+            perf=self.perf,
+            provenance=self.provenance,
+            job_id=self.id,
+            name=self.name,
+            message=message,
+            seconds=seconds,
+            attempts=max(self.attempts, 1),
+        )
         self.state = "done"
         # an answered job keeps its answer only: not its files (up to the submission limit) nor the secret
         self.payload, self.overrides = Payload(), {}
@@ -187,8 +198,11 @@ class Dispatcher:
         if job.state == "queued":
             with contextlib.suppress(ValueError):
                 self.pending.remove(job)
-            job.finish(NOT_GRADED_YET, f"the deadline passed after {time.monotonic() - job.arrived:.1f} s in the "
-                                       "queue, before a judge was free")
+            job.finish(
+                NOT_GRADED_YET,
+                f"the deadline passed after {time.monotonic() - job.arrived:.1f} s in the "
+                "queue, before a judge was free",
+            )
 
     # ------------------------------------------------------------------------------------------ the judges' side
 
@@ -235,8 +249,11 @@ class Dispatcher:
             try:
                 return True, await asyncio.wait_for(asyncio.shield(task), max(0.0, job.deadline - time.monotonic()))
             except asyncio.TimeoutError:
-                job.finish(DEADLINE, f"the deadline passed after {time.monotonic() - job.arrived:.1f} s; "
-                                     f"{len(job.outcomes)} of {len(job.cases)} cases were graded")
+                job.finish(
+                    DEADLINE,
+                    f"the deadline passed after {time.monotonic() - job.arrived:.1f} s; "
+                    f"{len(job.outcomes)} of {len(job.cases)} cases were graded",
+                )
             try:
                 await asyncio.wait_for(asyncio.shield(task), max(1.0, job.stuck_s - (time.monotonic() - t0)))
             except asyncio.TimeoutError:
@@ -273,8 +290,10 @@ class Dispatcher:
                 self.pending.appendleft(job)
                 self.wake.set()
             else:
-                job.finish(JUDGE_LOST, f"judge {judge.name} was lost ({exc}) on attempt {job.attempts}; "
-                                       "not the candidate's doing")
+                job.finish(
+                    JUDGE_LOST,
+                    f"judge {judge.name} was lost ({exc}) on attempt {job.attempts}; not the candidate's doing",
+                )
         finally:
             self.running.discard(job.id)
             if judge.state == "busy":
@@ -301,15 +320,21 @@ class Dispatcher:
                 if case.key in job.outcomes:
                     continue
                 if time.monotonic() >= job.deadline:  # never start a case whose verdict could not be used
-                    job.finish(DEADLINE, f"the deadline passed after {time.monotonic() - job.arrived:.1f} s; "
-                                         f"{len(job.outcomes)} of {len(job.cases)} cases were graded")
+                    job.finish(
+                        DEADLINE,
+                        f"the deadline passed after {time.monotonic() - job.arrived:.1f} s; "
+                        f"{len(job.outcomes)} of {len(job.cases)} cases were graded",
+                    )
                     return
                 try:
-                    ok, result = await self._call(judge, job, judge.actor.grade.remote(job.id, case.rel_path,
-                                                                                       case.case_id))
+                    ok, result = await self._call(
+                        judge, job, judge.actor.grade.remote(job.id, case.rel_path, case.case_id)
+                    )
                 except rx.RayTaskError as exc:
-                    ok, result = True, {**placeholder(case.plain(), oc.HARNESS_ERROR, _first_line(exc)),
-                                        "status": oc.ERROR}
+                    ok, result = (
+                        True,
+                        {**placeholder(case.plain(), oc.HARNESS_ERROR, _first_line(exc)), "status": oc.ERROR},
+                    )
                 if not ok:
                     return
                 job.outcomes[case.key] = result
@@ -328,12 +353,17 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _judge_facts(opened: dict[str, Any]) -> dict[str, Any]:
-    return {"judge": opened.get("name"), "node": opened.get("node"), "torch": opened.get("torch"),
-            "device": opened.get("device"), "settings_hash": opened.get("settings_hash"),
-            "sandbox": opened.get("sandbox"), "guard": opened.get("guard"),
-            "flags": sorted(set(opened.get("flags") or []))}
+    return {
+        "judge": opened.get("name"),
+        "node": opened.get("node"),
+        "torch": opened.get("torch"),
+        "device": opened.get("device"),
+        "settings_hash": opened.get("settings_hash"),
+        "sandbox": opened.get("sandbox"),
+        "guard": opened.get("guard"),
+        "flags": sorted(set(opened.get("flags") or [])),
+    }
 
 
 async def wait_all(jobs: list[Job]) -> None:
     await asyncio.gather(*(job.done.wait() for job in jobs))
-

@@ -89,7 +89,8 @@ def _add(files: dict[str, bytes], field: str, name: str, data: bytes, limits: Li
         raise BadRequest(f"{field}[{name!r}]", "named twice")
     prefixes = {str(p) for p in PurePosixPath(name).parents if str(p) != "."}
     clash = next((p for p in prefixes if p in files), None) or next(
-        (other for other in files if other.startswith(name + "/")), None)
+        (other for other in files if other.startswith(name + "/")), None
+    )
     if clash is not None:
         raise BadRequest(f"{field}[{name!r}]", f"is both a file and a directory (beside {clash!r})")
     if len(files) >= limits.max_files:
@@ -109,8 +110,10 @@ def from_files(files: dict[str, str], limits: Limits, field: str = "submission.f
         try:
             data = text.encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise BadRequest(f"{field}[{name[:80]!r}]", f"not UTF-8 text ({exc.reason} at character {exc.start}); "
-                                                        "send binary files in an archive") from None
+            raise BadRequest(
+                f"{field}[{name[:80]!r}]",
+                f"not UTF-8 text ({exc.reason} at character {exc.start}); send binary files in an archive",
+            ) from None
         _add(out, field, name, data, limits)
     return Payload(files=out)
 
@@ -132,16 +135,20 @@ def from_archive(data_b64: str, kind: str, limits: Limits, field: str = "submiss
                     check_name(field, member.name.rstrip("/"), limits)
                     continue
                 if not member.isreg():
-                    raise BadRequest(f"{field}[{member.name[:80]!r}]",
-                                     "not a regular file (links, devices and FIFOs are refused)")
+                    raise BadRequest(
+                        f"{field}[{member.name[:80]!r}]", "not a regular file (links, devices and FIFOs are refused)"
+                    )
                 handle = tar.extractfile(member)
                 assert handle is not None
                 cap = min(limits.max_file_bytes, budget) + 1
                 content = handle.read(cap)  # read what is really there, never more than the limit and one byte
                 if len(content) >= cap:
-                    raise BadRequest(field, f"{member.name[:80]!r} decompresses past the limits "
-                                            f"({limits.max_file_bytes} bytes a file, {limits.max_total_bytes} in "
-                                            "all): an archive bomb?")
+                    raise BadRequest(
+                        field,
+                        f"{member.name[:80]!r} decompresses past the limits "
+                        f"({limits.max_file_bytes} bytes a file, {limits.max_total_bytes} in "
+                        "all): an archive bomb?",
+                    )
                 budget -= len(content)
                 _add(out, field, member.name.removeprefix("./"), content, limits)
     except BadRequest:
@@ -155,8 +162,12 @@ def from_archive(data_b64: str, kind: str, limits: Limits, field: str = "submiss
 
 def from_path(path: str, root: str | None, field: str = "submission.path") -> Payload:
     if not root:
-        raise BadRequest(field, "this server grades no directory of its own: it was started without "
-                                "--submissions-root; send the files inline or as an archive", status=403)
+        raise BadRequest(
+            field,
+            "this server grades no directory of its own: it was started without "
+            "--submissions-root; send the files inline or as an archive",
+            status=403,
+        )
     if "\0" in path or not path:
         raise BadRequest(field, "an empty path or a NUL character")
     base = Path(root).resolve()
@@ -172,8 +183,9 @@ def payload_of(submission: Any, limits: Limits, root: str | None, field: str = "
     """The checked payload of a ``schema.Submission``."""
     given = [k for k in ("files", "archive", "path") if getattr(submission, k) is not None]
     if len(given) != 1:
-        raise BadRequest(field, "give exactly one of files, archive or path" + (f" (got {', '.join(given)})"
-                                                                                  if given else ""))
+        raise BadRequest(
+            field, "give exactly one of files, archive or path" + (f" (got {', '.join(given)})" if given else "")
+        )
     if submission.files is not None:
         return from_files(submission.files, limits, f"{field}.files")
     if submission.archive is not None:
@@ -190,8 +202,9 @@ def materialize(payload: Payload, directory: Path) -> Path:
     for name, data in payload.files.items():
         target = directory / name
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                     0o700 if name.endswith(".sh") else 0o600)
+        fd = os.open(
+            target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o700 if name.endswith(".sh") else 0o600
+        )
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
     return directory

@@ -76,9 +76,17 @@ class JudgeCore:
             node = ray.get_runtime_context().get_node_id()
         except Exception:  # noqa: BLE001 - outside Ray (a plain-Python use): no node id
             node = None
-        return {"name": self.name, "pid": os.getpid(), "host": socket.gethostname(), "node": node,
-                "torch": torch_version, "device": device, "graded": self.graded, "graders": len(self.graders),
-                "jobs": len(self.jobs)}
+        return {
+            "name": self.name,
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "node": node,
+            "torch": torch_version,
+            "device": device,
+            "graded": self.graded,
+            "graders": len(self.graders),
+            "jobs": len(self.jobs),
+        }
 
     def warm(self, overrides: dict[str, Any]) -> dict[str, Any]:
         """Open a grader now (its judge made), so the first request does not pay for it."""
@@ -92,8 +100,12 @@ class JudgeCore:
         # never loads the grading core or its settings
         from pytest_cannbench.options import settings_for
 
-        fixed = {"tasks": self.config["tasks"], "report_dir": str(self.work / "reports"),
-                 "guard": self.config["guard"], "sandbox": self.config["sandbox"]}
+        fixed = {
+            "tasks": self.config["tasks"],
+            "report_dir": str(self.work / "reports"),
+            "guard": self.config["guard"],
+            "sandbox": self.config["sandbox"],
+        }
         if self.config.get("device"):
             fixed["device"] = self.config["device"]
         if self.config.get("golden_cache"):
@@ -150,9 +162,16 @@ class JudgeCore:
             flags.append("sandbox_off")
         if settings.get("guard") != "block":
             flags.append(f"guard_{settings.get('guard')}")
-        return {**self.info(), "ok": record.ok, "status": str(getattr(state, "status", "")),
-                "message": str(getattr(state, "message", "") or ""), "settings_hash": settings_hash(settings),
-                "guard": settings.get("guard"), "sandbox": settings.get("sandbox"), "flags": flags}
+        return {
+            **self.info(),
+            "ok": record.ok,
+            "status": str(getattr(state, "status", "")),
+            "message": str(getattr(state, "message", "") or ""),
+            "settings_hash": settings_hash(settings),
+            "guard": settings.get("guard"),
+            "sandbox": settings.get("sandbox"),
+            "flags": flags,
+        }
 
     def grade(self, job_id: str, rel_path: str, case_id: int | None) -> dict[str, Any]:
         """One case of an open job: its outcome as plain data (``CaseOutcome.to_dict``)."""

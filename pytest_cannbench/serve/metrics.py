@@ -27,19 +27,23 @@ class Metrics:
         self.queue_depth = Gauge(f"{p}queue_depth", "candidates waiting for a judge", registry=r)
         self.in_flight = Gauge(f"{p}in_flight", "candidates being graded", registry=r)
         self.requests = Counter(f"{p}requests_total", "HTTP requests answered", ["endpoint", "code"], registry=r)
-        self.request_seconds = Histogram(f"{p}request_seconds", "HTTP request wall", ["endpoint"], buckets=_LATENCY,
-                                         registry=r)
-        self.job_queue = Histogram(f"{p}job_queue_seconds", "a candidate's wait for a judge", buckets=_LATENCY,
-                                   registry=r)
-        self.job_grade = Histogram(f"{p}job_grade_seconds", "a candidate's grading on its judge", buckets=_LATENCY,
-                                   registry=r)
-        self.judge_busy = Counter(f"{p}judge_busy_seconds_total", "seconds a judge spent on calls", ["judge"],
-                                  registry=r)
-        self.judge_restarts = Counter(f"{p}judge_restarts_total", "judges lost and waited back", ["judge"],
-                                      registry=r)
+        self.request_seconds = Histogram(
+            f"{p}request_seconds", "HTTP request wall", ["endpoint"], buckets=_LATENCY, registry=r
+        )
+        self.job_queue = Histogram(
+            f"{p}job_queue_seconds", "a candidate's wait for a judge", buckets=_LATENCY, registry=r
+        )
+        self.job_grade = Histogram(
+            f"{p}job_grade_seconds", "a candidate's grading on its judge", buckets=_LATENCY, registry=r
+        )
+        self.judge_busy = Counter(
+            f"{p}judge_busy_seconds_total", "seconds a judge spent on calls", ["judge"], registry=r
+        )
+        self.judge_restarts = Counter(f"{p}judge_restarts_total", "judges lost and waited back", ["judge"], registry=r)
         self.answers = Counter(f"{p}answers_total", "candidates answered, by status", ["status"], registry=r)
-        self.cases = Counter(f"{p}cases_total", "cases answered, by status and failure code", ["status", "code"],
-                             registry=r)
+        self.cases = Counter(
+            f"{p}cases_total", "cases answered, by status and failure code", ["status", "code"], registry=r
+        )
         self.retries = Counter(f"{p}retries_total", "candidates retried after their judge was lost", registry=r)
         self.rejected = Counter(f"{p}rejected_total", "requests refused before queueing", ["reason"], registry=r)
 

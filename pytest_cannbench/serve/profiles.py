@@ -39,10 +39,19 @@ class Profile:
 
     def overrides(self, *, perf: bool) -> dict[str, Any]:
         """The ``Settings`` fields this profile sets (``settings_for`` keywords)."""
-        return {"warmup": self.warmup, "repeat": self.repeat_min, "repeat_auto": True,
-                "repeat_max": self.repeat_max, "timing_target": self.timing_target, "hap_target": self.hap_target,
-                "timing_budget_s": self.timing_budget_s, "case_timeout_s": self.case_timeout_s,
-                "build_timeout_s": self.build_timeout_s, "kb_trials": self.kb_trials, "perf": perf}
+        return {
+            "warmup": self.warmup,
+            "repeat": self.repeat_min,
+            "repeat_auto": True,
+            "repeat_max": self.repeat_max,
+            "timing_target": self.timing_target,
+            "hap_target": self.hap_target,
+            "timing_budget_s": self.timing_budget_s,
+            "case_timeout_s": self.case_timeout_s,
+            "build_timeout_s": self.build_timeout_s,
+            "kb_trials": self.kb_trials,
+            "perf": perf,
+        }
 
 
 PROFILES = {
@@ -60,8 +69,9 @@ def seed_overrides(policy: str, value: int, secret: str) -> dict[str, Any]:
     return {"seed": 0, "secret": secret}
 
 
-def overrides_for(profile: str, *, perf: bool, policy: str, value: int, secret: str,
-                  caps: dict[str, float] | None = None) -> dict[str, Any]:
+def overrides_for(
+    profile: str, *, perf: bool, policy: str, value: int, secret: str, caps: dict[str, float] | None = None
+) -> dict[str, Any]:
     """Every ``Settings`` override of a request: its profile, its seed policy and the server's caps. Judges key
     their warm graders by this dict, so the server's warm-up and its requests build it the same way."""
     overrides = {**PROFILES[profile].overrides(perf=perf), **seed_overrides(policy, value, secret)}
@@ -71,8 +81,19 @@ def overrides_for(profile: str, *, perf: bool, policy: str, value: int, secret: 
 
 # Settings fields that say where a judge keeps its files, not how it grades: left out of the settings hash, so
 # two judges grading alike report the same hash
-_LOCAL_FIELDS = frozenset({"report_dir", "leaderboard", "golden_cache", "source", "sources", "reveal_secret",
-                           "markdown", "eval_report", "secret"})
+_LOCAL_FIELDS = frozenset(
+    {
+        "report_dir",
+        "leaderboard",
+        "golden_cache",
+        "source",
+        "sources",
+        "reveal_secret",
+        "markdown",
+        "eval_report",
+        "secret",
+    }
+)
 
 
 def settings_hash(settings: dict[str, Any]) -> str:

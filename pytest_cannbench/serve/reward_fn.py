@@ -77,16 +77,28 @@ def _submission(solution_str: str, extra_info: dict[str, Any] | None) -> dict[st
 
 def _result(answer: dict[str, Any] | None, status: str | None = None) -> dict[str, Any]:
     if answer is None:
-        return {"score": NO_CODE if status == "no_code" else 0.0, "status": status or "unreachable", "passed": 0,
-                "valid": 1 if status == "no_code" else 0}
+        return {
+            "score": NO_CODE if status == "no_code" else 0.0,
+            "status": status or "unreachable",
+            "passed": 0,
+            "valid": 1 if status == "no_code" else 0,
+        }
     reward = answer.get("reward")
-    return {"score": float(reward) if reward is not None else 0.0, "status": str(answer.get("status")),
-            "passed": int(answer.get("status") == "passed"), "valid": int(reward is not None)}
+    return {
+        "score": float(reward) if reward is not None else 0.0,
+        "status": str(answer.get("status")),
+        "passed": int(answer.get("status") == "passed"),
+        "valid": int(reward is not None),
+    }
 
 
-async def acompute_score_batch(data_sources: list[Any], solution_strs: list[str], ground_truths: list[Any],
-                               extra_infos: list[dict[str, Any] | None] | None = None,
-                               **_: Any) -> list[dict[str, Any]]:
+async def acompute_score_batch(
+    data_sources: list[Any],
+    solution_strs: list[str],
+    ground_truths: list[Any],
+    extra_infos: list[dict[str, Any] | None] | None = None,
+    **_: Any,
+) -> list[dict[str, Any]]:
     """Every rollout's result, in order; rollouts sharing ground truth and options are one batch request."""
     infos = extra_infos or [None] * len(solution_strs)
     results: list[dict[str, Any] | None] = [None] * len(solution_strs)
@@ -126,16 +138,23 @@ async def acompute_score_batch(data_sources: list[Any], solution_strs: list[str]
     return [r if r is not None else _result(None) for r in results]
 
 
-def compute_score_batch(data_sources: list[Any], solution_strs: list[str], ground_truths: list[Any],
-                        extra_infos: list[dict[str, Any] | None] | None = None, **kwargs: Any) -> list[dict[str, Any]]:
+def compute_score_batch(
+    data_sources: list[Any],
+    solution_strs: list[str],
+    ground_truths: list[Any],
+    extra_infos: list[dict[str, Any] | None] | None = None,
+    **kwargs: Any,
+) -> list[dict[str, Any]]:
     return asyncio.run(acompute_score_batch(data_sources, solution_strs, ground_truths, extra_infos, **kwargs))
 
 
-async def acompute_score(data_source: Any, solution_str: str, ground_truth: Any,
-                         extra_info: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+async def acompute_score(
+    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
+) -> dict[str, Any]:
     return (await acompute_score_batch([data_source], [solution_str], [ground_truth], [extra_info], **kwargs))[0]
 
 
-def compute_score(data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None,
-                  **kwargs: Any) -> dict[str, Any]:
+def compute_score(
+    data_source: Any, solution_str: str, ground_truth: Any, extra_info: dict[str, Any] | None = None, **kwargs: Any
+) -> dict[str, Any]:
     return asyncio.run(acompute_score(data_source, solution_str, ground_truth, extra_info, **kwargs))

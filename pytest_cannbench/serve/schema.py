@@ -29,19 +29,25 @@ class Submission(Strict):
     """Exactly one of ``files``, ``archive`` or ``path``."""
 
     files: dict[str, str] | None = Field(
-        None, description="relative path -> UTF-8 text: a CANN project (build.sh, setup.py, csrc/...) or a "
-                          "prebuilt-free Python package; no absolute paths, no '..', limits in docs/serve.md")
+        None,
+        description="relative path -> UTF-8 text: a CANN project (build.sh, setup.py, csrc/...) or a "
+        "prebuilt-free Python package; no absolute paths, no '..', limits in docs/serve.md",
+    )
     archive: Archive | None = Field(None, description="a tar or tar.gz of the submission directory")
     path: str | None = Field(
-        None, description="a directory on the server, relative to the root it was started with "
-                          "(--submissions-root); refused when it has none")
+        None,
+        description="a directory on the server, relative to the root it was started with "
+        "(--submissions-root); refused when it has none",
+    )
 
 
 class SeedPolicy(Strict):
     policy: Literal["secret", "fixed"] = Field(
-        "secret", description="secret: inputs drawn under the service's rotating secret (nobody can know them "
-                              "in advance; the answer carries the epoch's commitment); fixed: the public seed "
-                              "'value' (reproducible, flagged seed_public)")
+        "secret",
+        description="secret: inputs drawn under the service's rotating secret (nobody can know them "
+        "in advance; the answer carries the epoch's commitment); fixed: the public seed "
+        "'value' (reproducible, flagged seed_public)",
+    )
     value: int = Field(0, ge=0, lt=2**63, description="the evaluation seed (policy fixed)")
 
 
@@ -49,18 +55,28 @@ class Options(Strict):
     """What every request of a kind shares: which cases, how hard, by when, under which inputs."""
 
     format: Literal["cann", "kernelbench"] = Field(
-        "cann", description="the submission's format; the server grades the format of its task tree")
+        "cann", description="the submission's format; the server grades the format of its task tree"
+    )
     select: str | None = Field(
-        None, max_length=1000, description="a -k style expression over each case's words (operator, path "
-                                           "segments, case id such as 01, dtypes): 'gelu and (01 or 02)'")
+        None,
+        max_length=1000,
+        description="a -k style expression over each case's words (operator, path "
+        "segments, case id such as 01, dtypes): 'gelu and (01 or 02)'",
+    )
     operators: list[str] | None = Field(
-        None, max_length=200, description="operators by name or path (gelu, level1/gelu); every one must exist")
+        None, max_length=200, description="operators by name or path (gelu, level1/gelu); every one must exist"
+    )
     profile: Literal["quick", "standard", "thorough"] = Field(
-        "standard", description="trials, timing target and timeouts (docs/serve.md, Profiles)")
+        "standard", description="trials, timing target and timeouts (docs/serve.md, Profiles)"
+    )
     perf: bool = Field(True, description="false: accuracy only (no timing; the reward's range stays [-1, 1])")
     deadline_s: float | None = Field(
-        None, gt=0, le=86400, description="seconds from arrival to answer, queue wait included; past it the "
-                                          "answer is 'timeout' with what was graded (default: the profile's)")
+        None,
+        gt=0,
+        le=86400,
+        description="seconds from arrival to answer, queue wait included; past it the "
+        "answer is 'timeout' with what was graded (default: the profile's)",
+    )
     seed: SeedPolicy = Field(default_factory=lambda: SeedPolicy(policy="secret", value=0))
 
 
@@ -75,8 +91,9 @@ class Candidate(Strict):
 
 
 class BatchRequest(Options):
-    candidates: list[Candidate] = Field(min_length=1, max_length=256,
-                                        description="a group of candidates for the same cases (a GRPO group)")
+    candidates: list[Candidate] = Field(
+        min_length=1, max_length=256, description="a group of candidates for the same cases (a GRPO group)"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ answers
@@ -125,10 +142,13 @@ class Provenance(BaseModel):
 
 
 class GradeAnswer(BaseModel):
-    status: str = Field(description="the candidate's worst news: passed, failed, compile_failed, timeout, "
-                                    "crashed, cheating, missing, harness_error (docs/serve.md, Statuses)")
-    reward: float | None = Field(description="in [-1, 1] (docs/serve.md, Reward); None: harness_error, "
-                                             "not the candidate's doing")
+    status: str = Field(
+        description="the candidate's worst news: passed, failed, compile_failed, timeout, "
+        "crashed, cheating, missing, harness_error (docs/serve.md, Statuses)"
+    )
+    reward: float | None = Field(
+        description="in [-1, 1] (docs/serve.md, Reward); None: harness_error, not the candidate's doing"
+    )
     operators: list[OperatorAnswer]
     provenance: Provenance
     name: str | None = None

@@ -39,53 +39,103 @@ _MADE: list[str] = []  # directories this process made (Ray's temp dir, the judg
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tasks", default="tasks", help="the task tree to grade (default tasks/)")
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other "
-                                                            "needs a token)")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other needs a token)"
+    )
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0: a free one)")
-    parser.add_argument("--token-file", default=None,
-                        help="file holding the bearer token clients must send (default: $CANNBENCH_SERVE_TOKEN)")
+    parser.add_argument(
+        "--token-file",
+        default=None,
+        help="file holding the bearer token clients must send (default: $CANNBENCH_SERVE_TOKEN)",
+    )
     parser.add_argument("--address", default=None, help="join this Ray cluster (default: start a local one)")
-    parser.add_argument("--judges", type=int, default=None, help="how many judges (default: one per card, else "
-                                                                  "the cores / --judge-cpus)")
+    parser.add_argument(
+        "--judges",
+        type=int,
+        default=None,
+        help="how many judges (default: one per card, else the cores / --judge-cpus)",
+    )
     parser.add_argument("--judge-cpus", type=float, default=2.0, help="Ray CPUs per judge (default 2)")
-    parser.add_argument("--judge-resources", default=None,
-                        help='extra Ray resources per judge, JSON (e.g. \'{"grader": 1}\')')
-    parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda", "npu"),
-                        help="what judges grade on (default auto: NPU, else GPU, else CPU, from the cluster)")
-    parser.add_argument("--queue-size", type=int, default=64, help="candidates that may wait (default 64; past "
-                                                                   "it: 429)")
-    parser.add_argument("--submissions-root", default=None,
-                        help="allow submission.path: directories under this root (default: refused)")
+    parser.add_argument(
+        "--judge-resources", default=None, help="extra Ray resources per judge, JSON (e.g. '{\"grader\": 1}')"
+    )
+    parser.add_argument(
+        "--device",
+        default="auto",
+        choices=("auto", "cpu", "cuda", "npu"),
+        help="what judges grade on (default auto: NPU, else GPU, else CPU, from the cluster)",
+    )
+    parser.add_argument(
+        "--queue-size", type=int, default=64, help="candidates that may wait (default 64; past it: 429)"
+    )
+    parser.add_argument(
+        "--submissions-root", default=None, help="allow submission.path: directories under this root (default: refused)"
+    )
     parser.add_argument("--max-body-mib", type=float, default=32.0, help="largest request body (default 32 MiB)")
     parser.add_argument("--max-files", type=int, default=512, help="files per submission (default 512)")
     parser.add_argument("--max-file-mib", type=float, default=4.0, help="bytes per file (default 4 MiB)")
-    parser.add_argument("--max-submission-mib", type=float, default=16.0,
-                        help="bytes per submission, unpacked (default 16 MiB)")
-    parser.add_argument("--guard", default="block", choices=("block", "warn", "off"),
-                        help="the anti-cheat guard (default block; others flag every answer)")
-    parser.add_argument("--sandbox", default="auto", choices=("auto", "bwrap", "off"),
-                        help="the OS sandbox around submission code (default auto)")
-    parser.add_argument("--secret-rotate", type=float, default=3600.0,
-                        help="seconds between input-secret rotations (default 3600; docs/serve.md, Trust)")
-    parser.add_argument("--reveal-secrets", default=None,
-                        help="directory where each retired epoch's secret is written (0600) once unused")
+    parser.add_argument(
+        "--max-submission-mib", type=float, default=16.0, help="bytes per submission, unpacked (default 16 MiB)"
+    )
+    parser.add_argument(
+        "--guard",
+        default="block",
+        choices=("block", "warn", "off"),
+        help="the anti-cheat guard (default block; others flag every answer)",
+    )
+    parser.add_argument(
+        "--sandbox",
+        default="auto",
+        choices=("auto", "bwrap", "off"),
+        help="the OS sandbox around submission code (default auto)",
+    )
+    parser.add_argument(
+        "--secret-rotate",
+        type=float,
+        default=3600.0,
+        help="seconds between input-secret rotations (default 3600; docs/serve.md, Trust)",
+    )
+    parser.add_argument(
+        "--reveal-secrets",
+        default=None,
+        help="directory where each retired epoch's secret is written (0600) once unused",
+    )
     parser.add_argument("--work-dir", default=None, help="judges' private directories (default: a temp dir)")
-    parser.add_argument("--golden-cache", default=None,
-                        help="an on-disk golden cache shared by this host's judges (default: none; each judge keeps "
-                             "its goldens in memory per secret epoch)")
-    parser.add_argument("--golden-memo", type=int, default=64,
-                        help="goldens each grader keeps in memory for the next candidates (default 64: one "
-                             "operator's cases, both correctness passes; each holds a case's fp64 golden, native "
-                             "reference and inputs)")
-    parser.add_argument("--case-timeout", type=float, default=None,
-                        help="cap every profile's case timeout at SEC (e.g. for short RL rewards)")
-    parser.add_argument("--build-timeout", type=float, default=None,
-                        help="cap every profile's build timeout at SEC")
-    parser.add_argument("--drain-timeout", type=float, default=600.0,
-                        help="seconds to finish queued and running work on shutdown (default 600)")
-    parser.add_argument("--warm", action="append", metavar="PROFILE[:accuracy]", default=None,
-                        help="open a grader of this profile on every judge before listening, so its first requests "
-                             "are warm (repeatable; default standard; ':accuracy' for perf false)")
+    parser.add_argument(
+        "--golden-cache",
+        default=None,
+        help="an on-disk golden cache shared by this host's judges (default: none; each judge keeps "
+        "its goldens in memory per secret epoch)",
+    )
+    parser.add_argument(
+        "--golden-memo",
+        type=int,
+        default=64,
+        help="goldens each grader keeps in memory for the next candidates (default 64: one "
+        "operator's cases, both correctness passes; each holds a case's fp64 golden, native "
+        "reference and inputs)",
+    )
+    parser.add_argument(
+        "--case-timeout",
+        type=float,
+        default=None,
+        help="cap every profile's case timeout at SEC (e.g. for short RL rewards)",
+    )
+    parser.add_argument("--build-timeout", type=float, default=None, help="cap every profile's build timeout at SEC")
+    parser.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=600.0,
+        help="seconds to finish queued and running work on shutdown (default 600)",
+    )
+    parser.add_argument(
+        "--warm",
+        action="append",
+        metavar="PROFILE[:accuracy]",
+        default=None,
+        help="open a grader of this profile on every judge before listening, so its first requests "
+        "are warm (repeatable; default standard; ':accuracy' for perf false)",
+    )
     parser.add_argument("--no-warm", action="store_true", help="open no grader before listening")
 
 
@@ -109,8 +159,9 @@ def _commit() -> str | None:
     if not (root / ".git").exists():
         return None
     try:
-        done = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
-                              timeout=10, check=False)
+        done = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() or None
@@ -143,21 +194,26 @@ def _judge_plan(args: argparse.Namespace, resources: dict[str, float]) -> tuple[
 def run(args: argparse.Namespace) -> int:
     token = _token(args)
     if not _is_loopback(args.host) and not token:
-        _say(f"error: --host {args.host} is not a loopback address: the service runs submitted code, so it needs a "
-             "token (--token-file FILE or $CANNBENCH_SERVE_TOKEN) that clients send as 'Authorization: Bearer'")
+        _say(
+            f"error: --host {args.host} is not a loopback address: the service runs submitted code, so it needs a "
+            "token (--token-file FILE or $CANNBENCH_SERVE_TOKEN) that clients send as 'Authorization: Bearer'"
+        )
         return 2
     tasks = Path(args.tasks).resolve()
     catalog = Catalog.read(tasks)
     if not catalog.cases:
         kernelbench = tasks.is_dir() and any(is_problem(p, "auto") for p in tasks.rglob("*.py"))
-        _say(f"error: {tasks}: no CANN-format operator (proto.yaml, cases.yaml, golden.py) to grade"
-             + ("; it holds KernelBench problems, which the service does not grade yet" if kernelbench else ""))
+        _say(
+            f"error: {tasks}: no CANN-format operator (proto.yaml, cases.yaml, golden.py) to grade"
+            + ("; it holds KernelBench problems, which the service does not grade yet" if kernelbench else "")
+        )
         return 2
     if args.submissions_root and not Path(args.submissions_root).is_dir():
         _say(f"error: --submissions-root {args.submissions_root}: not a directory")
         return 2
-    bad = [w for w in args.warm or [] if w.partition(":")[0] not in PROFILES or w.partition(":")[2] not in
-           ("", "accuracy")]
+    bad = [
+        w for w in args.warm or [] if w.partition(":")[0] not in PROFILES or w.partition(":")[2] not in ("", "accuracy")
+    ]
     if bad:
         _say(f"error: --warm {bad[0]}: expected a profile ({', '.join(PROFILES)}), optionally with ':accuracy'")
         return 2
@@ -202,17 +258,28 @@ async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> i
     actor_class = ray.remote(max_restarts=-1, max_task_retries=0, scheduling_strategy="SPREAD", **options)(JudgeCore)
     judges = []
     for i in range(count):
-        config = {"name": f"judge-{i}", "tasks": str(catalog.tasks), "guard": args.guard, "sandbox": args.sandbox,
-                  "device": None if device == "cpu" and args.device == "auto" else device, "work_dir": work,
-                  "golden_cache": golden_cache, "golden_memo": args.golden_memo}
+        config = {
+            "name": f"judge-{i}",
+            "tasks": str(catalog.tasks),
+            "guard": args.guard,
+            "sandbox": args.sandbox,
+            "device": None if device == "cpu" and args.device == "auto" else device,
+            "work_dir": work,
+            "golden_cache": golden_cache,
+            "golden_memo": args.golden_memo,
+        }
         judges.append(JudgeHandle(config["name"], actor_class.remote(config)))
     keeper = SecretKeeper(args.secret_rotate, args.reveal_secrets)
-    caps = {k: v for k, v in (("case_timeout_s", args.case_timeout), ("build_timeout_s", args.build_timeout))
-            if v is not None}
-    for spec in ([] if args.no_warm else args.warm or ["standard"]):
+    caps = {
+        k: v
+        for k, v in (("case_timeout_s", args.case_timeout), ("build_timeout_s", args.build_timeout))
+        if v is not None
+    }
+    for spec in [] if args.no_warm else args.warm or ["standard"]:
         profile, _, mode = spec.partition(":")
-        warm = overrides_for(profile, perf=mode != "accuracy", policy="secret", value=0,
-                             secret=keeper.current.secret, caps=caps)
+        warm = overrides_for(
+            profile, perf=mode != "accuracy", policy="secret", value=0, secret=keeper.current.secret, caps=caps
+        )
         infos = await asyncio.gather(*(j.actor.warm.remote(warm) for j in judges), return_exceptions=True)
         for judge, info in zip(judges, infos):
             if isinstance(info, BaseException):
@@ -222,11 +289,26 @@ async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> i
             judge.info, judge.state = info, "ready"
     metrics = Metrics()
     dispatcher = Dispatcher(judges, args.queue_size, metrics)
-    limits = Limits(max_files=args.max_files, max_file_bytes=int(args.max_file_mib * 2**20),
-                    max_total_bytes=int(args.max_submission_mib * 2**20))
-    service = Service(catalog=catalog, dispatcher=dispatcher, keeper=keeper, metrics=metrics, limits=limits,
-                      token=token, submissions_root=args.submissions_root, guard=args.guard, sandbox=args.sandbox,
-                      commit=_commit(), max_body=int(args.max_body_mib * 2**20), devices=resources, caps=caps)
+    limits = Limits(
+        max_files=args.max_files,
+        max_file_bytes=int(args.max_file_mib * 2**20),
+        max_total_bytes=int(args.max_submission_mib * 2**20),
+    )
+    service = Service(
+        catalog=catalog,
+        dispatcher=dispatcher,
+        keeper=keeper,
+        metrics=metrics,
+        limits=limits,
+        token=token,
+        submissions_root=args.submissions_root,
+        guard=args.guard,
+        sandbox=args.sandbox,
+        commit=_commit(),
+        max_body=int(args.max_body_mib * 2**20),
+        devices=resources,
+        caps=caps,
+    )
     app = make_app(service)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -234,13 +316,18 @@ async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> i
     sock.bind((args.host, args.port))
     sock.listen(2048)  # before the URL is printed: a client that connects at once waits in the backlog
     port = sock.getsockname()[1]
-    server = _server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                                    timeout_graceful_shutdown=30), dispatcher, args.drain_timeout)
+    server = _server(
+        uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", timeout_graceful_shutdown=30),
+        dispatcher,
+        args.drain_timeout,
+    )
     dispatcher.start()
     host = f"[{args.host}]" if ":" in args.host else args.host
-    _say(f"{count} judges ({device}; {', '.join(f'{k} {v:g}' for k, v in resources.items())}), "
-         f"{len(catalog.cases)} cases of {len(catalog.operators)} operators in {catalog.tasks}"
-         + ("" if token is None else "; a bearer token is required"))
+    _say(
+        f"{count} judges ({device}; {', '.join(f'{k} {v:g}' for k, v in resources.items())}), "
+        f"{len(catalog.cases)} cases of {len(catalog.operators)} operators in {catalog.tasks}"
+        + ("" if token is None else "; a bearer token is required")
+    )
     print(f"cannbench serve: listening on http://{host}:{port}", flush=True)
     try:
         await server.serve(sockets=[sock])
@@ -248,8 +335,14 @@ async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> i
         await dispatcher.stop()
         keeper.close()
         # a judge lost with its node never answers: only live ones are asked to clean up, within a bound
-        await asyncio.gather(*(asyncio.wait_for(_awaited(j.actor.shutdown.remote()), 30) for j in judges
-                               if j.state in ("ready", "busy")), return_exceptions=True)
+        await asyncio.gather(
+            *(
+                asyncio.wait_for(_awaited(j.actor.shutdown.remote()), 30)
+                for j in judges
+                if j.state in ("ready", "busy")
+            ),
+            return_exceptions=True,
+        )
         ray.shutdown()
         for made in _MADE:
             shutil.rmtree(made, ignore_errors=True)
@@ -276,8 +369,10 @@ def _server(config: Any, dispatcher: Any, drain_timeout: float) -> Any:
                 self.force_exit = True
                 self.should_exit = True
                 return
-            _say(f"draining: no new work; finishing {len(dispatcher.pending)} queued and "
-                 f"{len(dispatcher.running)} running candidates (at most {drain_timeout:g} s)")
+            _say(
+                f"draining: no new work; finishing {len(dispatcher.pending)} queued and "
+                f"{len(dispatcher.running)} running candidates (at most {drain_timeout:g} s)"
+            )
             asyncio.get_event_loop().call_soon_threadsafe(lambda: asyncio.ensure_future(self.drain()))
 
         async def drain(self) -> None:

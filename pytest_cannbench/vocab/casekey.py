@@ -62,8 +62,10 @@ class CaseKey:
     def __post_init__(self) -> None:
         problem = self._problem()
         if problem:
-            raise NotACaseKey(f"CaseKey({self.rel_path!r}, {self.kind.value}, number={self.number!r}, "
-                              f"label={self.label!r}, candidate={self.candidate!r}): {problem}")
+            raise NotACaseKey(
+                f"CaseKey({self.rel_path!r}, {self.kind.value}, number={self.number!r}, "
+                f"label={self.label!r}, candidate={self.candidate!r}): {problem}"
+            )
 
     def _problem(self) -> str:
         if not self.rel_path or self.rel_path.startswith(CANDIDATE_PREFIX) or "#" in self.rel_path:
@@ -75,7 +77,8 @@ class CaseKey:
             return "a case or position key needs a number >= 0, and no other kind has one"
         hidden = self.label.removeprefix(HIDDEN_MARK[1:])
         if (self.kind == KeyKind.HIDDEN) != bool(self.label) or (
-                self.label and (hidden == self.label or not _HIDDEN_DIGITS.fullmatch(hidden))):
+            self.label and (hidden == self.label or not _HIDDEN_DIGITS.fullmatch(hidden))
+        ):
             return "a hidden key needs a label hidden-<digits>, and no other kind has one"
         return ""
 
@@ -124,8 +127,7 @@ class CaseKey:
         prefix = f"{CANDIDATE_PREFIX}{self.candidate}/" if self.candidate else ""
         if self.kind == KeyKind.HIDDEN:
             return f"{prefix}{self.rel_path}#{self.label}"
-        tail = {KeyKind.CASE: f"{self.number}", KeyKind.POSITION: f"#{self.number}",
-                KeyKind.TASK: TASK_TAIL}[self.kind]
+        tail = {KeyKind.CASE: f"{self.number}", KeyKind.POSITION: f"#{self.number}", KeyKind.TASK: TASK_TAIL}[self.kind]
         return f"{prefix}{self.rel_path}_{tail}"
 
     @classmethod
@@ -143,7 +145,7 @@ def parse_key(text: str) -> CaseKey | None:
         return None
     candidate, rest = "", text
     if text.startswith(CANDIDATE_PREFIX):
-        candidate, slash, rest = text[len(CANDIDATE_PREFIX):].partition("/")
+        candidate, slash, rest = text[len(CANDIDATE_PREFIX) :].partition("/")
         if not slash or not candidate:
             return None
     try:

@@ -141,7 +141,7 @@ class CaseRecord(_CaseRecordKeys, total=False):
     the ``outcome`` of a ``results.jsonl`` line."""
 
     rel_path: Annotated[str, "the operator directory (or KernelBench problem file) under its bench root"]
-    operator: Annotated[str, "the operator's name from its proto (\"\" where unknown)"]
+    operator: Annotated[str, 'the operator\'s name from its proto ("" where unknown)']
     case_id: Annotated[int | None, "the case id; null for a case filed by position, a task error or a hidden case"]
     failure_type: Annotated[str | None, "why it did not pass (outcome.FailureType); null when it passed"]
     message: Annotated[str, "the verdict in words"]
@@ -151,10 +151,11 @@ class CaseRecord(_CaseRecordKeys, total=False):
     warnings: Annotated[list[str], "warnings raised while the case ran"]
     timing: Annotated[TimingRecord, "the timing record ({} when timing was not considered)"]
     flags: Annotated[list[str], "the run's weaker modes (e.g. sandbox_off) and the guard's findings"]
-    candidate: Annotated[str, "the candidate of a multi-candidate run (\"\" otherwise)"]
+    candidate: Annotated[str, 'the candidate of a multi-candidate run ("" otherwise)']
     split: Annotated[str, "public or hidden (outcome.Split)"]
-    kernel_coverage: Annotated[dict[str, Any], "KernelBench: the share of forward's work in the submission's "
-                                               "own kernels (guard.coverage)"]
+    kernel_coverage: Annotated[
+        dict[str, Any], "KernelBench: the share of forward's work in the submission's own kernels (guard.coverage)"
+    ]
 
 
 def timing_of(record: Mapping[str, Any]) -> TimingRecord:

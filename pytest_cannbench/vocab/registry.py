@@ -53,10 +53,15 @@ class CheckerInfo:
     summary: str  # one line, for --help and the CLI
 
 
-CHECKERS: Mapping[str, CheckerInfo] = MappingProxyType({c.name: c for c in (
-    CheckerInfo("relative_error", "the CANN precision standard (MERE/MARE per dtype against the fp64 golden)"),
-    CheckerInfo("allclose", "|a - g| <= atol + rtol*|g| with per-dtype tolerances (KernelBench's rule)"),
-)})
+CHECKERS: Mapping[str, CheckerInfo] = MappingProxyType(
+    {
+        c.name: c
+        for c in (
+            CheckerInfo("relative_error", "the CANN precision standard (MERE/MARE per dtype against the fp64 golden)"),
+            CheckerInfo("allclose", "|a - g| <= atol + rtol*|g| with per-dtype tolerances (KernelBench's rule)"),
+        )
+    }
+)
 DEFAULT_CHECKER = "relative_error"
 # older spellings the judge still accepts (never offered as a choice)
 CHECKER_ALIASES: Mapping[str, str] = MappingProxyType({"cann_default": "relative_error"})
@@ -77,8 +82,9 @@ def resolve_checker(name: str) -> str:
 
 def checker_help() -> str:
     """The checkers in words, for help texts: each name with its one-line summary."""
-    return "; ".join(f"{n}{' (default)' if n == DEFAULT_CHECKER else ''}: {CHECKERS[n].summary}"
-                     for n in checker_names())
+    return "; ".join(
+        f"{n}{' (default)' if n == DEFAULT_CHECKER else ''}: {CHECKERS[n].summary}" for n in checker_names()
+    )
 
 
 # ---------------------------------------------------------------------------------------------------- devices
@@ -101,8 +107,9 @@ class DeviceKind(Word):
         try:
             return cls(head)
         except ValueError:
-            raise ValueError(f"device {device!r}: not a device of a known kind "
-                             f"({', '.join(k.value for k in cls)})") from None
+            raise ValueError(
+                f"device {device!r}: not a device of a known kind ({', '.join(k.value for k in cls)})"
+            ) from None
 
     @property
     def accelerator(self) -> bool:
@@ -135,8 +142,7 @@ def parse_ids(text: str | None) -> list[int]:
     try:
         ids = [int(part) for part in str(text).split(",") if part.strip()]
     except ValueError:
-        raise ValueError(f"--cann-device KIND:{text}: expected 'all' or comma-separated integers such as 0,1") \
-            from None
+        raise ValueError(f"--cann-device KIND:{text}: expected 'all' or comma-separated integers such as 0,1") from None
     if not ids or any(i < 0 for i in ids):
         raise ValueError(f"--cann-device KIND:{text}: expected non-negative integers")
     return ids
@@ -168,21 +174,53 @@ class TimerInfo:
     retimed: bool = False  # its window's times are unusable: the judge discards the window and times it again
 
 
-TIMERS: Mapping[str, TimerInfo] = MappingProxyType({t.name: t for t in (
-    TimerInfo("cpu_clock", DeviceKind.CPU, True, "the worker's monotonic clock, bound before the submission was "
-                                                 "imported, around each call between cache flushes"),
-    TimerInfo("host_clock", DeviceKind.CPU, True, "the host clock around each call of a device without a timer "
-                                                  "of its own (a multi-rank case's ranks)"),
-    TimerInfo("cuda_profiler", DeviceKind.CUDA, False, "from the call's start to the end of the last kernel the "
-                                                       "CUDA profiler records on any stream during it"),
-    TimerInfo("cuda_events", DeviceKind.CUDA, False, "CUDA events around the call and a full device synchronise "
-                                                     "(where the profiler is unavailable)"),
-    TimerInfo("cuda_graph", DeviceKind.CUDA, False, "replays of the call captured in a CUDA graph, the L2 clear "
-                                                    "captured apart and subtracted (cann_cuda_graph)"),
-    TimerInfo("cuda_graph_fallback", DeviceKind.CUDA, False, "a graph batch whose times include the L2 clear: "
-                                                             "never kept", retimed=True),
-    TimerInfo("npu_profiler", DeviceKind.NPU, False, "the Ascend profiler's kernel times of each step"),
-)})
+TIMERS: Mapping[str, TimerInfo] = MappingProxyType(
+    {
+        t.name: t
+        for t in (
+            TimerInfo(
+                "cpu_clock",
+                DeviceKind.CPU,
+                True,
+                "the worker's monotonic clock, bound before the submission was "
+                "imported, around each call between cache flushes",
+            ),
+            TimerInfo(
+                "host_clock",
+                DeviceKind.CPU,
+                True,
+                "the host clock around each call of a device without a timer of its own (a multi-rank case's ranks)",
+            ),
+            TimerInfo(
+                "cuda_profiler",
+                DeviceKind.CUDA,
+                False,
+                "from the call's start to the end of the last kernel the CUDA profiler records on any stream during it",
+            ),
+            TimerInfo(
+                "cuda_events",
+                DeviceKind.CUDA,
+                False,
+                "CUDA events around the call and a full device synchronise (where the profiler is unavailable)",
+            ),
+            TimerInfo(
+                "cuda_graph",
+                DeviceKind.CUDA,
+                False,
+                "replays of the call captured in a CUDA graph, the L2 clear "
+                "captured apart and subtracted (cann_cuda_graph)",
+            ),
+            TimerInfo(
+                "cuda_graph_fallback",
+                DeviceKind.CUDA,
+                False,
+                "a graph batch whose times include the L2 clear: never kept",
+                retimed=True,
+            ),
+            TimerInfo("npu_profiler", DeviceKind.NPU, False, "the Ascend profiler's kernel times of each step"),
+        )
+    }
+)
 TIMER_AUTO = "auto"  # the device's own choice
 
 
