@@ -189,7 +189,9 @@ class RankGroup:
         started) stops the others; each answer says whether it was stopped."""
         answers: dict[int, RankAnswer] = {}
         stopped: set[int] = set()
-        futures: dict[Future[Any], int] = {self.pool.submit(request, w): r for r, w in enumerate(self.workers)}
+        futures: dict[Future[CandidateResult], int] = {
+            self.pool.submit(request, w): r for r, w in enumerate(self.workers)
+        }
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
