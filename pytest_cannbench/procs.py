@@ -37,7 +37,7 @@ def wait_readable(fd: int, timeout: float, poll_s: float = 1.0, tick: Callable[[
             tick()
 
 
-def signal_group(proc: subprocess.Popen, sig: int) -> None:
+def signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:
     signal_pgid(proc.pid, sig)
 
 
@@ -48,7 +48,7 @@ def signal_pgid(pgid: int, sig: int) -> None:
         pass
 
 
-def kill_group(proc: subprocess.Popen) -> None:
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
     """SIGKILL the worker and everything it started in its session, reap it, close our pipe ends."""
     signal_group(proc, signal.SIGKILL)
     proc.wait()
@@ -60,7 +60,7 @@ def kill_group(proc: subprocess.Popen) -> None:
             pass
 
 
-def stop(proc: subprocess.Popen, send_exit: Callable[[], None], grace_s: float = 5.0) -> None:
+def stop(proc: subprocess.Popen[bytes], send_exit: Callable[[], None], grace_s: float = 5.0) -> None:
     """Ask a worker to exit (``send_exit``), give it ``grace_s``, then kill its group whatever happened."""
     if proc.poll() is None:
         try:
@@ -71,7 +71,7 @@ def stop(proc: subprocess.Popen, send_exit: Callable[[], None], grace_s: float =
     kill_group(proc)
 
 
-def reap(proc: subprocess.Popen, grace_s: float = 10.0) -> int:
+def reap(proc: subprocess.Popen[bytes], grace_s: float = 10.0) -> int:
     """The exit code of a worker whose pipe closed (killing its group if it lingers)."""
     try:
         proc.wait(timeout=grace_s)

@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.core import memory
@@ -49,7 +49,7 @@ class CaseStopped(Exception):
 class Route:
     """What a case is: its source, the candidate it grades, its memory estimate, whether it is timed."""
 
-    source: CaseSource
+    source: CaseSource[Any]
     candidate: str | None = None  # a candidate of several (None: the run's one submission)
     need: MemoryNeed | None = None  # the estimate of its memory (None: no estimate for this source)
     timed: bool = True  # KernelBench trials are accuracy only; the timed case is timed

@@ -22,6 +22,7 @@ import struct
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 from pytest_cannbench.guard.builtin_ops import forbidden_library
 from pytest_cannbench.guard.torch_imports import forbidden_symbol, qualified_name
@@ -91,7 +92,7 @@ class _Elf:
             self.phentsize, self.phnum, self.shentsize, self.shnum = self.unpack(o + "HHHH", 0x2A)
         self.order = o
 
-    def unpack(self, fmt: str, at: int) -> tuple:
+    def unpack(self, fmt: str, at: int) -> tuple[Any, ...]:
         if at < 0 or at + struct.calcsize(fmt) > len(self.data):
             raise ValueError(f"a structure at offset {at:#x} runs past the end of the file")
         return struct.unpack_from(fmt, self.data, at)

@@ -6,6 +6,8 @@ arrive as JSON from the candidate worker, an untrusted process, so they are vali
 
 from __future__ import annotations
 
+from typing import Any
+
 from pytest_cannbench.outcome import API_TAMPERED, BUILTIN_COMPUTE, FORBIDDEN_ACCESS, GUARD_FAILURES
 
 OFF, WARN, BLOCK, KERNEL = "off", "warn", "block", "kernel"
@@ -25,7 +27,7 @@ COVERAGE_FLOOR = 0.5
 Finding = tuple[str, str]  # (kind, detail)
 
 
-def guard_problems(reply: dict) -> list[Finding]:
+def guard_problems(reply: dict[str, Any]) -> list[Finding]:
     """The worker's guard findings, validated (they arrive as JSON from an untrusted process)."""
     found = []
     raw = reply.get("guard")

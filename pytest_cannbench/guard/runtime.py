@@ -306,7 +306,7 @@ class Guard:
 
     # ------------------------------------------------------------ the op tree
 
-    def call(self, fn: Callable, kwargs: dict[str, Any]) -> Any:
+    def call(self, fn: Callable[..., Any], kwargs: dict[str, Any]) -> Any:
         """One candidate call under the profiler, inside our marker."""
         if self.mode == OFF:
             return fn(**kwargs)
@@ -315,7 +315,7 @@ class Guard:
         return result
 
     @contextmanager
-    def batch(self) -> Iterator[Callable[[Callable], Callable]]:
+    def batch(self) -> Iterator[Callable[[Callable[..., Any]], Callable[..., Any]]]:
         """A profiler session for a series of calls; ``wrap(fn)`` marks each call of fn inside it."""
         if self.mode == OFF:
             yield lambda fn: fn
@@ -325,7 +325,7 @@ class Guard:
         calls = [0]
         blinded: list[str] = []
 
-        def wrap(fn: Callable) -> Callable:
+        def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
             def marked(**kwargs: Any) -> Any:
                 calls[0] += 1
                 result = rec.marked(fn, kwargs)
@@ -371,7 +371,7 @@ class Guard:
         """Last step before the import: hooks cannot be removed, and our own setup must not trip them."""
         sys.addaudithook(self._audit)
 
-    def _audit(self, event: str, args: tuple) -> None:
+    def _audit(self, event: str, args: tuple[Any, ...]) -> None:
         if event not in WATCHED:
             return
         problem = self._classify(event, args)
@@ -381,7 +381,7 @@ class Guard:
         if problem.kind == FORBIDDEN_ACCESS or self.mode in (BLOCK, KERNEL):
             raise PermissionError(f"pytest-cannbench: a submission may not do this ({problem.detail})")
 
-    def _classify(self, event: str, args: tuple) -> Problem | None:
+    def _classify(self, event: str, args: tuple[Any, ...]) -> Problem | None:
         if event == "import":
             name = str(args[0]) if args else ""
             if self.mode != OFF and any(name == m or name.startswith(m + ".") for m in BLOCKED_MODULES):
@@ -408,7 +408,7 @@ class Guard:
             return Problem(FORBIDDEN_ACCESS, f"signalled process {target} ({event})")
         return self._path_problem(event, args)
 
-    def _path_problem(self, event: str, args: tuple) -> Problem | None:
+    def _path_problem(self, event: str, args: tuple[Any, ...]) -> Problem | None:
         paths = [a for a in args[:2] if isinstance(a, (str, bytes, os.PathLike))]
         for raw in paths:
             try:

@@ -160,7 +160,7 @@ class OperatorCase:
         golden = {"kind": "golden", **golden_ref(self.task)}
         return [Baseline("golden", "baseline (golden in native precision)", golden)]
 
-    def judge(self, outputs: list, ref: GoldenData, *, stats: bool = True) -> CaseOutcome:
+    def judge(self, outputs: list[Any], ref: GoldenData, *, stats: bool = True) -> CaseOutcome:
         if ref.native_deferred:
             # Without a native reference the standard is only stricter (no native errors to allow for), so a pass
             # that read none stands; any other verdict is taken again with the reference run now.
@@ -208,13 +208,14 @@ class JudgedOutputs:
     """What the verdict compares: after a task's ``get_output`` hook, the candidate's, the golden's and the
     native reference's outputs; ``raw`` is the candidate's before the hook (the index checks read those)."""
 
-    raw: list
-    candidate: list
-    golden: list
-    native: list | None
+    raw: list[Any]
+    candidate: list[Any]
+    golden: list[Any]
+    native: list[Any] | None
 
 
-def apply_get_output(data: GoldenData, raw: list, postprocess: Callable[[dict], dict]) -> JudgedOutputs:
+def apply_get_output(data: GoldenData, raw: list[Any],
+                     postprocess: Callable[[dict[str, Any]], dict[str, Any]]) -> JudgedOutputs:
     """The ``get_output`` step before the verdict; ``postprocess`` applies the trusted golden's hook to the
     ``{"golden", "native", "candidate"}`` output lists (in the golden worker, or in-process for the gate)."""
     if not data.has_get_output:
@@ -226,7 +227,7 @@ def apply_get_output(data: GoldenData, raw: list, postprocess: Callable[[dict], 
                          native=processed["native"])
 
 
-def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, outputs: JudgedOutputs | list,
+def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, outputs: JudgedOutputs | list[Any],
           settings: CaseSettings, *, stats: bool = True) -> CaseOutcome:
     """The precision standard on every output, then the index self-consistency checks. Pure: a task with a
     ``get_output`` hook passes :func:`apply_get_output`'s result; any other task may pass the raw outputs.
@@ -266,7 +267,7 @@ def judge(task: OperatorTask, case: CaseSpec, data: GoldenData, outputs: JudgedO
     return result
 
 
-def _index_checks(task: OperatorTask, case: CaseSpec, data: GoldenData, candidate: list) -> str:
+def _index_checks(task: OperatorTask, case: CaseSpec, data: GoldenData, candidate: list[Any]) -> str:
     """``index_gather`` outputs checked on the raw candidate outputs (before get_output), as the official harness."""
     from pytest_cannbench.judge.index_checks import check_index_gather  # brings torch
 

@@ -26,7 +26,7 @@ from pytest_cannbench.options import DEFAULT_MIN_FREE_GIB
 FORMAT = 3
 
 
-def cache_key(*, golden_sha: str, case: dict, seed: int, dist: str, compat: str, precision: str,
+def cache_key(*, golden_sha: str, case: dict[str, Any], seed: int, dist: str, compat: str, precision: str,
               torch_version: str, input_names: list[str], lean: bool = False) -> str:
     """``lean``: an entry whose native reference may be deferred (asked ``like`` another input set)."""
     fields = {"format": FORMAT, "golden": golden_sha, "case": case, "seed": seed, "dist": dist,

@@ -42,7 +42,7 @@ def prepare_request(task: OperatorTask, case: CaseSpec, seed: int, *, dist: str,
             "case": case.raw, "seed": seed, "dist": dist, "compat": compat, "precision": precision}
 
 
-def describe_native(like: GoldenData | None) -> list | None:
+def describe_native(like: GoldenData | None) -> list[Any] | None:
     """A prepare request's ``like``: the native outputs of ``like`` (dtype name, shape), when they can stand in
     for running the reference on another input set of the same case. Not for a task with a ``get_output`` hook
     (its verdict reads the hook's processed native), nor when ``like`` has no native reference of its own."""
@@ -64,24 +64,24 @@ class GoldenFailure(RuntimeError):
 
 @dataclass
 class GoldenData:
-    make_inputs: Callable[[], list]  # what the candidate is called with (native dtypes), built on first use
-    binding: tuple  # (param, "input", index) | (param, "attr", value)
-    golden: list
-    native: list | None
+    make_inputs: Callable[[], list[Any]]  # what the candidate is called with (native dtypes), built on first use
+    binding: tuple[Any, ...]  # (param, "input", index) | (param, "attr", value)
+    golden: list[Any]
+    native: list[Any] | None
     native_error: str | None
     has_get_output: bool
     cached: bool
-    hooked: list | None = None  # inputs made by the golden's get_input hook, else None
+    hooked: list[Any] | None = None  # inputs made by the golden's get_input hook, else None
     seconds: dict[str, float] = field(default_factory=dict)
     # The native reference was not run (asked ``like`` another input set of the case): ``expected`` holds the
     # output dtypes it would have had, and ``complete`` fetches this same set in full for a verdict that needs it.
     native_deferred: bool = False
-    expected: list | None = None
+    expected: list[Any] | None = None
     complete: Callable[[], GoldenData] | None = None
-    _inputs: list | None = None
+    _inputs: list[Any] | None = None
 
     @property
-    def inputs(self) -> list:
+    def inputs(self) -> list[Any]:
         """Generated on demand: a self-check never needs them in the judge, and large cases cost seconds."""
         if self._inputs is None:
             self._inputs = self.make_inputs()
@@ -111,7 +111,7 @@ class GoldenService:
         return prepare_request(task, case, seed, dist=s.input_dist, compat=s.input_compat,
                                precision=s.golden_precision)
 
-    def _call(self, message: dict) -> dict:
+    def _call(self, message: dict[str, Any]) -> dict[str, Any]:
         try:
             response = self.worker.request(message, self.settings.golden_timeout_s)
         except GoldenWorkerFailure as exc:
@@ -177,14 +177,14 @@ class GoldenService:
         self._replies += 1
         return os.path.join(self._scratch, f"{self._replies}-{suffix}")
 
-    def _data(self, task: OperatorTask, case: CaseSpec, seed: int, source: dict, *, cached: bool,
+    def _data(self, task: OperatorTask, case: CaseSpec, seed: int, source: dict[str, Any], *, cached: bool,
               inputs_file: str | None = None, like: GoldenData | None = None) -> GoldenData:
         """GoldenData from a worker response or a cache entry (the same fields). Inputs the worker wrote to
         ``inputs_file`` are mapped now (the file is unlinked; the mapping lasts as long as the tensors)."""
         layout = source.get("inputs_layout")
         if inputs_file and layout is not None and source["hooked"] is None:
             shared = input_file.read(inputs_file, layout)
-            make_inputs: Callable[[], list] = lambda: shared  # noqa: E731 - the maker's signature
+            make_inputs: Callable[[], list[Any]] = lambda: shared  # noqa: E731 - the maker's signature
         else:
             make_inputs = self._inputs_maker(task, case, seed, source["hooked"])
         deferred = bool(source.get("native_deferred")) and like is not None and like.native is not None
@@ -197,20 +197,20 @@ class GoldenService:
                           complete=(lambda: self.fetch(task, case, seed)) if deferred else None)
 
     def _inputs_maker(self, task: OperatorTask, case: CaseSpec, seed: int,
-                      hooked: list | None) -> Callable[[], list]:
+                      hooked: list[Any] | None) -> Callable[[], list[Any]]:
         """Hook-made inputs come from the worker; generic ones are regenerated here, bit for bit."""
         if hooked is not None:
             return lambda: hooked
         settings = self.settings
 
-        def generate() -> list:
+        def generate() -> list[Any]:
             raw = case.raw
             plans = plan_inputs(task.spec.input_names, raw["input_shape"], raw["dtype"], raw.get("value_range"))
             return generate_inputs(plans, seed, dist=settings.input_dist, compat=settings.input_compat)
 
         return generate
 
-    def postprocess(self, task: OperatorTask, case: CaseSpec, outputs: dict[str, list | None]) -> dict:
+    def postprocess(self, task: OperatorTask, case: CaseSpec, outputs: dict[str, list[Any] | None]) -> dict[str, Any]:
         response = self._call({"op": "postprocess", **golden_ref(task), "output_names": task.spec.output_names,
                                "attrs": case.attrs, "outputs": outputs})
         return response["outputs"]

@@ -43,10 +43,10 @@ KB_TOLERANCE = {"float32": 1e-4, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1
 
 @dataclass
 class ProblemReference:
-    inputs: list
-    init_inputs: list
-    native: list  # the reference in the problem's own precision
-    golden: list | None  # float64 truth rounded to the native dtypes (--cann-kb-accuracy cann)
+    inputs: list[Any]
+    init_inputs: list[Any]
+    native: list[Any]  # the reference in the problem's own precision
+    golden: list[Any] | None  # float64 truth rounded to the native dtypes (--cann-kb-accuracy cann)
     state_file: str
     seconds: dict[str, float] = field(default_factory=dict)
     cached: bool = False  # KernelBench references are never cached
@@ -101,7 +101,7 @@ def target(ref: ProblemReference, module: str, class_name: str, seed: int) -> di
             "init_seed": seed, "state_file": ref.state_file, "arity": len(ref.inputs), "compile": False}
 
 
-def verdict(result: CaseOutcome, candidate: list, ref: ProblemReference, settings: Settings) -> CaseOutcome:
+def verdict(result: CaseOutcome, candidate: list[Any], ref: ProblemReference, settings: Settings) -> CaseOutcome:
     """The accuracy verdict on one set of candidate outputs, written on ``result`` (a fresh passed outcome)."""
     from pytest_cannbench.judge.precision import compare_outputs  # brings torch
 
@@ -203,7 +203,7 @@ class ProblemCase:
             found.append(Baseline("compile", "compile baseline", dict(eager, compile=True)))
         return found
 
-    def judge(self, outputs: list, ref: ProblemReference, *, stats: bool = True) -> CaseOutcome:
+    def judge(self, outputs: list[Any], ref: ProblemReference, *, stats: bool = True) -> CaseOutcome:
         """KernelBench's allclose rule: its figures cost one pass, so they are always computed."""
         return verdict(self.outcome(oc.PASSED), outputs, ref, self.settings)
 

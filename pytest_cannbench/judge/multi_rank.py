@@ -69,8 +69,8 @@ def payload(task: OperatorTask, case: CaseSpec, settings: Settings, seed: int | 
 @dataclass
 class RankReference:
     inputs: dict[str, Any]  # name -> tensor, list, value or None, as the rank made them
-    golden: list
-    native: list
+    golden: list[Any]
+    native: list[Any]
 
     def kwargs(self) -> dict[str, Any]:
         return {k: v for k, v in self.inputs.items() if v is not None}
@@ -128,7 +128,7 @@ def target(task: OperatorTask, case: CaseSpec, settings: Settings, ref_payload: 
             "payload": ref_payload}
 
 
-def judge_rank(task: OperatorTask, rank: int, outputs: list, ref: RankReference, checker: str,
+def judge_rank(task: OperatorTask, rank: int, outputs: list[Any], ref: RankReference, checker: str,
                stats: bool = True) -> tuple[list[dict[str, Any]], list[str], bool]:
     """One rank's outputs under the precision standard: (verdicts, failure messages, structural)."""
     from pytest_cannbench.judge.precision import compare_outputs  # brings torch

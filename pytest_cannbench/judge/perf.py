@@ -65,7 +65,7 @@ class PerfContext:
     baseline_worker: CandidateWorker  # golden mode: never saw the submission
     anchors: Anchors  # (task, case, data) -> t_hw_us, sources, bytes, flops
     log_dir: Path
-    npu: dict | None = None  # NPU timer settings: the session's secret cache-clean shape, boost, level
+    npu: dict[str, Any] | None = None  # NPU timer settings: the session's secret cache-clean shape, boost, level
     fence: Fence = field(default_factory=lambda: Fence(None))  # the session's quiet-window fence
     telemetry: Telemetry | None = None  # CUDA: the judge's GPU clock/temperature/power reader
     _flusher: Flusher | None = None
@@ -116,7 +116,7 @@ class _Samples:
         self.pairs += other.pairs
 
 
-def _window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chunk: list[int], warmup: int,
+def _window(source: CaseSource[Any], ref: Reference, refs: dict[int, Reference], chunk: list[int], warmup: int,
             worker: CandidateWorker, ctx: PerfContext, record: CaseTiming, got: _Samples,
             clock: PhaseClock) -> CaseOutcome | None:
     """One lock window: the candidate and the main baseline alternate call by call (ABBA) on the same sets, each
@@ -315,7 +315,7 @@ def _distrust(ctx: PerfContext, record: CaseTiming, trial: _Samples, retried: bo
     return why
 
 
-def _fresh_sets(source: CaseSource, like: Reference | None, chunk: list[int], ctx: PerfContext, record: CaseTiming,
+def _fresh_sets(source: CaseSource[Any], like: Reference | None, chunk: list[int], ctx: PerfContext, record: CaseTiming,
                 clock: PhaseClock) -> dict[int, Reference]:
     """References for a window timed again: input sets the candidate has never seen (raises GoldenFailure)."""
     refs: dict[int, Reference] = {}
@@ -324,7 +324,7 @@ def _fresh_sets(source: CaseSource, like: Reference | None, chunk: list[int], ct
     return refs
 
 
-def _prepare_sets(source: CaseSource, seeds: list[tuple[int, int]], like: Reference | None, ctx: PerfContext,
+def _prepare_sets(source: CaseSource[Any], seeds: list[tuple[int, int]], like: Reference | None, ctx: PerfContext,
                   record: CaseTiming, clock: PhaseClock, refs: dict[int, Reference]) -> None:
     """The references of timed input sets, ``(index, seed)`` each, into ``refs`` in order: accuracy work, fenced,
     in steps another worker's waiting window may go between (raises GoldenFailure)."""
@@ -336,7 +336,7 @@ def _prepare_sets(source: CaseSource, seeds: list[tuple[int, int]], like: Refere
                 refs[index].kwargs()  # inputs the judge makes itself (small ones) are made here, fenced
 
 
-def _timed_window(source: CaseSource, ref: Reference, refs: dict[int, Reference], chunk: list[int], warmup: int,
+def _timed_window(source: CaseSource[Any], ref: Reference, refs: dict[int, Reference], chunk: list[int], warmup: int,
                   worker: CandidateWorker, ctx: PerfContext, record: CaseTiming, got: _Samples,
                   clock: PhaseClock, like: Reference | None = None) -> CaseOutcome | None:
     """:func:`_window`, timed again once on fresh input sets (never the ones the candidate has seen) when the
@@ -388,7 +388,7 @@ def _work(clock: PhaseClock) -> float:
     return sum(clock.seconds.get(part, 0.0) for part in WORK_PARTS)
 
 
-def _hap_half_width(source: CaseSource, ref: Reference, ctx: PerfContext, got: _Samples,
+def _hap_half_width(source: CaseSource[Any], ref: Reference, ctx: PerfContext, got: _Samples,
                     speedup: Interval | None) -> float | None:
     """Half the width of the HAP interval the case would report if timing stopped now; None without one (no live
     pairing, anchors that give no HAP, a KernelBench problem). Its anchors are worked out on a throwaway record."""
@@ -406,7 +406,7 @@ def _precision(got: _Samples, seed: int) -> tuple[Interval | None, Interval]:
     return speedup, median_interval(got.cand, seed)
 
 
-def measure(source: CaseSource, ref: Reference, worker: CandidateWorker, ctx: PerfContext,
+def measure(source: CaseSource[Any], ref: Reference, worker: CandidateWorker, ctx: PerfContext,
             clock: PhaseClock | None = None, lean: bool = False) -> tuple[TimingRecord, CaseOutcome | None]:
     """The case's timing record, and a failure outcome when timing exposed the candidate.
 
@@ -511,7 +511,7 @@ def _with_extra(record: CaseTiming, extra: dict[str, Any]) -> TimingRecord:
     return out
 
 
-def _summarise(source: CaseSource, ref: Reference, ctx: PerfContext, record: CaseTiming,
+def _summarise(source: CaseSource[Any], ref: Reference, ctx: PerfContext, record: CaseTiming,
                got: _Samples) -> dict[str, Any]:
     """Medians and spreads of every participant, then the anchors (metadata may replace the live baseline);
     returns the fields of the extra baselines."""

@@ -103,7 +103,7 @@ class OutputVerdict:
     rtol: float | None = None
     atol: float | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 

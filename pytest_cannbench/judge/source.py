@@ -98,7 +98,7 @@ class CaseSource(Protocol[R]):
 
     def baselines(self, ref: R) -> list[Baseline]: ...
 
-    def judge(self, outputs: list, ref: R, *, stats: bool = True) -> CaseOutcome:
+    def judge(self, outputs: list[Any], ref: R, *, stats: bool = True) -> CaseOutcome:
         """The accuracy verdict on one set of candidate outputs for ``ref``'s input set; ``stats=False`` when
         only the verdict is read (a timed output): the figures may then be left out, never the verdict. Raises
         GoldenFailure when completing a reference prepared ``like`` another fails."""
@@ -137,7 +137,7 @@ def is_structural(failure_type: str | None) -> bool:
 
 @dataclass
 class CandidateAnswer:
-    outputs: list | None  # views of the worker's shared memory, valid until its next call
+    outputs: list[Any] | None  # views of the worker's shared memory, valid until its next call
     failure: CaseOutcome | None  # set when there is nothing to judge (raised, crashed, timed out...)
     seconds: float | None
     flags: list[str] = field(default_factory=list)  # guard findings in warn mode

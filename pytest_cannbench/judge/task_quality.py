@@ -186,7 +186,7 @@ def ulp_noise(ref: Any, gen: Any) -> Any:
 # one case
 
 
-def _local_get_output(task: Any, case: Any, outputs: dict[str, list | None]) -> dict:
+def _local_get_output(task: Any, case: Any, outputs: dict[str, list[Any] | None]) -> dict[str, Any]:
     """The task's ``get_output`` hook applied in-process by the trusted golden (the gate runs no candidate)."""
     gm = load_golden(task.op_dir, task.rel_path, task.spec.function_name, task.spec.name.lower(),
                      task.golden_sha256)
@@ -195,7 +195,7 @@ def _local_get_output(task: Any, case: Any, outputs: dict[str, list | None]) -> 
             for key, outs in outputs.items()}
 
 
-def _case_inputs(task: Any, case: Any, reply: dict, seed: int, dist: str, compat: str) -> list:
+def _case_inputs(task: Any, case: Any, reply: dict[str, Any], seed: int, dist: str, compat: str) -> list[Any]:
     """What a candidate is called with: the hook's inputs, else the generic ones regenerated bit for bit."""
     if reply["hooked"] is not None:
         return reply["hooked"]
@@ -205,7 +205,7 @@ def _case_inputs(task: Any, case: Any, reply: dict, seed: int, dist: str, compat
     return generate_inputs(plans, seed, dist=dist, compat=compat)
 
 
-def _bfloat16_truth(task: Any, case: Any, inputs: list) -> list:
+def _bfloat16_truth(task: Any, case: Any, inputs: list[Any]) -> list[Any]:
     """The fp64 truth on bfloat16-rounded inputs: the model of a kernel that computes in bfloat16."""
     gm = load_golden(task.op_dir, task.rel_path, task.spec.function_name, task.spec.name.lower(),
                      task.golden_sha256)
@@ -280,7 +280,7 @@ def _grade(task: Any, case: Any, *, checker: str, seed: int, dist: str, compat: 
     gen = torch.Generator()
     gen.manual_seed(case_seed_)
 
-    def verdict(model: str, target: str, expected: str, candidate: list) -> NullVerdict:
+    def verdict(model: str, target: str, expected: str, candidate: list[Any]) -> NullVerdict:
         outputs = apply_get_output(data, candidate, lambda outs: _local_get_output(task, case, outs))
         outcome = judge(task, case, data, outputs, settings)
         got = PASS if outcome.status == PASSED else FAIL
@@ -289,7 +289,7 @@ def _grade(task: Any, case: Any, *, checker: str, seed: int, dist: str, compat: 
             reason = _why_unchanged(candidate, right) + reason
         return NullVerdict(model, target, expected, got, reason)
 
-    def replaced(i: int, value: Any) -> list:
+    def replaced(i: int, value: Any) -> list[Any]:
         return [value if j == i else r for j, r in enumerate(right)]
 
     checked = [i for i, r in enumerate(right) if isinstance(r, torch.Tensor) and (flags[i] or _has_index(task, i))]
@@ -322,7 +322,7 @@ def _grade(task: Any, case: Any, *, checker: str, seed: int, dist: str, compat: 
     return out
 
 
-def _why_unchanged(candidate: list, right: list) -> str:
+def _why_unchanged(candidate: list[Any], right: list[Any]) -> str:
     """A hint for a wrong answer that passed: how much of it is the right answer (a constant, exact output)."""
     import torch
 

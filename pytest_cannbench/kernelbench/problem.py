@@ -26,7 +26,7 @@ from types import ModuleType
 from typing import Any
 
 _MODULES: dict[tuple[str, float], ModuleType] = {}
-_MODELS: dict[tuple, Any] = {}
+_MODELS: dict[tuple[Any, ...], Any] = {}
 
 
 def load_module(path: str) -> ModuleType:
@@ -54,7 +54,7 @@ def set_seed(seed: int) -> None:
         torch.cuda.manual_seed_all(seed)
 
 
-def build_model(module: ModuleType, class_name: str, init_inputs: list, init_seed: int) -> Any:
+def build_model(module: ModuleType, class_name: str, init_inputs: list[Any], init_seed: int) -> Any:
     cls = getattr(module, class_name, None)
     if cls is None:
         raise AttributeError(f"{module.__file__} defines no class {class_name}")
@@ -89,31 +89,31 @@ def input_bytes(module: ModuleType) -> int:
     return sum(v.numel() * v.element_size() for v in _flat(values) if isinstance(v, torch.Tensor))
 
 
-def _flat(values: Any) -> list:
-    out: list = []
+def _flat(values: Any) -> list[Any]:
+    out: list[Any] = []
     for v in values if isinstance(values, (list, tuple)) else [values]:
         out.extend(_flat(v) if isinstance(v, (list, tuple)) else [v])
     return out
 
 
-def outputs_of(result: Any) -> list:
+def outputs_of(result: Any) -> list[Any]:
     """A model's result as a flat list of outputs (a tuple or list of tensors, or one tensor)."""
     return _flat(result)
 
 
-def _upcast(values: list) -> list:
+def _upcast(values: list[Any]) -> list[Any]:
     import torch
 
     return [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
 
 
-def _clone(values: list) -> list:
+def _clone(values: list[Any]) -> list[Any]:
     import torch
 
     return [v.clone() if isinstance(v, torch.Tensor) else v for v in values]
 
 
-def _reference(path: str, init_seed: int) -> tuple[ModuleType, Any, list]:
+def _reference(path: str, init_seed: int) -> tuple[ModuleType, Any, list[Any]]:
     """The problem module, its reference model and its init inputs, cached per process."""
     module = load_module(path)
     key = (os.path.abspath(path), os.path.getmtime(path), init_seed)
@@ -136,7 +136,7 @@ def _save_state(model: Any, path: str) -> None:
     os.replace(tmp, path)
 
 
-def prepare(req: dict) -> dict:
+def prepare(req: dict[str, Any]) -> dict[str, Any]:
     """Golden-worker handler: inputs and reference outputs of one trial of one problem.
 
     ``req``: ``path``, ``seed`` (inputs), ``init_seed`` (model), ``state_file`` (where the reference
@@ -185,7 +185,7 @@ def prepare(req: dict) -> dict:
             "seconds": seconds}
 
 
-def build_callable(target: dict, device: str) -> Callable[..., Any]:
+def build_callable(target: dict[str, Any], device: str) -> Callable[..., Any]:
     """Candidate/baseline-worker resolve step for ``{"kind": "kernelbench", ...}`` targets.
 
     ``module``: the file to import (a submission's ModelNew, or the problem itself for self-check and

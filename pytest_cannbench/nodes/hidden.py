@@ -89,7 +89,7 @@ class HiddenCaseItem(CaseItem):
 
     def route(self, judge: Judge) -> Route:
         make = hidden_source()
-        source: CaseSource = make(
+        source: CaseSource[Any] = make(
             task=self.task, case=self.case, settings=judge.settings, service=judge.golden_service, hidden_key=self.key
         )
         return Route(source=source, need=self.memory_need())

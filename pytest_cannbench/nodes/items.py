@@ -108,7 +108,7 @@ class SourceItem(_CannItem):
         return CaseRun(judge, self.route(judge))
 
     @property
-    def source(self) -> CaseSource:
+    def source(self) -> CaseSource[Any]:
         assert self.run is not None, "made in setup"
         return self.run.source
 

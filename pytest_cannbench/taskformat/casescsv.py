@@ -65,7 +65,7 @@ def _decode(text: str) -> Any:
         raise ValueError(str(exc)) from None
 
 
-def compare_csv(csv_path: Path, yaml_cases: list[dict]) -> list[str]:
+def compare_csv(csv_path: Path, yaml_cases: list[dict[str, Any]]) -> list[str]:
     """Disagreements between ``csv_path`` and the parsed YAML cases, one message each."""
     problems: list[str] = []
     try:
@@ -77,7 +77,7 @@ def compare_csv(csv_path: Path, yaml_cases: list[dict]) -> list[str]:
         return [f"{csv_path}: cannot read ({exc})"]
     if sorted(header) != sorted(COLUMNS):  # any order: bench_lab's exports put case_id first
         return [f"{csv_path}: header is {header}, expected the columns {COLUMNS}"]
-    by_id: dict[str, dict] = {}
+    by_id: dict[str, dict[str, Any]] = {}
     for row in rows:
         by_id[str(row["case_id"]).strip()] = row
     yaml_ids = [str(c.get("case_id")) for c in yaml_cases if isinstance(c, dict)]

@@ -28,7 +28,7 @@ def generate_inputs(
     dist: str = "uniform",
     compat: str = "fixed",
     emit: Callable[[int], Emit] | None = None,
-) -> list:
+) -> list[Any]:
     """Generate the inputs of one case; one item per plan, in plan order.
 
     Items are a CPU Tensor, a list of Tensors (TensorList) or ``None``.  One
@@ -49,7 +49,7 @@ def generate_inputs(
 
     gen = torch.Generator()
     gen.manual_seed(seed)
-    out: list = []
+    out: list[Any] = []
     k = 0
     for plan in plans:
         if plan.kind == "none":
@@ -73,7 +73,7 @@ def _torch_dtype(torch: Any, name: str) -> Any:
     return dt
 
 
-def _make_tensor(torch: Any, shape: tuple, dtype: str, rng: Range | None, gen: Any, dist: str,
+def _make_tensor(torch: Any, shape: tuple[int, ...], dtype: str, rng: Range | None, gen: Any, dist: str,
                  emit: Emit | None = None) -> Any:
     """One input tensor; with ``emit``, its values go there (streamed where they are drawn in chunks, else in one
     piece) and None is returned."""
@@ -84,7 +84,8 @@ def _make_tensor(torch: Any, shape: tuple, dtype: str, rng: Range | None, gen: A
     return t
 
 
-def _draw(torch: Any, shape: tuple, dtype: str, rng: Range | None, gen: Any, dist: str, emit: Emit | None) -> Any:
+def _draw(torch: Any, shape: tuple[int, ...], dtype: str, rng: Range | None, gen: Any, dist: str,
+          emit: Emit | None) -> Any:
     """The tensor, or None where ``emit`` took its values as they were drawn."""
     tdt = _torch_dtype(torch, dtype)
     kind = DTYPE_INFO[dtype].kind
@@ -113,7 +114,7 @@ def _draw(torch: Any, shape: tuple, dtype: str, rng: Range | None, gen: Any, dis
 DRAW_CHUNK = 1 << 18  # float64 draws at a time (2 MiB, cache-sized)
 
 
-def _random_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen: Any, dist: str,
+def _random_float(torch: Any, shape: tuple[int, ...], tdt: Any, lo: float, hi: float, gen: Any, dist: str,
                   emit: Emit | None = None) -> Any:
     """Uniform (or clamped normal) draw in float64, clamped to the dtype, then cast; with ``emit`` (uniform
     only), each chunk goes there instead of into a tensor (None is returned)."""
@@ -151,7 +152,7 @@ def _copy_at(flat: Any, start: int, part: Any) -> None:
     flat[start:start + part.numel()].copy_(part)
 
 
-def _special_float(torch: Any, shape: tuple, tdt: Any, lo: float, hi: float, gen: Any) -> Any:
+def _special_float(torch: Any, shape: tuple[int, ...], tdt: Any, lo: float, hi: float, gen: Any) -> Any:
     """Inputs for ranges with a NaN or infinite bound (the declared finite bound is ignored).
 
     Base values are uniform in [-1, 1) drawn in float32.  [nan, nan]: a second

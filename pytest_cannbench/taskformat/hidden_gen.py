@@ -58,7 +58,7 @@ def _entries(raw: Any) -> list[Any]:
     return list(raw) if isinstance(raw, list) else []
 
 
-def _structure(entries: list[Any]) -> tuple:
+def _structure(entries: list[Any]) -> tuple[Any, ...]:
     out: list[Any] = []
     for entry in entries:
         if entry is None:
@@ -227,7 +227,7 @@ def generate(public: Sequence[dict[str, Any]], count: int, *, key: str, rel_path
     if not cases:
         return [Generated(None, "no valid public case to derive from")] * count
     rng = stream(key, rel_path)
-    groups: dict[tuple, _Group] = {}
+    groups: dict[tuple[Any, ...], _Group] = {}
     for case in cases:
         entries = _entries(case.get("input_shape"))
         group = groups.setdefault(_structure(entries), _Group([], []))

@@ -151,7 +151,7 @@ def plan_inputs(
     return plans
 
 
-def _shape_entries(raw: Any, names: list[str]) -> list:
+def _shape_entries(raw: Any, names: list[str]) -> list[Any]:
     """Per-input shapes: None, a tuple of dims, or a list of tuples (TensorList)."""
     if not isinstance(raw, list):
         raise CaseFormatError(
@@ -167,7 +167,7 @@ def _shape_entries(raw: Any, names: list[str]) -> list:
             f"{len(entries)} shapes given but the operator declares {len(names)} "
             f"input(s) ({', '.join(names) or 'none'})",
         )
-    out: list = []
+    out: list[Any] = []
     for i, entry in enumerate(entries):
         label = f"input {names[i]!r}"
         if entry is None:
@@ -189,7 +189,7 @@ def _shape_entries(raw: Any, names: list[str]) -> list:
     return out
 
 
-def _dims(shape: list, label: str) -> tuple[int, ...]:
+def _dims(shape: list[Any], label: str) -> tuple[int, ...]:
     if not shape:
         raise CaseFormatError(
             "input_shape",
@@ -209,7 +209,7 @@ def _dims(shape: list, label: str) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _dtype_entries(raw: Any, m: int) -> list:
+def _dtype_entries(raw: Any, m: int) -> list[Any]:
     """Per-shape dtype entries: str shorthand, missing/[] -> float32, short lists padded with the last.
 
     Entries beyond the given shapes are ignored, as the official generator does.
@@ -273,7 +273,7 @@ def _ranges_by_name(raw: Any, names: list[str]) -> Any:
     return [raw.get(name) for name in names]
 
 
-def _range_entries(raw: Any, m: int) -> list:
+def _range_entries(raw: Any, m: int) -> list[Any]:
     """Per-shape raw value_range entries.
 
     A flat pair is broadcast; a short list repeats its last entry; entries

@@ -296,7 +296,7 @@ class _Interpreter:
         return value
 
     @staticmethod
-    def _item(seq: tuple, index: Any) -> Any:
+    def _item(seq: tuple[Any, ...], index: Any) -> Any:
         i = _as_int(index, "an index")
         if not -len(seq) <= i < len(seq):
             raise _Invalid(f"index {i} out of range for {seq!r}")

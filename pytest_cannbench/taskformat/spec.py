@@ -57,7 +57,7 @@ class TensorDecl:
     optional: bool = False
     is_list: bool = False
     compare: bool = True
-    index_gather: dict | None = None
+    index_gather: dict[str, Any] | None = None
     shape: str = ""  # the declared shape, as text (informative; a multi-rank output's says whether it is gathered)
     # why an index_gather declaration cannot be used (``index_gather: true``): every case fails with it
     index_gather_error: str = ""
@@ -246,7 +246,7 @@ def _tensor_decls(path: Path, key: str, items: Any, *, outputs: bool) -> tuple[T
     return tuple(decls)
 
 
-def _check_index_gather(path: Path, where: str, spec: dict) -> None:
+def _check_index_gather(path: Path, where: str, spec: dict[str, Any]) -> None:
     for key in ("input", "dim_attr"):
         if not isinstance(spec.get(key), str):
             raise TaskFormatError(path, where, f"missing field {key!r}")

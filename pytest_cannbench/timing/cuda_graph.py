@@ -128,7 +128,7 @@ def _copy_into(static: Any, fresh: Any) -> bool:
 class _Graphs:
     """The call captured on static buffers, the clear captured alone, and a timed replay of both."""
 
-    def __init__(self, fn: Callable, kwargs: dict[str, Any], clear: Callable[[], None]) -> None:
+    def __init__(self, fn: Callable[..., Any], kwargs: dict[str, Any], clear: Callable[[], None]) -> None:
         import torch
 
         self.static = _clone(kwargs)
@@ -192,7 +192,7 @@ class _RandomState:
                 pass
 
 
-def _eager_median(fn: Callable, kwargs: dict[str, Any], clear: Callable[[], None]) -> float:
+def _eager_median(fn: Callable[..., Any], kwargs: dict[str, Any], clear: Callable[[], None]) -> float:
     import torch
 
     times = []
@@ -208,7 +208,7 @@ def _eager_median(fn: Callable, kwargs: dict[str, Any], clear: Callable[[], None
     return statistics.median(times)
 
 
-def graph_batch(fn: Callable, warmup_kwargs: dict[str, Any], fetch: Callable[[int], Any], count: int,
+def graph_batch(fn: Callable[..., Any], warmup_kwargs: dict[str, Any], fetch: Callable[[int], Any], count: int,
                 device: str, mode: str, clear: Callable[[], None] | None, sink: Callable[[int, Any], None],
                 notes: list[str]) -> tuple[list[float], str] | None:
     """The batch's per-call seconds and timer, or None (with a note) to time it eagerly instead: then no timed
@@ -271,7 +271,7 @@ def graph_batch(fn: Callable, warmup_kwargs: dict[str, Any], fetch: Callable[[in
     return seconds, GRAPH_TIMER
 
 
-def _eager_rest(fn: Callable, kwargs: Any, first: int, count: int, fetch: Callable[[int], Any],
+def _eager_rest(fn: Callable[..., Any], kwargs: Any, first: int, count: int, fetch: Callable[[int], Any],
                 clear: Callable[[], None], sink: Callable[[int, Any], None], seconds: list[float]) -> list[float]:
     """Calls ``first``.. timed eagerly with events (each output still verified); the batch is retimed anyway."""
     import torch

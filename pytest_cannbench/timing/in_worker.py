@@ -85,9 +85,9 @@ class BatchTimes:
     trace: Any = None  # cuda_profiler: (the profiler's function events, the calls' windows), for kernel coverage
 
 
-def run_batch(fn: Callable, warmup_kwargs: Any, fetch: Callable[[int], Any], count: int, warmup: int, device: str,
-              clock: Callable[[], float], flusher: Flusher | None, sink: Callable[[int, Any], None],
-              timer: str = "auto", npu: dict | None = None, waits: list[float] | None = None,
+def run_batch(fn: Callable[..., Any], warmup_kwargs: Any, fetch: Callable[[int], Any], count: int, warmup: int,
+              device: str, clock: Callable[[], float], flusher: Flusher | None, sink: Callable[[int, Any], None],
+              timer: str = "auto", npu: dict[str, Any] | None = None, waits: list[float] | None = None,
               graph: str = "off") -> BatchTimes:
     """Warm-up calls, then ``count`` flushed, synchronised, timed calls, call i on ``fetch(i)``.
 
@@ -158,9 +158,9 @@ def with_waits(out: BatchTimes, waits: list[float] | None) -> BatchTimes:
     return out
 
 
-def _device_batch(fn: Callable, warmup_kwargs: Any, fetch: Callable[[int], Any], count: int, device: str,
+def _device_batch(fn: Callable[..., Any], warmup_kwargs: Any, fetch: Callable[[int], Any], count: int, device: str,
                   clock: Callable[[], float], flusher: Flusher | None, sink: Callable[[int, Any], None], timer: str,
-                  npu: dict | None, graph: str, out: BatchTimes, start: float) -> BatchTimes:
+                  npu: dict[str, Any] | None, graph: str, out: BatchTimes, start: float) -> BatchTimes:
     """The timed calls on a card: the NPU's profiler, CUDA graph replays, the CUDA profiler or events."""
     if is_kind(device, DeviceKind.NPU):
         return _npu_profiled(fn, fetch, count, device, clock, sink, out, start, npu or {})
@@ -181,8 +181,8 @@ def _device_batch(fn: Callable, warmup_kwargs: Any, fetch: Callable[[int], Any],
     return _cuda_events(fn, fetch, count, device, clock, flusher, sink, out, start)
 
 
-def _cuda_events(fn: Callable, fetch: Callable[[int], Any], count: int, device: str, clock: Callable[[], float],
-                 flusher: Flusher | None, sink: Callable[[int, Any], None], out: BatchTimes,
+def _cuda_events(fn: Callable[..., Any], fetch: Callable[[int], Any], count: int, device: str,
+                 clock: Callable[[], float], flusher: Flusher | None, sink: Callable[[int, Any], None], out: BatchTimes,
                  start: float) -> BatchTimes:
     import torch
 
@@ -204,9 +204,9 @@ def _cuda_events(fn: Callable, fetch: Callable[[int], Any], count: int, device: 
     return out
 
 
-def _cuda_profiled(fn: Callable, fetch: Callable[[int], Any], count: int, device: str, clock: Callable[[], float],
-                   flusher: Flusher | None, sink: Callable[[int, Any], None], out: BatchTimes,
-                   start: float) -> BatchTimes:
+def _cuda_profiled(fn: Callable[..., Any], fetch: Callable[[int], Any], count: int, device: str,
+                   clock: Callable[[], float], flusher: Flusher | None, sink: Callable[[int, Any], None],
+                   out: BatchTimes, start: float) -> BatchTimes:
     """Kernel time per call from the profiler: the union of kernel intervals on all streams.
 
     The flush kernels are excluded by running them outside the ``cannbench_call`` ranges and
@@ -263,8 +263,9 @@ def device_span_us(window: tuple[int, int], kernels: list[tuple[int, int]]) -> f
     return float(max(ends) - lo) if ends else float(hi - lo)
 
 
-def _npu_profiled(fn: Callable, fetch: Callable[[int], Any], count: int, device: str, clock: Callable[[], float],
-                  sink: Callable[[int, Any], None], out: BatchTimes, start: float, npu: dict) -> BatchTimes:
+def _npu_profiled(fn: Callable[..., Any], fetch: Callable[[int], Any], count: int, device: str,
+                  clock: Callable[[], float], sink: Callable[[int, Any], None], out: BatchTimes, start: float,
+                  npu: dict[str, Any]) -> BatchTimes:
     """Kernel time per step from ``kernel_details.csv``; the harness's cache-clean kernel, a reduction over
     a tensor of a per-session secret shape, delimits the steps (never matched by name)."""
     import tempfile

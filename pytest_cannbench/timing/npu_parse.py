@@ -406,7 +406,7 @@ def _step_id_notes(step_ids: list[set[str]]) -> list[str]:
     return notes
 
 
-def parse_kernel_details(path: str | os.PathLike, secret_shapes: Iterable[str], n_steps: int) -> ProfiledSteps:
+def parse_kernel_details(path: str | os.PathLike[str], secret_shapes: Iterable[str], n_steps: int) -> ProfiledSteps:
     """:func:`parse_kernel_details_text` on a file (UTF-8, with or without BOM)."""
     path = Path(path)
     try:

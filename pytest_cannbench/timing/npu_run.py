@@ -33,7 +33,7 @@ class ProfileExportTimeout(ProfileParseError):
 # output directories
 
 
-def find_kernel_details(prof_dir: str | os.PathLike) -> Path | None:
+def find_kernel_details(prof_dir: str | os.PathLike[str]) -> Path | None:
     """The run's kernel_details.csv: ``*_ascend_pt/ASCEND_PROFILER_OUTPUT/`` first, else anywhere below.
 
     None when there is none yet. Several files found by the same pattern raise rather than pick the
@@ -53,7 +53,7 @@ def find_kernel_details(prof_dir: str | os.PathLike) -> Path | None:
     return None
 
 
-def wait_for_kernel_details(prof_dir: str | os.PathLike, *, timeout_s: float = 60.0,
+def wait_for_kernel_details(prof_dir: str | os.PathLike[str], *, timeout_s: float = 60.0,
                             poll_s: float = 0.2) -> Path:
     """Poll until kernel_details.csv exists and its size holds still across two polls.
 
@@ -79,7 +79,7 @@ def wait_for_kernel_details(prof_dir: str | os.PathLike, *, timeout_s: float = 6
         time.sleep(poll_s)
 
 
-def clean_profiler_dir(path: str | os.PathLike) -> Path:
+def clean_profiler_dir(path: str | os.PathLike[str]) -> Path:
     """Empty (or create) a run's profiler directory, so its export can never mix with a previous run's."""
     target = Path(path)
     if target.is_symlink():
@@ -101,7 +101,7 @@ def clean_profiler_dir(path: str | os.PathLike) -> Path:
 
 
 def profile_steps(call: Callable[[], object], n_steps: int, clean: Callable[[], object],
-                  device_sync: Callable[[], object], out_dir: str | os.PathLike, *,
+                  device_sync: Callable[[], object], out_dir: str | os.PathLike[str], *,
                   secret_shapes: Iterable[str], level: str = "Level1",
                   export_timeout_s: float = 60.0) -> ProfiledSteps:
     """Time ``n_steps`` calls under torch_npu's profiler and parse them with the secret delimiters.

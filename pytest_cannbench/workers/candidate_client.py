@@ -41,7 +41,7 @@ EXIT_GRACE_POLLS, EXIT_GRACE_S = 4, 0.025  # how long a finished thread may take
 @dataclass
 class CandidateResult:
     status: WorkerStatus
-    outputs: list | None = None  # tensors are views of the region: valid until the next call
+    outputs: list[Any] | None = None  # tensors are views of the region: valid until the next call
     message: str = ""
     seconds: float | None = None
     log_tail: str = ""
@@ -65,7 +65,7 @@ class CandidateWorker(CandidateProcess):
             raise WorkerGone(CRASHED, str(reply.get("error")))
         return reply.get("interfaces")
 
-    def call(self, target: dict, kwargs: dict[str, Any], *, expected_out_bytes: int, timeout: float,
+    def call(self, target: dict[str, Any], kwargs: dict[str, Any], *, expected_out_bytes: int, timeout: float,
              case_log: Path | None = None) -> CandidateResult:
         """Run one operator call; never raises for anything the candidate does."""
         clock = PhaseClock()
@@ -73,7 +73,7 @@ class CandidateWorker(CandidateProcess):
         result.phases = clock.seconds
         return result
 
-    def _call(self, target: dict, kwargs: dict[str, Any], expected_out_bytes: int, timeout: float,
+    def _call(self, target: dict[str, Any], kwargs: dict[str, Any], expected_out_bytes: int, timeout: float,
               case_log: Path | None, clock: PhaseClock) -> CandidateResult:
         layout, writes = plan_call(kwargs, expected_out_bytes)
         self.log_mark = procs.log_size(self.log_path)
@@ -101,8 +101,8 @@ class CandidateWorker(CandidateProcess):
         with clock.phase("contract"):
             return self._judged(target, kwargs, reply, layout, before, case_log)
 
-    def _judged(self, target: dict, kwargs: dict[str, Any], reply: dict, layout: Any, before: Snapshot,
-                case_log: Path | None) -> CandidateResult:
+    def _judged(self, target: dict[str, Any], kwargs: dict[str, Any], reply: dict[str, Any], layout: Any,
+                before: Snapshot, case_log: Path | None) -> CandidateResult:
         assert self.region is not None  # the judge's checks of a finished call, from outside the frozen worker
         sampled = self._observed(profile_keys(target, case_log), 1, reply) + self.watch.tampering(self._pid, self.mode)
         problem = self._contract(before, layout.args, kwargs)
@@ -141,9 +141,9 @@ class CandidateWorker(CandidateProcess):
             return CandidateResult(INPUT_MUTATED, message=f"the call modified its input(s) {', '.join(changed)}")
         return None
 
-    def time_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
-                   expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
-                   npu: dict | None = None, case_log: Path | None = None,
+    def time_batch(self, target: dict[str, Any], kwargs_sets: list[dict[str, Any]], call_sets: list[int], *,
+                   warmup: int, expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
+                   npu: dict[str, Any] | None = None, case_log: Path | None = None,
                    judge_flush: Callable[[], None] | None = None, graph: str = "off") -> BatchResult:
         """``warmup`` calls on set 0, then one timed call per entry of ``call_sets``, each set written only when
         its call is next, ``judge_flush`` (CPU) after each write; never raises for the candidate. The judge's
@@ -175,9 +175,9 @@ class CandidateWorker(CandidateProcess):
             raise
         self._freeze()
 
-    def open_batch(self, target: dict, kwargs_sets: list[dict[str, Any]], call_sets: list[int], *, warmup: int,
-                   expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
-                   npu: dict | None = None, case_log: Path | None = None,
+    def open_batch(self, target: dict[str, Any], kwargs_sets: list[dict[str, Any]], call_sets: list[int], *,
+                   warmup: int, expected_out_bytes: int, timeout: float, flush: bool = True, timer: str = "auto",
+                   npu: dict[str, Any] | None = None, case_log: Path | None = None,
                    judge_flushes: bool = False, graph: str = "off", defer: bool = False) -> StreamedBatch:
         """Start a streamed batch: only the warm-up set is in the region; the worker warms up and waits, frozen,
         for timed call 0 (``batch.waiting``), or has already ended (``batch.result``). ``graph``: the CUDA-graph
@@ -260,7 +260,7 @@ class CandidateWorker(CandidateProcess):
             pass
         batch.result = BatchResult(RAISED, message="stopped by the judge")
 
-    def _frame(self, batch: StreamedBatch, reply: dict) -> None:
+    def _frame(self, batch: StreamedBatch, reply: dict[str, Any]) -> None:
         """A frame of a streamed batch: ``{"ready": next}`` (the worker waits, now frozen) or its final reply."""
         received = time.perf_counter()
         self._freeze()
@@ -285,7 +285,7 @@ class CandidateWorker(CandidateProcess):
         if batch.result is None and batch.ended is not None:
             batch.result = self._conclude(batch, *batch.ended)
 
-    def _conclude(self, batch: StreamedBatch, reply: dict, wall: float, cpu_s: float | None,
+    def _conclude(self, batch: StreamedBatch, reply: dict[str, Any], wall: float, cpu_s: float | None,
                   busiest_s: float | None) -> BatchResult:
         """The judge's checks of a finished batch (the worker is frozen): contract, guard, a well-formed reply."""
         call_sets, case_log = batch.call_sets, batch.case_log

@@ -45,7 +45,7 @@ from pytest_cannbench.workers.tensor_wire import flatten, poison, read_args, wri
 _clock = time.perf_counter  # bound before any submission code can replace it
 
 
-def _error(stage: str, exc: BaseException) -> dict:
+def _error(stage: str, exc: BaseException) -> dict[str, Any]:
     """An error reply for ``stage``, naming the innermost frame outside this package (the submission's)."""
     frames = traceback.extract_tb(exc.__traceback__)
     ours = str(Path(__file__).resolve().parents[1])
@@ -79,7 +79,7 @@ class Worker:
         self.mm: Any = None
         self.device = device
         self.module: Any = None
-        self.callables: dict[tuple, Callable] = {}
+        self.callables: dict[tuple[Any, ...], Callable[..., Any]] = {}
         self.flusher: Any = None
         self.flusher_private = False
         self.out: Any = None  # the frame stream, for the streamed batch's handshakes
@@ -91,14 +91,14 @@ class Worker:
             self.mm = mmap.mmap(self.region_fd, size, flags=flags)
             self.region_size = size
 
-    def map(self, req: dict) -> dict:
+    def map(self, req: dict[str, Any]) -> dict[str, Any]:
         """Map the region at its new size ahead of a timed batch (the judge's ``make_room``) and fault in the part
         the batch uses: pages the judge gave back after an earlier case must not be faulted inside timed calls."""
         self.map_region(req["region_size"])
         populate(self.mm, min(int(req.get("populate", 0)), self.region_size))
         return {"ok": True}
 
-    def hello(self, req: dict) -> dict:
+    def hello(self, req: dict[str, Any]) -> dict[str, Any]:
         t0 = _clock()
         if req.get("mode") == "submission":
             try:
@@ -115,14 +115,14 @@ class Worker:
         if self.seal is not None:
             print(f"cannbench: fault handlers {self.seal()}", file=sys.stderr, flush=True)
 
-    def _guard_report(self) -> list:
+    def _guard_report(self) -> list[Any]:
         return self.guard.report() if self.guard is not None else []
 
-    def _failure(self, stage: str, exc: BaseException) -> dict:
+    def _failure(self, stage: str, exc: BaseException) -> dict[str, Any]:
         """An error reply that still carries what the guard found (an audit refusal is often the cause)."""
         return {**_error(stage, exc), "guard": self._guard_report()}
 
-    def discover(self, req: dict) -> dict:
+    def discover(self, req: dict[str, Any]) -> dict[str, Any]:
         import torch
 
         found: list[list[str]] = []
@@ -144,7 +144,7 @@ class Worker:
                     found.append([name, "module"])
         return {"ok": True, "interfaces": found}
 
-    def resolve(self, target: dict) -> Callable:
+    def resolve(self, target: dict[str, Any]) -> Callable[..., Any]:
         key = tuple(sorted((k, str(v)) for k, v in target.items()))
         fn = self.callables.get(key)
         if fn is not None:
@@ -179,12 +179,12 @@ class Worker:
         self.callables[key] = fn
         return fn
 
-    def resolve_kernelbench(self, target: dict) -> Callable:
+    def resolve_kernelbench(self, target: dict[str, Any]) -> Callable[..., Any]:
         """A KernelBench model (ModelNew, or the reference Model in golden mode) built with the reference's
         parameters; see kernelbench_problem.build_callable."""
         return build_callable(target, self.device)
 
-    def call(self, req: dict) -> dict:
+    def call(self, req: dict[str, Any]) -> dict[str, Any]:
         self.map_region(req["region_size"])
         try:
             fn = self.resolve(req["target"])
@@ -211,7 +211,7 @@ class Worker:
         return {"ok": True, "outputs": outputs, "seconds": seconds, "guard": self._guard_report()}
 
 
-    def time(self, req: dict) -> dict:
+    def time(self, req: dict[str, Any]) -> dict[str, Any]:
         """A timing batch: warm-up calls, then flushed, synchronised, timed calls, outputs kept per call.
 
         Streamed (``req["stream"]``): before timed call i the worker says ``{"ready": i}`` and waits for the
@@ -277,7 +277,7 @@ class Worker:
                 "notes": times.notes, "guard": report, **_device_coverage(times.trace, len(calls))}
 
 
-def _device_coverage(trace: Any, calls: int) -> dict:
+def _device_coverage(trace: Any, calls: int) -> dict[str, Any]:
     """A CUDA profiler batch's device time, split by whose code launched each kernel (guard.coverage)."""
     if trace is None:
         return {}

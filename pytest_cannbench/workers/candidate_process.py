@@ -11,6 +11,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pytest_cannbench import procs
 from pytest_cannbench.guard import sandbox
@@ -62,10 +63,10 @@ class CandidateProcess(WorkerClient):
     contain: bool = True  # submission mode only: the seccomp filter
     sandbox: sandbox.SandboxChoice | None = None  # submission mode only: the OS sandbox (guard.sandbox)
     readable: list[str] = field(default_factory=list)  # what the sandbox shows read-only besides the system
-    static_problems: list = field(default_factory=list)  # [kind, detail] found before any run (symbol scan)
+    static_problems: list[Any] = field(default_factory=list)  # [kind, detail] found before any run (symbol scan)
     region: Region | None = None
     frozen: bool = False
-    import_problems: list = field(default_factory=list)  # guard findings made while the submission was imported
+    import_problems: list[Any] = field(default_factory=list)  # guard findings made while the submission was imported
     last_tmp: str | None = None  # the operator whose files the private TMPDIR holds
     _killed_for: str | None = None
     _pid: int | None = None  # the worker's pid in the judge's namespace (bwrap's child under the sandbox)
@@ -78,7 +79,7 @@ class CandidateProcess(WorkerClient):
     def sandboxed(self) -> bool:
         return self.mode != "golden" and self.sandbox is not None and self.sandbox.on
 
-    def _start(self) -> subprocess.Popen:
+    def _start(self) -> subprocess.Popen[bytes]:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.region is None:
             self.region = Region()
@@ -130,7 +131,7 @@ class CandidateProcess(WorkerClient):
         if evidence is not None:
             evidence.close()
 
-    def _observed(self, keys: tuple[str, ...], calls: int, reply: dict) -> list[tuple[str, str]]:
+    def _observed(self, keys: tuple[str, ...], calls: int, reply: dict[str, Any]) -> list[tuple[str, str]]:
         return [] if self.evidence is None or self._pid is None else \
             self.evidence.after_call(self._pid, keys, calls, reply)
 
@@ -138,7 +139,7 @@ class CandidateProcess(WorkerClient):
         if self.evidence is not None:
             getattr(self.evidence, edge)()
 
-    def _spawn_sandboxed(self, module: str, args: list[str], env: dict[str, str]) -> subprocess.Popen:
+    def _spawn_sandboxed(self, module: str, args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         """The worker as pid 1 of its own bubblewrap sandbox; its pid out here comes on bwrap's info pipe."""
         assert self.sandbox is not None and self.sandbox.bwrap is not None and self.region is not None
         info_r, info_w = os.pipe()
@@ -166,7 +167,7 @@ class CandidateProcess(WorkerClient):
         self._pid = pid
         return proc
 
-    def _ensure(self) -> dict:
+    def _ensure(self) -> dict[str, Any]:
         """A running worker; returns its hello reply (raises WorkerGone when it cannot start)."""
         if self.proc is not None and self.proc.poll() is None:
             return {}
@@ -214,7 +215,7 @@ class CandidateProcess(WorkerClient):
 
     # ------------------------------------------------------------ plumbing
 
-    def _exchange(self, message: dict, timeout: float) -> dict:
+    def _exchange(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
         proc = self.proc
         assert proc is not None
         self._thaw()
@@ -229,7 +230,7 @@ class CandidateProcess(WorkerClient):
         timed_out = WorkerGone(TIMEOUT, f"no answer within {timeout:g} s; the worker's process group was killed")
         return self._roundtrip(proc, message, timeout, timed_out, self._receive, POLL_S, watch_memory)
 
-    def _receive(self, fd: int) -> dict:
+    def _receive(self, fd: int) -> dict[str, Any]:
         """A reply from untrusted code: JSON only, and a malformed frame ends the worker."""
         try:
             return wire.receive_json(fd)
@@ -237,10 +238,10 @@ class CandidateProcess(WorkerClient):
             self.kill()
             raise WorkerGone(CRASHED, f"the worker broke the protocol: {exc}") from None
 
-    def _died(self, proc: subprocess.Popen) -> WorkerGone:
+    def _died(self, proc: subprocess.Popen[bytes]) -> WorkerGone:
         return self._gone(proc)
 
-    def _gone(self, proc: subprocess.Popen, kill: bool = False) -> WorkerGone:
+    def _gone(self, proc: subprocess.Popen[bytes], kill: bool = False) -> WorkerGone:
         if kill:
             self._signal(signal.SIGKILL)
             procs.signal_group(proc, signal.SIGKILL)

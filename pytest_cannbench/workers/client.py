@@ -39,13 +39,13 @@ class WorkerClient:
 
     log_path: Path
     _: KW_ONLY
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
     log_mark: int = 0  # size of the log when the current request began: what follows is that request's
     watch: CpuWatch = field(default_factory=CpuWatch)  # CPU budget, meter and code check (timed workers only)
 
     def _spawn(self, module: str, args: list[str], env: dict[str, str],
-               wrap: Callable[[list[str]], list[str]] | None = None, **popen: Any) -> subprocess.Popen:
+               wrap: Callable[[list[str]], list[str]] | None = None, **popen: Any) -> subprocess.Popen[bytes]:
         """Start the child with ``env`` (this package put first on its ``PYTHONPATH``), stderr to the log;
         ``wrap`` turns the command line into the sandbox's."""
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -60,8 +60,8 @@ class WorkerClient:
         self.starts += 1
         return proc
 
-    def _roundtrip(self, proc: subprocess.Popen, message: dict, timeout: float, timed_out: BaseException,
-                   receive: Callable[[int], Any] = wire.receive, poll_s: float = 1.0,
+    def _roundtrip(self, proc: subprocess.Popen[bytes], message: dict[str, Any], timeout: float,
+                   timed_out: BaseException, receive: Callable[[int], Any] = wire.receive, poll_s: float = 1.0,
                    tick: Callable[[], None] | None = None) -> Any:
         """Send ``message`` and wait up to ``timeout`` for the reply; ``tick`` runs every ``poll_s`` meanwhile.
         A closed pipe raises :meth:`_died`'s exception; silence kills the group and raises ``timed_out``."""
@@ -84,7 +84,7 @@ class WorkerClient:
                 self.kill()
             raise
 
-    def _died(self, proc: subprocess.Popen) -> BaseException:
+    def _died(self, proc: subprocess.Popen[bytes]) -> BaseException:
         """The exception for a child whose pipe closed mid-request (it has to be reaped)."""
         raise NotImplementedError
 

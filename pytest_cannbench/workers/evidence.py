@@ -107,14 +107,15 @@ class OutsideEvidence:
         """Executable code the frozen worker mapped from outside its install, torch and the system."""
         return [(str(k), str(d)) for k, d in foreign_findings(pid, self.site_dir, own_dirs=self.own_dirs)]
 
-    def after_call(self, pid: int, keys: tuple[str, ...], calls: int, reply: dict | None = None) -> list[Problem]:
+    def after_call(self, pid: int, keys: tuple[str, ...], calls: int,
+                   reply: dict[str, Any] | None = None) -> list[Problem]:
         found = self.sampled(keys, calls) + self.mapped(pid)
         if self.ledger is not None and reply is not None:  # KernelBench: its kernel coverage, judged
             found += self.ledger.judge(keys, reply, self.profiles, found + guard_problems(reply))
         return found
 
 
-def profile_keys(target: dict, case_log: Path | None) -> tuple[str, ...]:
+def profile_keys(target: dict[str, Any], case_log: Path | None) -> tuple[str, ...]:
     """The case (its log is unique to it) and the operator a call belongs to."""
     operator = "op:" + str(target.get("rel_path") or target.get("name"))
     return (f"case:{case_log}", operator) if case_log is not None else (operator,)

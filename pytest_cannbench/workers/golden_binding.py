@@ -39,11 +39,11 @@ class GoldenError(RuntimeError):
 @dataclass
 class GoldenModule:
     module: ModuleType
-    main: Callable
-    oracle: Callable | None
-    bench: Callable | None
-    get_input: Callable | None
-    get_output: Callable | None
+    main: Callable[..., Any]
+    oracle: Callable[..., Any] | None
+    bench: Callable[..., Any] | None
+    get_input: Callable[..., Any] | None
+    get_output: Callable[..., Any] | None
     sha256: str = ""  # of the bytes that were run
 
 
@@ -88,7 +88,7 @@ def load_golden(op_dir: Path, rel_path: str, function_name: str, name_lower: str
     if not callable(main):
         raise GoldenError(f"{op_dir / 'golden.py'}: no function {function_name!r} (schema) or {name_lower!r}")
 
-    def hook(name: str) -> Callable | None:
+    def hook(name: str) -> Callable[..., Any] | None:
         value = getattr(module, name, None)
         return value if callable(value) else None
 
@@ -111,7 +111,7 @@ class Param:
     default: Any
 
 
-def signature_params(func: Callable) -> list[Param]:
+def signature_params(func: Callable[..., Any]) -> list[Param]:
     params = []
     for name, p in inspect.signature(func).parameters.items():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -139,7 +139,7 @@ class Binding:
 
     entries: tuple[tuple[str, str, Any], ...]  # (param, "input", index) | (param, "attr", value)
 
-    def kwargs(self, inputs: list) -> dict[str, Any]:
+    def kwargs(self, inputs: list[Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for name, source, value in self.entries:
             out[name] = inputs[value] if source == "input" else value
@@ -155,7 +155,7 @@ def _plain(value: Any) -> bool:
     return False
 
 
-def bind(func: Callable, inputs: list, attrs: dict[str, Any]) -> Binding:
+def bind(func: Callable[..., Any], inputs: list[Any], attrs: dict[str, Any]) -> Binding:
     """Tensors by position in signature order, attrs by name, defaults for the rest."""
     entries: list[tuple[str, str, Any]] = []
     tensor_index = 0
@@ -184,7 +184,8 @@ def bind(func: Callable, inputs: list, attrs: dict[str, Any]) -> Binding:
     return Binding(tuple(entries))
 
 
-def call_get_input(hook: Callable, input_names: list[str], inputs: list, attrs: dict[str, Any]) -> list:
+def call_get_input(hook: Callable[..., Any], input_names: list[str], inputs: list[Any],
+                   attrs: dict[str, Any]) -> list[Any]:
     kwargs: dict[str, Any] = {name: (inputs[i] if i < len(inputs) else None) for i, name in enumerate(input_names)}
     for key, value in attrs.items():
         kwargs.setdefault(key, value)
@@ -200,7 +201,8 @@ def call_get_input(hook: Callable, input_names: list[str], inputs: list, attrs: 
     raise GoldenError(f"get_input returned {type(result).__name__}, expected a list or tuple of inputs")
 
 
-def call_get_output(hook: Callable, outputs: list, output_names: list[str], attrs: dict[str, Any]) -> list:
+def call_get_output(hook: Callable[..., Any], outputs: list[Any], output_names: list[str],
+                    attrs: dict[str, Any]) -> list[Any]:
     kwargs: dict[str, Any] = {name: (outputs[i] if i < len(outputs) else None) for i, name in enumerate(output_names)}
     for key, value in attrs.items():
         kwargs.setdefault(key, value)
@@ -226,19 +228,19 @@ def upcast(value: Any) -> Any:
     return value
 
 
-def flatten_outputs(result: Any) -> list:
+def flatten_outputs(result: Any) -> list[Any]:
     """One nesting level flattened, non-tensors as None, tensors detached, contiguous and on the CPU."""
     import torch
 
     items = list(result) if isinstance(result, (list, tuple)) else [result]
-    flat: list = []
+    flat: list[Any] = []
     for item in items:
         for value in (item if isinstance(item, (list, tuple)) else [item]):
             flat.append(value.detach().cpu().contiguous() if isinstance(value, torch.Tensor) else None)
     return flat
 
 
-def describe(native: list) -> list | None:
+def describe(native: list[Any]) -> list[Any] | None:
     """What a prepare request's ``like`` carries: (dtype name, shape) of each native output, or None when any
     output is not a tensor (then nothing can stand in for running the reference)."""
     import torch

@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 from dataclasses import dataclass
+from typing import Any
 
 from pytest_cannbench import procs
 from pytest_cannbench.phases import PhaseClock
@@ -30,7 +31,7 @@ class GoldenWorker(WorkerClient):
     memory_bytes: int = 0
     threads: int = 1
 
-    def _start(self) -> subprocess.Popen:
+    def _start(self) -> subprocess.Popen[bytes]:
         proc = self._spawn("pytest_cannbench.workers.golden_main",
                            ["--memory-bytes", str(self.memory_bytes), "--threads", str(self.threads),
                             "--judge-pid", str(os.getpid())],
@@ -49,7 +50,7 @@ class GoldenWorker(WorkerClient):
             self.close()
             self.memory_bytes = memory_bytes
 
-    def request(self, message: dict, timeout: float) -> dict:
+    def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send one request; a reply written to ``message["reply_file"]`` is mapped back from disk.
 
         With ``reply_keep`` false the file is removed once loaded (the mapping stays valid).
@@ -82,11 +83,12 @@ class GoldenWorker(WorkerClient):
         _add_seconds(loaded, clock)
         return loaded
 
-    def _exchange(self, proc: subprocess.Popen, message: dict, timeout: float, timeout_message: str) -> dict:
+    def _exchange(self, proc: subprocess.Popen[bytes], message: dict[str, Any], timeout: float,
+                  timeout_message: str) -> dict[str, Any]:
         self.log_mark = procs.log_size(self.log_path)
         return self._roundtrip(proc, message, timeout, GoldenWorkerFailure("timeout", timeout_message))
 
-    def _died(self, proc: subprocess.Popen) -> GoldenWorkerFailure:
+    def _died(self, proc: subprocess.Popen[bytes]) -> GoldenWorkerFailure:
         code = procs.reap(proc)
         self.proc = None
         tail = self.log_tail()
@@ -104,7 +106,7 @@ class GoldenWorker(WorkerClient):
         return ("\n" + text) if text.strip() else ""
 
 
-def _add_seconds(response: dict, clock: PhaseClock) -> None:
+def _add_seconds(response: dict[str, Any], clock: PhaseClock) -> None:
     """The judge's own phases of a request (a start, the reply's map) beside the worker's."""
     if response.get("ok") and isinstance(response.get("seconds"), dict):
         clock.merge(response["seconds"])

@@ -42,7 +42,7 @@ from pytest_cannbench.workers.ranks_main import mc2_prepare as prepare_rank
 PIPE_BYTES = 1 << 20
 
 
-def _clone(values: list) -> list:
+def _clone(values: list[Any]) -> list[Any]:
     import torch
 
     def one(v: Any) -> Any:
@@ -60,7 +60,7 @@ def _is_oom(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower()
 
 
-def _error(stage: str, exc: BaseException) -> dict:
+def _error(stage: str, exc: BaseException) -> dict[str, Any]:
     """An error reply for ``stage``, naming the golden's line and saying whether it ran out of memory."""
     tb = traceback.extract_tb(exc.__traceback__)
     golden_frames = [f for f in tb if f.filename.endswith(("golden.py",))]
@@ -71,7 +71,7 @@ def _error(stage: str, exc: BaseException) -> dict:
             "traceback": "".join(traceback.format_exception(exc))[-4000:]}
 
 
-def prepare(req: dict) -> dict:
+def prepare(req: dict[str, Any]) -> dict[str, Any]:
     """Inputs, binding, fp64 truth and same-precision reference for one case.
 
     With ``like`` (``golden_binding.describe`` of the same case's native outputs on another input set: a timed
@@ -109,7 +109,7 @@ def prepare(req: dict) -> dict:
             with clock.phase("reply"):  # before the golden runs: one that writes into its inputs changes nothing
                 inputs_layout = _share_inputs(shared_file, inputs)
         # once in the file, the worker reads its inputs from there: no second copy beside the fp64 one
-        kept: list | None = None if inputs_layout is not None else inputs
+        kept: list[Any] | None = None if inputs_layout is not None else inputs
         del inputs
 
         stage = "golden (oracle)" if gm.oracle else "golden"
@@ -151,7 +151,7 @@ def prepare(req: dict) -> dict:
             "inputs_layout": inputs_layout, "native_deferred": deferred}
 
 
-def _clone_views(values: list, mapped: list) -> list:
+def _clone_views(values: list[Any], mapped: list[Any]) -> list[Any]:
     """``values`` with every tensor that is one of ``mapped``'s own (upcast returns integers and bools as they
     are) copied, so that dropping ``mapped`` unmaps the file."""
     import torch
@@ -166,7 +166,7 @@ def _clone_views(values: list, mapped: list) -> list:
     return [one(v) for v in values]
 
 
-def _own_inputs(inputs: list | None, path: str | None, layout: list | None) -> list:
+def _own_inputs(inputs: list[Any] | None, path: str | None, layout: list[Any] | None) -> list[Any]:
     """The worker's inputs: its own list, or, once they went into the judge's file, a copy-on-write mapping of
     that file (input_file.view), held only while a phase reads it. For the largest official level-1 case
     (298 M elements) that keeps 1.2 GB of native inputs out of the worker's peak beside their fp64 copies."""
@@ -176,7 +176,7 @@ def _own_inputs(inputs: list | None, path: str | None, layout: list | None) -> l
     return input_file.view(path, layout)
 
 
-def planned_bytes(plans: list) -> int:
+def planned_bytes(plans: list[Any]) -> int:
     """The native bytes of the inputs ``plans`` describe (``taskformat.inputs.plan_inputs``); an input of a dtype
     outside the project's vocabulary counts as large (it is the file's to refuse)."""
     return sum(t.nbytes if t.dtype in DTYPE_INFO else PIPE_BYTES for plan in plans for t in plan.tensors)
@@ -192,7 +192,7 @@ def payload_bytes(value: Any) -> int:
     return nbytes if isinstance(nbytes, int) else 0
 
 
-def _generate_into(path: str | None, req: dict, plans: list) -> list | None:
+def _generate_into(path: str | None, req: dict[str, Any], plans: list[Any]) -> list[Any] | None:
     """The case's inputs generated into the judge's inputs file (``input_file.generate``); their layout, or None
     where there is no file or they cannot go through one (then they are generated in memory, as before)."""
     if not path:
@@ -203,7 +203,7 @@ def _generate_into(path: str | None, req: dict, plans: list) -> list | None:
         return None
 
 
-def _share_inputs(path: str, inputs: list) -> list | None:
+def _share_inputs(path: str, inputs: list[Any]) -> list[Any] | None:
     """The generated inputs into ``path`` for the judge (workers/input_file.py); None when they cannot go
     through a file (the disk is full, an unusual input): the judge then generates its own copy, as before."""
     try:
@@ -212,7 +212,7 @@ def _share_inputs(path: str, inputs: list) -> list | None:
         return None
 
 
-def truncate_to_reference(golden: list, native: list) -> list:
+def truncate_to_reference(golden: list[Any], native: list[Any]) -> list[Any]:
     """The fp64 truth rounded to each output's expected dtype (the reference's).
 
     The precision standard only ever reads the golden truncated to the candidate's dtype, and a
@@ -225,7 +225,7 @@ def truncate_to_reference(golden: list, native: list) -> list:
     return _round_to(golden, [(n.dtype, n.shape) if isinstance(n, torch.Tensor) else None for n in native])
 
 
-def shaped_like(golden: list, like: list | None) -> bool:
+def shaped_like(golden: list[Any], like: list[Any] | None) -> bool:
     """The golden's outputs have the count and shapes ``like`` (another input set of the same case) describes,
     so :func:`truncate_to_described` rounds them as :func:`truncate_to_reference` would with the native outputs."""
     import torch
@@ -234,14 +234,14 @@ def shaped_like(golden: list, like: list | None) -> bool:
             and all(isinstance(g, torch.Tensor) and list(g.shape) == shape for g, (_, shape) in zip(golden, like)))
 
 
-def truncate_to_described(golden: list, like: list) -> list:
+def truncate_to_described(golden: list[Any], like: list[Any]) -> list[Any]:
     """:func:`truncate_to_reference` against described outputs (``golden_binding.describe``), not computed ones."""
     import torch
 
     return _round_to(golden, [(getattr(torch, dtype), torch.Size(shape)) for dtype, shape in like])
 
 
-def _round_to(golden: list, targets: list) -> list:
+def _round_to(golden: list[Any], targets: list[Any]) -> list[Any]:
     """Each floating golden output cast to its target's floating dtype, where the target, ``(dtype, shape)`` or
     None, has the output's shape: the one rule of both truncations."""
     import torch
@@ -256,7 +256,7 @@ def _round_to(golden: list, targets: list) -> list:
     return out + golden[len(out):]
 
 
-def postprocess(req: dict) -> dict:
+def postprocess(req: dict[str, Any]) -> dict[str, Any]:
     """``get_output`` applied to each output list (golden, native, candidate) alike."""
     try:
         gm = load_golden(Path(req["op_dir"]), req["rel_path"], req["function_name"], req["name_lower"],
@@ -271,12 +271,12 @@ def postprocess(req: dict) -> dict:
         return _error("get_output", exc)
 
 
-def kernelbench_prepare(req: dict) -> dict:
+def kernelbench_prepare(req: dict[str, Any]) -> dict[str, Any]:
     """A KernelBench reference run (the problem's Model is trusted task code, like a golden)."""
     return prepare_problem(req)
 
 
-def mc2_prepare(req: dict) -> dict:
+def mc2_prepare(req: dict[str, Any]) -> dict[str, Any]:
     """One rank of a multi-rank case's distributed golden (workers/ranks_main.py)."""
     return prepare_rank(req)
 
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         procs.give_back_freed_memory()  # idle between cases, as the memory plan counts it
 
 
-def _to_file(response: dict, path: str | None, keep: bool = False) -> dict:
+def _to_file(response: dict[str, Any], path: str | None, keep: bool = False) -> dict[str, Any]:
     """Large results go through a file, not the pipe (small ones, under ``PIPE_BYTES``, through the pipe, unless
     the file is to be kept: a golden-cache entry).
 

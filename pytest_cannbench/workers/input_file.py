@@ -28,10 +28,10 @@ from pytest_cannbench.taskformat.generate import DRAW_CHUNK, generate_inputs
 ALIGN = 64
 
 # one input: None, ["t", entry] for a tensor, ["l", [entry, ...]] for a tensor list; entry = [dtype, shape, offset]
-Layout = list
+Layout = list[Any]
 
 
-def plan(inputs: list) -> tuple[Layout, int, list[tuple[Any, int]]] | None:
+def plan(inputs: list[Any]) -> tuple[Layout, int, list[tuple[Any, int]]] | None:
     """The layout, the file's size and every tensor with its offset; None when an input is of a kind the file
     cannot carry."""
     import torch
@@ -40,7 +40,7 @@ def plan(inputs: list) -> tuple[Layout, int, list[tuple[Any, int]]] | None:
     placed: list[tuple[Any, int]] = []
     size = 0
 
-    def place(t: Any) -> list | None:
+    def place(t: Any) -> list[Any] | None:
         nonlocal size
         if not isinstance(t, torch.Tensor) or t.device.type != "cpu" or t.is_sparse or t.is_quantized:
             return None
@@ -65,7 +65,7 @@ def plan(inputs: list) -> tuple[Layout, int, list[tuple[Any, int]]] | None:
     return layout, size, placed
 
 
-def write(path: str, inputs: list) -> Layout | None:
+def write(path: str, inputs: list[Any]) -> Layout | None:
     """The inputs' bytes into a new file at ``path``; the layout, or None when they cannot go through a file
     (then nothing is left at ``path``)."""
     import torch
@@ -165,7 +165,7 @@ def _write_all(fd: int, data: Any, offset: int) -> None:
         view, offset = view[done:], offset + done
 
 
-def read(path: str, layout: Layout) -> list:
+def read(path: str, layout: Layout) -> list[Any]:
     """The inputs, as tensors over a private (copy-on-write) mapping of the file, which is unlinked here."""
     try:
         return view(path, layout)
@@ -176,7 +176,7 @@ def read(path: str, layout: Layout) -> list:
             pass
 
 
-def view(path: str, layout: Layout) -> list:
+def view(path: str, layout: Layout) -> list[Any]:
     """The inputs, as tensors over a private (copy-on-write) mapping of the file, which stays on disk: the
     golden worker's own copy once it has written the file, paged in from the page cache only while a tensor is
     held, so between its golden's phases it holds no second copy (a golden writing into them changes nothing
@@ -185,13 +185,13 @@ def view(path: str, layout: Layout) -> list:
 
     whole = torch.from_file(path, shared=False, size=os.path.getsize(path), dtype=torch.uint8)
 
-    def tensor(entry: list) -> Any:
+    def tensor(entry: list[Any]) -> Any:
         dtype_name, shape, offset = entry
         dtype = getattr(torch, dtype_name)
         nbytes = math.prod(shape) * dtype.itemsize
         return whole[offset:offset + nbytes].view(dtype).reshape(shape)
 
-    out: list = []
+    out: list[Any] = []
     for item in layout:
         if item is None:
             out.append(None)

@@ -73,7 +73,8 @@ def _digest_file(path: str) -> str:
         return f"unreadable:{os.path.basename(path)}"
 
 
-def call_key(function: Callable[..., Any], kind: str, args: tuple, kwargs: dict) -> tuple[str, str, bool]:
+def call_key(function: Callable[..., Any], kind: str, args: tuple[Any, ...],
+             kwargs: dict[str, Any]) -> tuple[str, str, bool]:
     """``(key, name, is_python_module)`` of a ``load_inline``/``load`` call: the name plus a hash of every
     argument that shapes the library; ``load``'s source files count by content, never by path."""
     bound = inspect.signature(function).bind(*args, **kwargs)
@@ -97,7 +98,7 @@ def _labelled(module: Any, label: str) -> Any:
     for attr in dir(module):
         value = getattr(module, attr)
         if callable(value) and not attr.startswith("__") and not isinstance(value, type):
-            def wrapped(*a: Any, __fn: Callable = value, __tag: str = f"{CUSTOM_PREFIX}{label}.{attr}",
+            def wrapped(*a: Any, __fn: Callable[..., Any] = value, __tag: str = f"{CUSTOM_PREFIX}{label}.{attr}",
                         **k: Any) -> Any:
                 with record(__tag):
                     return __fn(*a, **k)

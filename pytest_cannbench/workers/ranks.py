@@ -52,7 +52,7 @@ class PrivateNetwork:
     ours (``python -m pytest_cannbench.workers.ranks_main``); :meth:`prefix` runs a command inside it."""
 
     def __init__(self, log_path: Path) -> None:
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = log_path
         self.error = ""
 
@@ -109,7 +109,7 @@ class RankWorker(CandidateWorker):
     shared: list[str] = field(default_factory=list)  # the rendezvous directory, writable for every rank
 
     def _spawn(self, module: str, args: list[str], env: dict[str, str],
-               wrap: Callable[[list[str]], list[str]] | None = None, **popen: Any) -> subprocess.Popen:
+               wrap: Callable[[list[str]], list[str]] | None = None, **popen: Any) -> subprocess.Popen[bytes]:
         args = [*args, "--rank", json.dumps(self.rank_spec)]
         env = {**env, "GLOO_SOCKET_IFNAME": "lo"}
         prefix = self.network.prefix() if self.network is not None and self.network.proc is not None else []
@@ -189,7 +189,9 @@ class RankGroup:
         started) stops the others; each answer says whether it was stopped."""
         answers: dict[int, RankAnswer] = {}
         stopped: set[int] = set()
-        futures: dict[Future, int] = {self.pool.submit(request, w): r for r, w in enumerate(self.workers)}
+        futures: dict[Future[CandidateResult], int] = {
+            self.pool.submit(request, w): r for r, w in enumerate(self.workers)
+        }
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)

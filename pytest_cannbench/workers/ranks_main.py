@@ -208,7 +208,7 @@ def _with_fallback(call: Callable[[], Any], positional: Callable[[], Any]) -> An
         return positional()
 
 
-def builtin_call(operator: str, candidate: Callable, ctx: dict[str, Any], inputs: dict[str, Any],
+def builtin_call(operator: str, candidate: Callable[..., Any], ctx: dict[str, Any], inputs: dict[str, Any],
                  attrs: dict[str, Any]) -> Any:
     """The call of the three operators whose golden has no ``mc2_call_candidate`` (the official runner's own)."""
     x1, x2, comm, world = inputs["x1"], inputs["x2"], ctx["hcomm_info"], ctx["world_size"]
@@ -227,7 +227,7 @@ def builtin_call(operator: str, candidate: Callable, ctx: dict[str, Any], inputs
                        "(the official runner calls only three MC2 operators without one)")
 
 
-def mc2_callable(target: dict[str, Any], device: str, candidate: Callable | None) -> Callable[..., Any]:
+def mc2_callable(target: dict[str, Any], device: str, candidate: Callable[..., Any] | None) -> Callable[..., Any]:
     """What a candidate rank calls with the rank's inputs as keywords: the task's call hook on the submission's
     operator (``candidate``), or, with none (a self-check), the distributed golden."""
     module = load_source(str(target["golden_source"]), str(target.get("golden_sha256") or ""),
@@ -304,7 +304,7 @@ def _error(stage: str, exc: BaseException) -> dict[str, Any]:
             "traceback": "".join(traceback.format_exception(exc))[-4000:]}
 
 
-def _rounded_like(golden: list, native: list) -> list:
+def _rounded_like(golden: list[Any], native: list[Any]) -> list[Any]:
     """The float64 truth rounded to each native output's floating dtype where the shapes agree (what the precision
     standard reads, as for a single-process golden)."""
     import torch

@@ -269,10 +269,10 @@ def read_args(region_mm: Any, args: dict[str, Any], device: str) -> dict[str, An
     return out
 
 
-def flatten(result: Any) -> list:
+def flatten(result: Any) -> list[Any]:
     """A tuple or list of outputs (one TensorList level flattened), like the golden's outputs."""
     items = list(result) if isinstance(result, (list, tuple)) else [result]
-    flat: list = []
+    flat: list[Any] = []
     for item in items:
         flat.extend(item if isinstance(item, (list, tuple)) else [item])
     return flat
@@ -364,7 +364,7 @@ def foreign_storage(t: Any) -> str | None:
     return None
 
 
-def poison(outputs: list, descriptions: list[dict]) -> None:
+def poison(outputs: list[Any], descriptions: list[dict[str, Any]]) -> None:
     """Overwrite the candidate's own output tensors once copied out: a cached tensor returned again is garbage.
 
     Only outputs that passed the contract: one that aliases an input is reported as such, and poisoning
@@ -397,8 +397,8 @@ _EARLIER_OUTPUTS: weakref.WeakSet[Any] = weakref.WeakSet()
 EARLIER_OUTPUT = "an earlier call's output"
 
 
-def write_outputs(region_mm: Any, region_size: int, outputs: list, out_offset: int, out_capacity: int,
-                  inputs: dict[str, Any] | None = None, allocated_by_torch: bool = False) -> list[dict]:
+def write_outputs(region_mm: Any, region_size: int, outputs: list[Any], out_offset: int, out_capacity: int,
+                  inputs: dict[str, Any] | None = None, allocated_by_torch: bool = False) -> list[dict[str, Any]]:
     """Describe each output and copy the plain contiguous tensors that fit into the output area.
 
     The output contract is checked here, before any value is read: a plain ``torch.Tensor``
@@ -476,7 +476,7 @@ def _int_list(value: Any, limit: int) -> list[int] | None:
     return value
 
 
-def decode_outputs(descriptions: Any, region: Region, layout: CallLayout, device: str) -> list:
+def decode_outputs(descriptions: Any, region: Region, layout: CallLayout, device: str) -> list[Any]:
     """Tensors (views of the region), None, or :class:`OutputProblem` for each described output.
 
     Every field is checked before use: the description comes from the submission's process.
@@ -485,7 +485,7 @@ def decode_outputs(descriptions: Any, region: Region, layout: CallLayout, device
         return [OutputProblem("the candidate worker sent an invalid output list")]
     dtypes = _dtypes()
     lo, hi = layout.out_offset, min(layout.out_offset + layout.out_capacity, region.size)
-    out: list = []
+    out: list[Any] = []
     for d in descriptions:
         out.append(_decode_one(d, region, dtypes, lo, hi, device))
     return out

@@ -131,7 +131,7 @@ class Proxy:
     CalledProcessError, TimeoutExpired = subprocess.CalledProcessError, subprocess.TimeoutExpired
     CompletedProcess, SubprocessError = subprocess.CompletedProcess, subprocess.SubprocessError
 
-    def __init__(self, helper: subprocess.Popen) -> None:
+    def __init__(self, helper: subprocess.Popen[bytes]) -> None:
         self._helper = helper
         self._lock = threading.Lock()
 
@@ -168,7 +168,7 @@ class Proxy:
         return None
 
     def run(self, args: Any, *, check: bool = False, stdout: Any = None, stderr: Any = None,
-            capture_output: bool = False, text: bool = False, **_: Any) -> subprocess.CompletedProcess:
+            capture_output: bool = False, text: bool = False, **_: Any) -> subprocess.CompletedProcess[Any]:
         rc, out, err = self._ask(args)
         if capture_output:
             stdout = stderr = subprocess.PIPE

@@ -55,11 +55,11 @@ def receive(fd: int) -> Any:
     return pickle.loads(_read_exact(fd, size))
 
 
-def send_json(stream: IO[bytes], message: dict) -> None:
+def send_json(stream: IO[bytes], message: dict[str, Any]) -> None:
     _send_bytes(stream, json.dumps(message, allow_nan=True, default=str).encode())
 
 
-def receive_json(fd: int) -> dict:
+def receive_json(fd: int) -> dict[str, Any]:
     (size,) = _HEADER.unpack(_read_exact(fd, _HEADER.size))
     if size > MAX_JSON_FRAME:
         raise BadFrame(f"frame of {size} bytes announced (the limit is {MAX_JSON_FRAME})")
