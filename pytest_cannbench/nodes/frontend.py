@@ -37,13 +37,13 @@ class CannBenchRun:
         self.config = config
         self.settings = settings
         self.collector: results.ResultCollector | None = None
+        if settings.tasks and config.args_source != pytest.Config.ArgsSource.ARGS:
+            config.args = [settings.tasks]  # before the controller reads the task roots it protects from submissions
         roles.configure(config, settings)
         roles.trap_sigterm(config)
         config.addinivalue_line("markers", "cannbench: a CANN Bench case collected by pytest-cannbench")
         for level in range(1, 6):
             config.addinivalue_line("markers", f"level{level}: CANN Bench level {level} operators")
-        if settings.tasks and config.args_source != pytest.Config.ArgsSource.ARGS:
-            config.args = [settings.tasks]
         if getattr(config, "workerinput", None) is None:
             collector = results.ResultCollector(
                 key_of=lambda nodeid: keys.key_from_nodeid(
