@@ -14,7 +14,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_cannbench.core.judge import MAX_LIVE_WORKERS, JudgeSetup, protected_paths
+from pytest_cannbench.core.judge import (
+    MAX_LIVE_WORKERS,
+    JudgeSetup,
+    device_plan,
+    protected_paths,
+    run_timed_threads,
+)
 from pytest_cannbench.guard import sandbox
 from pytest_cannbench.options import Settings
 from pytest_cannbench.submission import kernelbench as kernelbench_submission
@@ -22,11 +28,10 @@ from pytest_cannbench.submission.build import Box, SubmissionState, cleanup, pre
 from pytest_cannbench.submission.generations import expand, is_generation
 from pytest_cannbench.taskformat.dirs import pin_goldens
 from pytest_cannbench.timing.devices import lock_dir
-from pytest_cannbench.timing.devices import plan as make_plan
 from pytest_cannbench.timing.isolation import new_fence_path, remove_fence
 from pytest_cannbench.workers import limits, memory_plan
 from pytest_cannbench.workers.dispatch import needs_path
-from pytest_cannbench.workers.limits import timing_threads, usable_cores
+from pytest_cannbench.workers.limits import usable_cores
 from pytest_cannbench.workers.memory_plan import MemoryPlan
 
 if TYPE_CHECKING:
@@ -231,14 +236,11 @@ class Controller:
         """The run's device plan as the controller sees it; ``detected``, the kind a judge found for
         ``--cann-device auto``, spares detecting it here (importing torch)."""
         if self._device is None:
-            s = self.settings
-            kind = detected if s.device == "auto" and detected else s.device
-            self._device = make_plan(kind, list(s.device_ids), "main")
+            self._device = device_plan(self.settings, "main", detected)
         return self._device
 
     def timed_threads(self) -> int:
-        s = self.settings
-        return timing_threads(s.timing_threads, s.timing_isolation == "fence", self.processes)
+        return run_timed_threads(self.settings, self.processes)
 
     def budget_line(self) -> str:
         """The effective memory and thread budgets of the run's workers, and the inherited limits behind them."""

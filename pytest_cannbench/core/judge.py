@@ -167,8 +167,7 @@ class Judge:
 
     def timed_threads(self) -> int:
         """Threads of the candidate and baseline workers under this run's options (:func:`timing_threads`)."""
-        s = self.settings
-        return timing_threads(s.timing_threads, s.timing_isolation == "fence", self.setup.processes)
+        return run_timed_threads(self.settings, self.setup.processes)
 
     # ------------------------------------------------------------ shared goldens
 
@@ -208,9 +207,7 @@ class Judge:
         if self._owner is not None:
             return self._owner.device(detected)
         if self._device is None:
-            s = self.settings
-            kind = detected if s.device == "auto" and detected else s.device
-            self._device = make_plan(kind, list(s.device_ids), self.worker_id)
+            self._device = device_plan(self.settings, self.worker_id, detected)
         return self._device
 
     def detected_device(self) -> str | None:
@@ -374,6 +371,18 @@ class Judge:
             self._kb_state_dir = None
         if self._private_goldens:
             shutil.rmtree(self.log_dir, ignore_errors=True)
+
+
+def device_plan(settings: Settings, worker_id: str, detected: str | None = None) -> DevicePlan:
+    """The device plan of a judge (or the controller, ``main``); ``detected``: the kind a judge found for
+    ``--cann-device auto``, which spares detecting it again (importing torch)."""
+    kind = detected if settings.device == "auto" and detected else settings.device
+    return make_plan(kind, list(settings.device_ids), worker_id)
+
+
+def run_timed_threads(settings: Settings, processes: int) -> int:
+    """Threads of a run's candidate and baseline workers, shared by its ``processes`` judges."""
+    return timing_threads(settings.timing_threads, settings.timing_isolation == "fence", processes)
 
 
 def protected_paths(settings: Settings, task_roots: tuple[str, ...] | list[str]) -> list[str]:
