@@ -561,40 +561,59 @@ def test_the_period_ioctl_does_not_reach_inherited_copies(c_loop: Path) -> None:
         child.wait()
 
 
+def _interval_quartiles(code: str, randomise: bool) -> tuple[list[tuple[int, float, float, float]], int, int, bool]:
+    """One sampled run of ``code`` (steps ``start`` and ``both``): per thread ``(tid, low, high, wrong)`` of its
+    intervals, the samples, the redraws, and whether the late thread was followed by the judge's own events."""
+    child, sampler = _driven(code, randomise=randomise)
+    try:
+        with sampler:
+            os.killpg(child.pid, signal.SIGSTOP)
+            sampler.arm()
+            late = int(_step(child))
+            assert _step(child) == "done"
+            profile = sampler.collect()
+            rows = []
+            for tid in (child.pid, late):
+                # at the fixed period the judge does not look for new threads: inherited copies sample them
+                gaps = _intervals(sampler, tid, randomise or tid == child.pid)
+                assert len(gaps) > 50, (randomise, tid, len(gaps))
+                low, high = _quartiles(gaps)
+                # a dodger that expects the next interval to be at least 0.8 of the last one is wrong this often
+                # (simulated 21%, measured 7-15%; also at the fixed period, 0-6%, where a thread that moves to
+                # another CPU meets that CPU's event's phase): reported, the quartiles decide
+                wrong = sum(b < 0.8 * a for a, b in zip(gaps, gaps[1:])) / (len(gaps) - 1)
+                rows.append((tid, low, high, wrong))
+            return rows, profile.samples, sampler.resets, late in sampler.covered
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
 @needs_perf
 def test_intervals_are_random_on_every_thread_even_one_born_in_the_window(c_loop: Path) -> None:
     """Measured from the samples the kernel took: the main thread's and a thread born while the call runs (seen by
     the judge's thread in /proc, then followed by events of its own) are both sampled at intervals no one can
-    foretell; the same child sampled at the fixed period is as regular as a clock."""
+    foretell; the same child sampled at the fixed period is as regular as a clock.
+
+    The redraws are the judge's thread's work: on two CPUs that the child's two spinning threads fill, that thread
+    now and then waits 100 ms or more for a CPU (measured: about one run in 60 on a quiet machine, more under a
+    loaded CI), and a thread's period stays as it was meanwhile, so one run's quartiles can close up. A run is
+    therefore tried up to three times: randomness that does not work fails all three."""
     code = SPIN_THREAD.format(path=str(c_loop), n=200_000_000) + "steps = [start, both]\n"
-    for randomise in (True, False):
-        child, sampler = _driven(code, randomise=randomise)
-        try:
-            with sampler:
-                os.killpg(child.pid, signal.SIGSTOP)
-                sampler.arm()
-                late = int(_step(child))
-                assert _step(child) == "done"
-                profile = sampler.collect()
-                for tid in (child.pid, late):
-                    # at the fixed period the judge does not look for new threads: inherited copies sample them
-                    gaps = _intervals(sampler, tid, randomise or tid == child.pid)
-                    assert len(gaps) > 50, (randomise, tid, len(gaps))
-                    low, high = _quartiles(gaps)
-                    # a dodger that expects the next interval to be at least 0.8 of the last one is wrong this often
-                    # (simulated 21%, measured 7-15%; also at the fixed period, 0-6%, where a thread that moves to
-                    # another CPU meets that CPU's event's phase): reported, the quartiles decide
-                    wrong = sum(b < 0.8 * a for a, b in zip(gaps, gaps[1:])) / (len(gaps) - 1)
-                    if randomise:  # simulated quartiles 0.25 and 1 period; the judge's thread loaded: fewer redraws
-                        assert high / low > 1.6, (tid, low, high, wrong, sampler.resets)
-                    else:
-                        assert high / low < 1.2, (tid, low, high, wrong)
-                assert profile.samples > 200
-                if randomise:
-                    assert late in sampler.covered and sampler.resets > 50
-        finally:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
+    tries = []
+    for _ in range(3):
+        rows, samples, resets, followed = _interval_quartiles(code, randomise=True)
+        assert samples > 200 and followed, (samples, followed)
+        tries.append((rows, resets))
+        # simulated quartiles 0.25 and 1 period; the judge's thread loaded: fewer redraws
+        if all(high / low > 1.6 for _, low, high, _ in rows) and resets > 50:
+            break
+    else:
+        raise AssertionError(f"three runs without random intervals on every thread: {tries}")
+    rows, samples, _, _ = _interval_quartiles(code, randomise=False)
+    assert samples > 200
+    for tid, low, high, wrong in rows:
+        assert high / low < 1.2, (tid, low, high, wrong)
 
 
 @needs_perf
