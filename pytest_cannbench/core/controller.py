@@ -133,9 +133,11 @@ class Controller:
         self.owns_submission = True
 
     def prepare_candidate(
-        self, name: str, source: str, *, kernelbench: bool = False, sample: int | None = None
+        self, name: str, source: str, *, kernelbench: bool = False, sample: int | None = None, discovery: bool = True
     ) -> SubmissionState:
-        """One more candidate, built into its own private install and logs (``<report dir>/candidates/<name>``)."""
+        """One more candidate, built into its own private install and logs (``<report dir>/candidates/<name>``).
+        ``discovery=False`` (CANN packages): its judge, in this process, lists its interfaces in the worker that
+        grades it (:meth:`Judge.discover`)."""
         s = self.settings
         report_dir = self.report_dir / "candidates" / name
         if kernelbench:
@@ -148,6 +150,7 @@ class Controller:
                 build_timeout=s.build_timeout_s,
                 guard=s.guard,
                 box=self.box(),
+                discovery=discovery,
             )
         self.submissions[name] = sub
         if self.submission is None:

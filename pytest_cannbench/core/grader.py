@@ -87,8 +87,10 @@ class Grader:
         not (``.status``, ``.message``)."""
         if name in self.judge.submissions:
             raise ValueError(f"candidate {name!r} is already prepared: drop it first or choose another name")
-        sub = self.controller.prepare_candidate(name, str(source))
+        sub = self.controller.prepare_candidate(name, str(source), discovery=False)
         self.judge.add_candidate(name, sub)
+        if sub.ok:
+            self.judge.discover(name)
         return sub
 
     def drop(self, name: str) -> None:

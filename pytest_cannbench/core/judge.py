@@ -21,7 +21,7 @@ from pytest_cannbench.judge.goldens import make_service
 from pytest_cannbench.judge.perf import PerfContext
 from pytest_cannbench.options import Settings
 from pytest_cannbench.scratch import cache_dir, make_dir
-from pytest_cannbench.submission.build import SubmissionState
+from pytest_cannbench.submission.build import SubmissionState, discover
 from pytest_cannbench.timing.anchors import make_anchor_source
 from pytest_cannbench.timing.devices import plan as make_plan
 from pytest_cannbench.timing.gpu_telemetry import Telemetry
@@ -156,11 +156,20 @@ class Judge:
         """A candidate built after the judge started (the service: one per request)."""
         self.submissions[name] = submission
 
+    def discover(self, name: str) -> None:
+        """List a candidate's interfaces in the worker that will grade its cases, which stays up for them: a
+        service's candidate pays one worker start, not two (a controller in another process discovers at build)."""
+        sub = self.submissions[name]
+        work = Path(sub.session_dir or self.log_dir)
+        discover(sub, work, work, self.settings.guard, worker=self.worker("candidate", name))
+
     def drop_candidate(self, name: str) -> None:
-        """Close a candidate's workers; its install is its controller's to clean."""
+        """Close a candidate's workers; its install is its controller's to clean. They are killed, not asked to
+        exit: nothing of theirs is needed any more, and an interpreter's orderly exit (torch's) costs a service's
+        next request about half a second."""
         self.submissions.pop(name, None)
         for key in [k for k in self._workers if k.endswith(f"@{name}")]:
-            self._close_worker(self._workers.pop(key))
+            self._close_worker(self._workers.pop(key), kill=True)
 
     def resumed(self, key: str) -> bool:
         return key in self.setup.resumed
@@ -350,8 +359,11 @@ class Judge:
 
     # ------------------------------------------------------------ end
 
-    def _close_worker(self, worker: CandidateWorker) -> None:
-        worker.close()
+    def _close_worker(self, worker: CandidateWorker, kill: bool = False) -> None:
+        if kill:
+            worker.kill()
+        else:
+            worker.close()
         shutil.rmtree(worker.workdir.parent, ignore_errors=True)
 
     def close(self) -> None:

@@ -536,6 +536,8 @@ class CallSampler:
             if self._closed.is_set():
                 return
             with self._lock:
+                if self._closed.is_set():
+                    return
                 if not self._armed.is_set():
                     continue
                 if live and self._live.is_set():
@@ -557,6 +559,9 @@ class CallSampler:
             self.buffers = []
             self._close_fds(self.owners)
             self._close_fds(self.counters)
+        # a drain thread waiting to be armed would sleep out its half second before it saw the sampler closed
+        # (the service's next request waited for it): woken, it returns at its next look at _closed
+        self._armed.set()
         if self._drainer is not None and self._drainer is not threading.current_thread():
             self._drainer.join(1.0)
 

@@ -349,16 +349,22 @@ def check_symbols(state: SubmissionState) -> None:
     state.scan["symbols"] = {"problems": [p.detail() for p in problems[:50]], "unreadable": unreadable[:20]}
 
 
-def discover(state: SubmissionState, log_dir: Path, work: Path, guard: str = "block") -> None:
-    """Import the submission in a candidate worker and list its interfaces (validated: it ran their code)."""
+def discover(state: SubmissionState, log_dir: Path, work: Path, guard: str = "block",
+             worker: CandidateWorker | None = None) -> None:
+    """Import the submission in a candidate worker and list its interfaces (validated: it ran their code).
+    ``worker``: the judge's own worker of this candidate, left running for its cases (a judge in the same process
+    as the build spares one start); otherwise a worker of its own, closed after."""
     box = state.box
-    worker = CandidateWorker(log_path=log_dir / "discovery.log", workdir=work / "discovery", mode="submission",
-                             site_dir=state.site_dir, env=dict(state.env), guard=guard, protect=list(box.hidden),
-                             sandbox=box.choice,
-                             readable=[str(work), *([] if state.installed else sandbox.user_python_path())])
+    own = worker is None
+    if worker is None:
+        worker = CandidateWorker(log_path=log_dir / "discovery.log", workdir=work / "discovery", mode="submission",
+                                 site_dir=state.site_dir, env=dict(state.env), guard=guard, protect=list(box.hidden),
+                                 sandbox=box.choice,
+                                 readable=[str(work), *([] if state.installed else sandbox.user_python_path())])
     t0 = time.perf_counter()
     try:
-        worker.start()
+        if own:
+            worker.start()
         raw = worker.discover()
         state.interfaces = [[i.name, i.source] for i in validate_names(raw)]
     except WorkerGone as exc:
@@ -366,15 +372,17 @@ def discover(state: SubmissionState, log_dir: Path, work: Path, guard: str = "bl
     except ValueError as exc:
         state.status, state.message = IMPORT_FAILED, f"interface discovery failed: {exc}"
     finally:
-        worker.close()
+        if own:
+            worker.close()
     state.seconds["discover"] = round(time.perf_counter() - t0, 3)
 
 
 def prepare(source: str | None, *, no_install: bool, report_dir: Path, build_timeout: float,
             guard: str = "block", box: Box = NO_BOX, rebuild: bool = False,
-            announce: Callable[[str], None] | None = None) -> SubmissionState:
+            announce: Callable[[str], None] | None = None, discovery: bool = True) -> SubmissionState:
     """Build, install and discover the submission, each inside ``box``; the returned state holds a private
-    session directory that :func:`cleanup` removes."""
+    session directory that :func:`cleanup` removes. ``discovery=False``: the caller discovers it in the worker
+    that will grade it (:func:`discover` with ``worker``)."""
     work = make_dir("session")
     log_dir = report_dir / "logs"
     state = SubmissionState(status=BUILD_OK, source=source, installed=not no_install, session_dir=str(work),
@@ -401,7 +409,8 @@ def prepare(source: str | None, *, no_install: bool, report_dir: Path, build_tim
         if not jit_build_package(state, work, log_dir, build_timeout):
             return state
         check_symbols(state)
-    discover(state, log_dir, work, guard)
+    if discovery:
+        discover(state, log_dir, work, guard)
     return state
 
 

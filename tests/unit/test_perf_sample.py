@@ -69,6 +69,9 @@ def _probe() -> str | None:
 
 UNAVAILABLE = _probe() if pe.SYS_PERF_EVENT_OPEN.get(os.uname().machine) else "no syscall number"
 needs_perf = pytest.mark.skipif(UNAVAILABLE is not None, reason=f"perf_event_open: {UNAVAILABLE}")
+# the intervals, periods and followed threads measured here are the kernel's scheduling of the child as much as the
+# sampler's: beside another worker's test they move (scripts/test.sh runs this module after the rest)
+pytestmark = pytest.mark.alone
 
 
 def _sampled(code: str, own: tuple[str, ...] = (), *, pages: int = ps.DEFAULT_PAGES,
