@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -90,11 +91,26 @@ def candidates(work: Path, correct: Path) -> dict[str, tuple[dict[str, Any], Pat
     return kinds
 
 
+def warm_up(url: str, submission: dict[str, Any], options: dict[str, Any], idle_s: float = 3.0) -> None:
+    """One request per judge at once (each judge's grader of this identity and its goldens), then the service
+    left idle a moment, as a warm service is between requests: each judge starts its next candidate's worker."""
+    with Client(url, timeout=7200) as probe:
+        count = len(probe.health()["judges"])
+
+    def one(_: int) -> None:
+        with Client(url, timeout=7200) as own:
+            own.grade(submission, **options)
+
+    with ThreadPoolExecutor(count) as pool:
+        list(pool.map(one, range(count)))
+    time.sleep(idle_s)
+
+
 def part_a(client: Client, correct: Path, select: str, work: Path, modes: list[str]) -> list[dict[str, Any]]:
     rows = []
     for perf in [m == "timed" for m in modes]:
         options = {"select": select, "profile": "standard", "perf": perf, "deadline_s": 3600}
-        client.grade(archive_of(correct), **options)  # warm-up: the grader of this identity and the goldens
+        warm_up(str(client.http.base_url), archive_of(correct), options)
         t0 = time.perf_counter()
         answer = client.grade(archive_of(correct), **options)
         warm = time.perf_counter() - t0

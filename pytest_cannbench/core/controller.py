@@ -133,11 +133,19 @@ class Controller:
         self.owns_submission = True
 
     def prepare_candidate(
-        self, name: str, source: str, *, kernelbench: bool = False, sample: int | None = None, discovery: bool = True
+        self,
+        name: str,
+        source: str,
+        *,
+        kernelbench: bool = False,
+        sample: int | None = None,
+        discovery: bool = True,
+        session: Path | None = None,
     ) -> SubmissionState:
         """One more candidate, built into its own private install and logs (``<report dir>/candidates/<name>``).
         ``discovery=False`` (CANN packages): its judge, in this process, lists its interfaces in the worker that
-        grades it (:meth:`Judge.discover`)."""
+        grades it (:meth:`Judge.discover`); ``session``: the private directory to build it into (a spare worker of
+        its judge already shows it, :meth:`Judge.start_spare`)."""
         s = self.settings
         report_dir = self.report_dir / "candidates" / name
         if kernelbench:
@@ -151,6 +159,7 @@ class Controller:
                 guard=s.guard,
                 box=self.box(),
                 discovery=discovery,
+                session=session,
             )
         self.submissions[name] = sub
         if self.submission is None:

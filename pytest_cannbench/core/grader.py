@@ -87,11 +87,18 @@ class Grader:
         not (``.status``, ``.message``)."""
         if name in self.judge.submissions:
             raise ValueError(f"candidate {name!r} is already prepared: drop it first or choose another name")
-        sub = self.controller.prepare_candidate(name, str(source), discovery=False)
+        session = self.judge.claim_spare()
+        sub = self.controller.prepare_candidate(name, str(source), discovery=False, session=session)
         self.judge.add_candidate(name, sub)
         if sub.ok:
             self.judge.discover(name)
         return sub
+
+    def start_spare(self) -> None:
+        """Start the next candidate's worker now (torch imported, guard and sandbox up), so that the next
+        :meth:`prepare` finds it ready: what a service does between requests. Only where the grader's device and
+        memory can hold one more worker while it waits."""
+        self.judge.start_spare(self.controller.box().choice.to_dict())
 
     def drop(self, name: str) -> None:
         """Close a candidate's workers and remove its private install."""

@@ -33,6 +33,7 @@ from pytest_cannbench.workers.huge_pages import untimed_worker_env
 from pytest_cannbench.workers.limits import cpu_threads, timing_threads
 from pytest_cannbench.workers.memory_plan import MemoryPlan
 from pytest_cannbench.workers.memory_pool import MemoryPool
+from pytest_cannbench.workers.triton_helper import uses_triton
 
 if TYPE_CHECKING:
     from pytest_cannbench.guard.sandbox import SandboxChoice
@@ -125,6 +126,9 @@ class Judge:
         self.reference_slots = settings.repeat + 4
         self._apart: Judge | None = None
         self._owner: Judge | None = None
+        self._spare: CandidateWorker | None = None  # started ahead of the next candidate (start_spare)
+        self._spare_dir: Path | None = None  # the session directory that candidate is to be built into
+        self._spare_claimed = False  # a candidate is being built into it (claim_spare)
 
     def __enter__(self) -> Judge:
         return self
@@ -156,6 +160,63 @@ class Judge:
         """A candidate built after the judge started (the service: one per request)."""
         self.submissions[name] = submission
 
+    # ------------------------------------------------------------ a spare worker for the next candidate
+
+    def start_spare(self, sandbox: dict[str, Any]) -> Path | None:
+        """Start the next candidate's worker before the candidate exists: torch imported, its guard armed and its
+        sandbox up, showing an empty private session directory (returned) that the candidate is then built into
+        (``Controller.prepare_candidate(session=...)``). Its first request imports the submission, as for any
+        worker. ``sandbox`` is the controller's choice (``SandboxChoice.to_dict()``); a judge already holding a
+        spare returns its directory. None under self-check (no submission)."""
+        if self._spare_dir is not None:
+            return self._spare_dir
+        if self.settings.self_check:
+            return None
+        session = make_dir("session")
+        (session / "site").mkdir()
+        stub = SubmissionState(
+            status="ok", source=None, site_dir=str(session / "site"), session_dir=str(session), sandbox=sandbox
+        )
+        worker = self.new_worker("candidate", "submission", stub, guard_role="candidate")
+        worker.log_path = self.log_dir / f"candidate-worker-spare-{session.name}.log"
+        worker.spawn()
+        self._spare, self._spare_dir, self._spare_claimed = worker, session, False
+        return session
+
+    def claim_spare(self) -> Path | None:
+        """The spare's directory for the one candidate about to be built (None: no spare, or already claimed)."""
+        if self._spare_dir is None or self._spare_claimed:
+            return None
+        self._spare_claimed = True
+        return self._spare_dir
+
+    def _adopt_spare(self, submission: SubmissionState | None) -> CandidateWorker | None:
+        """The spare, if it was started for this submission's directory and nothing it was started with differs
+        (an OPP package or a load_inline build sets the worker's environment; Triton sources get their own cache
+        at the worker's start)."""
+        spare, where = self._spare, self._spare_dir
+        if spare is None or where is None or submission is None or submission.session_dir != str(where):
+            return None
+        self._spare, self._spare_dir = None, None
+        site = submission.site_dir
+        if submission.env or site != spare.site_dir or (spare.device.startswith("cuda") and uses_triton(site or "")):
+            self._close_worker(spare, kill=True, keep_dir=True)
+            return None
+        spare.static_problems = submission.guard_problems
+        return spare
+
+    def _drop_spare(self, unused_dir_too: bool) -> None:
+        spare, where = self._spare, self._spare_dir
+        self._spare, self._spare_dir = None, None
+        if spare is not None:
+            self._close_worker(spare, kill=True)
+        if (
+            unused_dir_too
+            and where is not None
+            and str(where) not in {s.session_dir for s in self.submissions.values()}
+        ):
+            shutil.rmtree(where, ignore_errors=True)
+
     def discover(self, name: str) -> None:
         """List a candidate's interfaces in the worker that will grade its cases, which stays up for them: a
         service's candidate pays one worker start, not two (a controller in another process discovers at build)."""
@@ -167,7 +228,9 @@ class Judge:
         """Close a candidate's workers; its install is its controller's to clean. They are killed, not asked to
         exit: nothing of theirs is needed any more, and an interpreter's orderly exit (torch's) costs a service's
         next request about half a second."""
-        self.submissions.pop(name, None)
+        sub = self.submissions.pop(name, None)
+        if sub is not None and self._spare_dir is not None and sub.session_dir == str(self._spare_dir):
+            self._drop_spare(unused_dir_too=False)  # built into it but never graded: its directory goes with it
         for key in [k for k in self._workers if k.endswith(f"@{name}")]:
             self._close_worker(self._workers.pop(key), kill=True)
 
@@ -236,7 +299,9 @@ class Judge:
                 self._close_worker(self._workers.pop(live[0]))
             submission = self.submission_of(candidate) if loads_submission else None
             log_name = name if "@" not in key else f"{name}-{candidate}"
-            worker = self._workers[key] = self.new_worker(log_name, mode, submission, guard_role=name)
+            adopted = self._adopt_spare(submission) if role == "candidate" and "@" in key else None
+            worker = adopted or self.new_worker(log_name, mode, submission, guard_role=name)
+            self._workers[key] = worker
         return worker
 
     def new_worker(
@@ -264,7 +329,9 @@ class Judge:
             protect=self.protected_paths(),
             coverage_floor=coverage_floor(guard_role or name, s.guard, s.kb_guard),
             static_problems=submission.guard_problems if submission is not None else [],
-            sandbox=self._sandbox(),
+            sandbox=SandboxChoice.from_dict(submission.sandbox)
+            if submission and submission.sandbox
+            else self._sandbox(),
             readable=self._sandbox_readable(submission),
         )
         if self._private_goldens:  # an apart judge's workers log into its private directory, hidden from workers
@@ -359,12 +426,13 @@ class Judge:
 
     # ------------------------------------------------------------ end
 
-    def _close_worker(self, worker: CandidateWorker, kill: bool = False) -> None:
+    def _close_worker(self, worker: CandidateWorker, kill: bool = False, keep_dir: bool = False) -> None:
         if kill:
             worker.kill()
         else:
             worker.close()
-        shutil.rmtree(worker.workdir.parent, ignore_errors=True)
+        if not keep_dir:
+            shutil.rmtree(worker.workdir.parent, ignore_errors=True)
 
     def close(self) -> None:
         if self._apart is not None:
@@ -373,6 +441,7 @@ class Judge:
         if self._service is not None:
             self._service.close()
             self._service = None
+        self._drop_spare(unused_dir_too=True)
         for worker in self._workers.values():
             self._close_worker(worker)
         self._workers.clear()

@@ -55,6 +55,8 @@ class JudgeCore:
         self.jobs: dict[str, _Open] = {}
         self.started = time.time()
         self.graded = 0
+        self.spare_error = ""  # why the last spare worker could not start (health shows it)
+        self.closing = False
 
     # ------------------------------------------------------------------------------------------ facts
 
@@ -86,12 +88,26 @@ class JudgeCore:
             "graded": self.graded,
             "graders": len(self.graders),
             "jobs": len(self.jobs),
+            **({"spare_error": self.spare_error} if self.spare_error else {}),
         }
 
     def warm(self, overrides: dict[str, Any]) -> dict[str, Any]:
-        """Open a grader now (its judge made), so the first request does not pay for it."""
-        self._grader(overrides)
+        """Open a grader now (its judge made) with a spare candidate worker, so the first request pays for
+        neither."""
+        key, _ = self._grader(overrides)
+        self._spare(key)
         return self.info()
+
+    def _spare(self, key: str) -> None:
+        """The next candidate's worker, started while this judge waits (``Grader.start_spare``): a request then
+        pays its build and its cases, not torch's import. Best effort: without one the request starts its own."""
+        grader = self.graders.get(key)
+        if grader is None:
+            return
+        try:
+            grader.start_spare()
+        except Exception as exc:  # noqa: BLE001 - an optimisation; the request's own start says what is wrong
+            self.spare_error = f"{type(exc).__name__}: {exc}"
 
     # ------------------------------------------------------------------------------------------ graders
 
@@ -197,8 +213,11 @@ class JudgeCore:
         finally:
             if record.directory is not None:
                 shutil.rmtree(record.directory, ignore_errors=True)
+        if not self.jobs and not self.closing:  # idle: the next request's worker starts now (one job at a time)
+            self._spare(record.key)
 
     def shutdown(self) -> None:
+        self.closing = True
         for job_id in list(self.jobs):
             self.close(job_id)
         for key in list(self.graders):

@@ -379,11 +379,13 @@ def discover(state: SubmissionState, log_dir: Path, work: Path, guard: str = "bl
 
 def prepare(source: str | None, *, no_install: bool, report_dir: Path, build_timeout: float,
             guard: str = "block", box: Box = NO_BOX, rebuild: bool = False,
-            announce: Callable[[str], None] | None = None, discovery: bool = True) -> SubmissionState:
+            announce: Callable[[str], None] | None = None, discovery: bool = True,
+            session: Path | None = None) -> SubmissionState:
     """Build, install and discover the submission, each inside ``box``; the returned state holds a private
     session directory that :func:`cleanup` removes. ``discovery=False``: the caller discovers it in the worker
-    that will grade it (:func:`discover` with ``worker``)."""
-    work = make_dir("session")
+    that will grade it (:func:`discover` with ``worker``). ``session``: the private directory to build into, made
+    by the caller (a spare worker already shows it); made here otherwise."""
+    work = session if session is not None else make_dir("session")
     log_dir = report_dir / "logs"
     state = SubmissionState(status=BUILD_OK, source=source, installed=not no_install, session_dir=str(work),
                             sandbox=box.choice.to_dict(), protect=list(box.hidden))

@@ -69,6 +69,7 @@ class CandidateProcess(WorkerClient):
     import_problems: list[Any] = field(default_factory=list)  # guard findings made while the submission was imported
     last_tmp: str | None = None  # the operator whose files the private TMPDIR holds
     _killed_for: str | None = None
+    greeted: bool = True  # False: spawned ahead of its submission (spawn), hello not sent yet
     _pid: int | None = None  # the worker's pid in the judge's namespace (bwrap's child under the sandbox)
     evidence: OutsideEvidence | None = None  # what the judge samples and reads of the worker from outside
     coverage_floor: float | None = None  # KernelBench: the kernel coverage a call needs (guard.coverage)
@@ -167,11 +168,21 @@ class CandidateProcess(WorkerClient):
         self._pid = pid
         return proc
 
+    def spawn(self) -> None:
+        """Start the process now and let it make itself ready (torch, its guard, its sandbox) without importing
+        the submission: a spare for a candidate not yet installed into ``site_dir``. Its first request imports
+        it, as a worker started with the submission in place does."""
+        self._start()
+        self.greeted = False
+
     def _ensure(self) -> dict[str, Any]:
         """A running worker; returns its hello reply (raises WorkerGone when it cannot start)."""
         if self.proc is not None and self.proc.poll() is None:
-            return {}
-        self._start()
+            if self.greeted:
+                return {}
+        else:
+            self._start()
+        self.greeted = True
         try:
             reply = self._exchange({"op": "hello", "mode": self.mode}, self.startup_timeout_s)
         except WorkerGone as exc:
