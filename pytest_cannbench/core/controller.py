@@ -161,9 +161,9 @@ class Controller:
                 discovery=discovery,
                 session=session,
             )
+        # not the run's ``submission``: a later candidate's workers would be shown its directory (the judge's
+        # readable paths), and dropping it would keep its install; a pytest run with several names sets it after
         self.submissions[name] = sub
-        if self.submission is None:
-            self.submission = sub
         self.owns_submission = True
         return sub
 

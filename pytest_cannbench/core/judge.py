@@ -183,6 +183,11 @@ class Judge:
         self._spare, self._spare_dir, self._spare_claimed = worker, session, False
         return session
 
+    @property
+    def spare(self) -> CandidateWorker | None:
+        """The worker started for the next candidate, if one waits (:meth:`start_spare`)."""
+        return self._spare
+
     def claim_spare(self) -> Path | None:
         """The spare's directory for the one candidate about to be built (None: no spare, or already claimed)."""
         if self._spare_dir is None or self._spare_claimed:
