@@ -559,9 +559,7 @@ class CallSampler:
             self.buffers = []
             self._close_fds(self.owners)
             self._close_fds(self.counters)
-        # a drain thread waiting to be armed would sleep out its half second before it saw the sampler closed
-        # (the service's next request waited for it): woken, it returns at its next look at _closed
-        self._armed.set()
+        self._armed.set()  # a drain thread waiting to be armed returns now, not after its half-second wait
         if self._drainer is not None and self._drainer is not threading.current_thread():
             self._drainer.join(1.0)
 
