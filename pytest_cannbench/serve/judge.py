@@ -173,6 +173,8 @@ class JudgeCore:
         state = grader.prepare(str(source), name=job_id)
         record.ok = bool(getattr(state, "ok", False))
         settings = self.settings[key]
+        if not settings.get("perf"):  # the next candidate's worker starts beside this one's cases (a group's
+            self._spare(key)  # candidates back to back); where cases are timed it waits for the judge to be idle
         flags = []
         if settings.get("sandbox") == "off":
             flags.append("sandbox_off")

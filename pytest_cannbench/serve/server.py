@@ -241,6 +241,21 @@ def _start_ray(args: argparse.Namespace) -> Any:
     return ray
 
 
+def _unplaceable(count: int, options: dict[str, Any], resources: dict[str, float]) -> str:
+    """Why ``count`` judges asking ``options`` cannot all be placed on the cluster's resources now ("" if they
+    can); named with the options that change it."""
+    asks = {"CPU": float(options.get("num_cpus") or 0), "GPU": float(options.get("num_gpus") or 0)}
+    asks.update({k: float(v) for k, v in (options.get("resources") or {}).items() if k in ("NPU",)})
+    for name, each in asks.items():
+        have = resources.get(name, 0.0)
+        if each and count * each > have + 1e-9:
+            return (
+                f"{count} judges x {each:g} {name} need {count * each:g} {name}, and the cluster has {have:g}: "
+                f"lower --judges or --judge-cpus, or add nodes (--address)"
+            )
+    return ""
+
+
 async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> int:
     import uvicorn
 
@@ -251,6 +266,12 @@ async def _serve(args: argparse.Namespace, catalog: Any, token: str | None) -> i
     ray = _start_ray(args)
     resources = {k: float(v) for k, v in ray.cluster_resources().items() if k in ("CPU", "GPU", "NPU")}
     device, count, options = _judge_plan(args, resources)
+    short = _unplaceable(count, options, resources)
+    if short:
+        # Ray would keep the judges it cannot place pending, and the service would wait for them without a word
+        _say(f"error: {short}")
+        ray.shutdown()
+        return 2
     work = args.work_dir or tempfile.mkdtemp(prefix="cannbench-serve-")
     if not args.work_dir:
         _MADE.append(work)

@@ -213,3 +213,13 @@ def test_a_non_loopback_bind_needs_a_token(monkeypatch, capsys):
     assert "needs a token" in capsys.readouterr().err
     assert main(["serve", "--tasks", str(TASKS), "--warm", "fastest"]) == 2
     assert "--warm fastest" in capsys.readouterr().err
+
+
+def test_judges_the_cluster_cannot_place_are_refused_with_the_options_that_fix_it() -> None:
+    from pytest_cannbench.serve.server import _unplaceable
+
+    assert _unplaceable(1, {"num_cpus": 2.0, "resources": {}}, {"CPU": 2.0}) == ""
+    said = _unplaceable(2, {"num_cpus": 2.0, "resources": {}}, {"CPU": 2.0})
+    assert "2 judges x 2 CPU need 4 CPU" in said and "--judge-cpus" in said and "--judges" in said
+    assert "GPU" in _unplaceable(3, {"num_cpus": 1.0, "num_gpus": 1, "resources": {}}, {"CPU": 8.0, "GPU": 2.0})
+    assert "NPU" in _unplaceable(2, {"num_cpus": 1.0, "resources": {"NPU": 1}}, {"CPU": 8.0, "NPU": 1.0})
