@@ -1,7 +1,7 @@
 """The warm grading service against cold pytest sessions, side by side on one machine.
 
-Usage: python benchmarks/serve.py [--parts a,b,c] [--modes accuracy,timed] [--judges N] [--requests 200]
-       [--select EXPR] [--json OUT]
+Usage: python benchmarks/serve.py [--parts a,b,c] [--modes accuracy,timed] [--judges N] [--judge-cpus C]
+       [--requests 200] [--select EXPR] [--json OUT]
 
 (a) one operator's cases (default ``gelu``: the bundled C++ example's 20) through a warm ``cannbench serve``
     against a cold ``pytest`` session, accuracy only and then timed (profile ``standard``, the session's own
@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default="a,b,c")
     parser.add_argument("--select", default="gelu", help="the operator's cases (a -k expression; default gelu)")
     parser.add_argument("--judges", type=int, default=None)
+    parser.add_argument("--judge-cpus", type=float, default=None, help="Ray CPUs per judge (the server's default 2)")
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--small-select", default="gelu and 01", help="part c's one case")
     parser.add_argument("--case-timeout", type=float, default=5.0, help="part b's case timeout, both sides")
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     correct = prebuilt_submission(args.source)
     kinds = candidates(work / "candidates", correct)
     extra = ["--judges", str(args.judges)] if args.judges else []
+    extra += ["--judge-cpus", f"{args.judge_cpus:g}"] if args.judge_cpus else []
     server = Server("--tasks", str(ROOT / "tasks"), "--case-timeout", f"{args.case_timeout:g}", "--queue-size",
                     str(max(64, args.requests)), "--warm", "standard:accuracy", "--warm", "quick:accuracy", *extra)
     rows: list[dict[str, Any]] = []
