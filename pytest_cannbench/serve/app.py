@@ -143,6 +143,8 @@ class Service:
             {
                 "name": j.name,
                 "node": j.info.get("node"),
+                "host": j.info.get("host"),
+                "pid": j.info.get("pid"),  # the actor's process: what an operator kills or profiles
                 "device": j.info.get("device"),
                 "state": j.state,
                 "busy_s": round(j.busy_s, 3),

@@ -307,7 +307,9 @@ class Dispatcher:
 
         try:
             try:
-                ok, opened = await self._call(judge, job, judge.actor.open.remote(job.id, job.payload, job.overrides))
+                ok, opened = await self._call(
+                    judge, job, judge.actor.open.remote(job.id, job.payload, job.overrides, bool(self.pending))
+                )
             except rx.RayTaskError as exc:
                 job.finish(oc.HARNESS_ERROR, f"the judge could not open the submission: {_first_line(exc)}")
                 return

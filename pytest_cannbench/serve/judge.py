@@ -160,8 +160,9 @@ class JudgeCore:
 
     # ------------------------------------------------------------------------------------------ jobs
 
-    def open(self, job_id: str, payload: Payload, overrides: dict[str, Any]) -> dict[str, Any]:
-        """Write, build and install a job's submission; what happened, and the facts its provenance needs."""
+    def open(self, job_id: str, payload: Payload, overrides: dict[str, Any], queued: bool = False) -> dict[str, Any]:
+        """Write, build and install a job's submission; what happened, and the facts its provenance needs.
+        ``queued``: more jobs wait (the next candidate's worker then starts beside this one's cases)."""
         self.close(job_id)  # a retried job opens afresh
         key, grader = self._grader(overrides)
         directory = None if payload.files is None else self.work / f"job-{job_id}"
@@ -173,8 +174,8 @@ class JudgeCore:
         state = grader.prepare(str(source), name=job_id)
         record.ok = bool(getattr(state, "ok", False))
         settings = self.settings[key]
-        if not settings.get("perf"):  # the next candidate's worker starts beside this one's cases (a group's
-            self._spare(key)  # candidates back to back); where cases are timed it waits for the judge to be idle
+        if queued and not settings.get("perf"):  # the next candidate's worker starts beside this one's cases
+            self._spare(key)  # (a group back to back); a lone or timed job leaves it to the judge's idle time
         flags = []
         if settings.get("sandbox") == "off":
             flags.append("sandbox_off")

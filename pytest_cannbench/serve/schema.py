@@ -191,6 +191,8 @@ class BatchAnswer(BaseModel):
 class JudgeHealth(BaseModel):
     name: str
     node: str | None
+    host: str | None = None
+    pid: int | None = Field(None, description="the judge actor's process id on its host")
     device: str | None
     state: str
     busy_s: float
