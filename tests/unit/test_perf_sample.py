@@ -671,8 +671,8 @@ def short():
         t.start()
         t.join()
     return 'short'
-def long():
-    t = threading.Thread(target=lib.cann_spin, args=(ctypes.c_int64({count} * {n}),))
+def long():  # three times the short ones' CPU: its own samples (about one a millisecond, spread wide) stay > 40
+    t = threading.Thread(target=lib.cann_spin, args=(ctypes.c_int64(3 * {count} * {n}),))
     t.start()
     t.join()
     return 'long'
@@ -683,8 +683,9 @@ steps = [short, long]
 @needs_perf
 def test_threads_too_short_to_sample_are_counted_as_unsampled(c_loop: Path) -> None:
     """CPU on threads that end before their first sample is counted by the kernel all the same (an inherited
-    counter keeps exited threads'): beyond the allowance it is ``[unsampled]``, foreign. The same CPU on one
-    thread that lives long enough is accounted for by its samples."""
+    counter keeps exited threads'): beyond the allowance it is ``[unsampled]``, foreign. Such CPU on one thread
+    that lives long enough is accounted for by its samples (three times as much, so that the samples' count, from
+    42 to 95 in twelve runs at the same CPU, is never near the verdict's 40)."""
     code = SHORT_THREADS.format(path=str(c_loop), count=300, n=150_000)  # about 0.25 ms each
     child, sampler = _driven(code, (str(c_loop.parent),))
     try:
