@@ -205,7 +205,7 @@ class Judge:
         self._spare, self._spare_dir = None, None
         site = submission.site_dir
         if submission.env or site != spare.site_dir or (spare.device.startswith("cuda") and uses_triton(site or "")):
-            self._close_worker(spare, kill=True, keep_dir=True)
+            self._close_worker(spare, kill=True)
             return None
         spare.static_problems = submission.guard_problems
         return spare
@@ -431,13 +431,12 @@ class Judge:
 
     # ------------------------------------------------------------ end
 
-    def _close_worker(self, worker: CandidateWorker, kill: bool = False, keep_dir: bool = False) -> None:
+    def _close_worker(self, worker: CandidateWorker, kill: bool = False) -> None:
         if kill:
             worker.kill()
         else:
             worker.close()
-        if not keep_dir:
-            shutil.rmtree(worker.workdir.parent, ignore_errors=True)
+        shutil.rmtree(worker.workdir.parent, ignore_errors=True)
 
     def close(self) -> None:
         if self._apart is not None:
