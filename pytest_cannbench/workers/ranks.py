@@ -149,10 +149,11 @@ class RankGroup:
     concurrently, :meth:`close` ends them and their network."""
 
     def __init__(self, workers: list[RankWorker], network: PrivateNetwork | None, store_dir: Path,
-                 note: str = "") -> None:
+                 note: str = "", scratch: Path | None = None) -> None:
         self.workers = workers
         self.network = network
         self.store_dir = store_dir
+        self.scratch = scratch  # the group's own directory, around store_dir: removed with it
         self.note = note  # the group's weaker mode, if any (no private network)
         # One thread per rank for the group's life: a worker's parent-death signal follows the *thread* that
         # started it, so workers started from short-lived threads died with them.
@@ -182,7 +183,7 @@ class RankGroup:
                 values["device"] = f"{kind}:{rank}"
             workers.append(RankWorker(**values, rank_spec={**spec, "rank": rank}, network=network,
                                       shared=[str(store_dir)]))
-        return cls(workers, network, store_dir, note)
+        return cls(workers, network, store_dir, note, scratch=scratch)
 
     def each(self, request: Callable[[RankWorker], CandidateResult]) -> list[RankAnswer]:
         """``request`` on every rank at once. The first rank to end fatally (crashed, timed out, out of memory, not
@@ -231,7 +232,7 @@ class RankGroup:
         self.pool.shutdown(wait=True)
         if self.network is not None:
             self.network.close()
-        shutil.rmtree(self.store_dir, ignore_errors=True)
+        shutil.rmtree(self.scratch or self.store_dir, ignore_errors=True)
 
 
 # ---------------------------------------------------------------- golden ranks
@@ -293,3 +294,4 @@ class GoldenRanks:
         for worker in self.workers:
             worker.close()
         self.pool.shutdown(wait=True)
+        shutil.rmtree(self.scratch, ignore_errors=True)

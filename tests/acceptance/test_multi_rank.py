@@ -11,6 +11,8 @@ is plain Python: ``torch.distributed`` moves the data and its own loops compute,
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -63,7 +65,10 @@ def test_self_check_runs_the_distributed_golden_on_every_rank(pytester, capsys, 
     """The golden as the candidate: world_size golden workers make each rank's inputs and truth, world_size
     candidate workers run the distributed golden in their own group; each rank is judged."""
     tasks = task_tree("mc2")
+    mine = f"cannbench-ranks-p{os.getpid()}n*"  # the inner session runs in this process
+    before = set(Path(tempfile.gettempdir()).glob(mine))
     run = run_inner(pytester, capsys, tasks, "--cann-tasks=tasks", *BASE, "--cann-source=@golden", "--cann-no-perf")
+    assert set(Path(tempfile.gettempdir()).glob(mine)) == before, "a rank group's scratch directory was left behind"
     assert {n: c.cann["status"] for n, c in run.cases.items()} == {n: "passed" for n in CASES}, run.text[-3000:]
     names = [v["name"] for v in run.cases["all_gather_mm[02]"].cann["accuracy"]]
     assert names == ["rank0:y", "rank1:y", "rank2:y", "rank3:y"]
