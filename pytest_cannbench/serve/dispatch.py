@@ -6,9 +6,14 @@
   ``timeout`` then and there; a running one is answered at its deadline with the cases graded so far (the rest
   ``deadline_exceeded``), while its judge finishes the call it is in (a hanging call ends at the profile's case
   timeout, inside the grader). A judge still in one call past ``stuck_s`` is killed and restarted by Ray.
+- **Idle judges help**: a judge with nothing queued joins a running job whose cases left to start would take
+  longer than opening the submission again (its own build and worker) costs, and takes the next case from it:
+  a hanging or slow candidate, or one request of many cases, is not graded one case at a time while judges wait.
+  The estimate is the job's graded cases' mean time, or how long its case in flight has run.
 - **Nothing lost**: a judge that dies (its process or its node) fails its in-flight call with a Ray actor error;
-  the job goes back to the head of the queue for any judge, once (``attempts``), and is then answered
-  ``harness_error`` (``judge_lost``) if that judge dies too. The dead judge's runner waits until Ray has it back.
+  its case goes back to the job; a job no other judge is working on goes back to the head of the queue for any
+  judge. A second loss (``attempts``) answers the job ``harness_error`` (``judge_lost``). The dead judge's runner
+  waits until Ray has it back.
 - **Drain**: :meth:`Dispatcher.drain` refuses new jobs (:class:`Draining`, a 503) and waits until the queue is
   empty and nothing runs.
 
@@ -35,6 +40,9 @@ from pytest_cannbench.serve.metrics import Metrics
 from pytest_cannbench.serve.rotation import Epoch
 
 MAX_ATTEMPTS = 2
+HELP_MIN_S = 1.0  # a job's work left to start below this is not worth a second judge's open
+HELP_OPENS = 2.0  # ... nor below this many of its first open's time
+HELP_POLL_S = 0.25  # how often an idle judge looks again at the running jobs
 KEEP_DONE = 10000  # answered jobs kept for GET /v1/jobs/{id}, oldest forgotten first
 
 
@@ -68,10 +76,34 @@ class Job:
     started: float | None = None
     state: str = "queued"
     attempts: int = 0
+    losses: int = 0  # judges lost while grading it
     outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    claimed: dict[str, float] = field(default_factory=dict)  # case key -> when a judge started it
+    judges_on: int = 0  # judges attached (opening it or taking its cases)
+    opened_s: float | None = None  # its first judge's open: what a helper would pay again
+    opened_ok: bool | None = None  # its first judge's build and install worked
+    open_message: str = ""  # why its build failed, if it did
+    graded_s: float = 0.0  # its graded cases' seconds, summed
+    helpers: list[str] = field(default_factory=list)
     answer: dict[str, Any] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     on_finish: list[Callable[[Job], None]] = field(default_factory=list)
+
+    def next_case(self) -> CaseInfo | None:
+        return next((c for c in self.cases if c.key not in self.outcomes and c.key not in self.claimed), None)
+
+    def complete(self) -> bool:
+        return len(self.outcomes) >= len(self.cases)
+
+    def work_left(self, now: float) -> float:
+        """Seconds its unstarted cases would take one after another: their count times the mean graded case, or
+        times the longest its cases in flight have run (a lower bound, before any is graded)."""
+        left = sum(1 for c in self.cases if c.key not in self.outcomes and c.key not in self.claimed)
+        if not left:
+            return 0.0
+        per_case = self.graded_s / len(self.outcomes) if self.outcomes else 0.0
+        running = max((now - t for t in self.claimed.values()), default=0.0)
+        return left * max(per_case, running)
 
     def finish(self, code: str | None = None, message: str = "") -> bool:
         """Answer once: every selected case without an outcome gets ``code`` (the deadline's, a lost judge's)."""
@@ -166,6 +198,24 @@ class Dispatcher:
             self.jobs.popitem(last=False)
         self.wake.set()
 
+    def _help_target(self) -> Job | None:
+        """The running job an idle judge gains most by joining, if any pays for a second open."""
+        now, best, gain = time.monotonic(), None, 0.0
+        for job_id in self.running:
+            job = self.jobs.get(job_id)
+            if job is None or job.answer is not None or job.opened_s is None or job.judges_on == 0:
+                continue
+            left = job.work_left(now)
+            if left >= max(HELP_MIN_S, HELP_OPENS * job.opened_s) and left > gain:
+                best, gain = job, left
+        return best
+
+    def _may_help_soon(self) -> bool:
+        return any(
+            (job := self.jobs.get(i)) is not None and job.answer is None and job.next_case() is not None
+            for i in self.running
+        )
+
     def position(self, job: Job) -> int | None:
         if job.state != "queued":
             return 0 if job.state == "running" else None
@@ -211,17 +261,25 @@ class Dispatcher:
             if judge.state in ("starting", "restarting"):
                 await self._await_judge(judge)
                 continue
-            job = await self._next()
-            await self._run(judge, job)
+            job, helping = await self._next()
+            await self._run(judge, job, helping)
 
-    async def _next(self) -> Job:
+    async def _next(self) -> tuple[Job, bool]:
+        """The next queued job, else a running one to help; (job, helping)."""
         while True:
             while self.pending:
                 job = self.pending.popleft()
                 if job.answer is None:
-                    return job
+                    return job, False
+            target = self._help_target()
+            if target is not None:
+                return target, True
             self.wake.clear()
-            await self.wake.wait()
+            if self._may_help_soon():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), HELP_POLL_S)
+            else:
+                await self.wake.wait()
 
     async def _await_judge(self, judge: JudgeHandle) -> None:
         """Until the judge answers (a new one starting, or Ray restarting a lost one)."""
@@ -272,55 +330,76 @@ class Dispatcher:
             judge.busy_s += spent
             self.metrics.judge_busy.labels(judge.name).inc(spent)
 
-    async def _run(self, judge: JudgeHandle, job: Job) -> None:
-        job.state, job.started = "running", job.started or time.monotonic()
-        job.attempts += 1
-        self.running.add(job.id)
-        self.metrics.job_queue.observe(job.started - job.arrived)
+    async def _run(self, judge: JudgeHandle, job: Job, helping: bool = False) -> None:
+        if not helping:
+            job.state, job.started = "running", job.started or time.monotonic()
+            job.attempts += 1
+            self.running.add(job.id)
+            self.metrics.job_queue.observe(job.started - job.arrived)
+        job.judges_on += 1
         judge.state = "busy"
         t0 = time.monotonic()
         try:
-            await self._grade(judge, job)
+            await self._grade(judge, job, helping)
         except JudgeLost as exc:
             judge.state = "restarting"
             self.metrics.judge_restarts.labels(judge.name).inc()
-            if job.answer is None and job.attempts < MAX_ATTEMPTS:
-                self.metrics.retries.inc()
-                job.state = "queued"
-                self.pending.appendleft(job)
-                self.wake.set()
-            else:
+            job.losses += 1
+            if helping:
+                job.attempts += 1  # part of the job is graded again
+            if job.answer is None and job.losses >= MAX_ATTEMPTS:
                 job.finish(
                     JUDGE_LOST,
                     f"judge {judge.name} was lost ({exc}) on attempt {job.attempts}; not the candidate's doing",
                 )
+            elif job.answer is None:
+                self.metrics.retries.inc()  # its case went back to the job, for the judges still on it or the next
         finally:
-            self.running.discard(job.id)
+            job.judges_on -= 1
+            if job.judges_on == 0:
+                self.running.discard(job.id)
+                if job.answer is None and job.state == "running":  # cases left, no judge on it: the queue's head
+                    job.state, job.opened_s = "queued", None
+                    self.pending.appendleft(job)
+                    self.wake.set()
             if judge.state == "busy":
                 judge.state = "ready"
-            spent = time.monotonic() - t0
-            self.mean_job_s = 0.8 * self.mean_job_s + 0.2 * spent
-            self.metrics.job_grade.observe(spent)
+            if not helping:
+                spent = time.monotonic() - t0
+                self.mean_job_s = 0.8 * self.mean_job_s + 0.2 * spent
+                self.metrics.job_grade.observe(spent)
 
-    async def _grade(self, judge: JudgeHandle, job: Job) -> None:
+    async def _grade(self, judge: JudgeHandle, job: Job, helping: bool = False) -> None:
         from ray import exceptions as rx
 
         try:
+            t_open = time.monotonic()
             try:
                 ok, opened = await self._call(
                     judge, job, judge.actor.open.remote(job.id, job.payload, job.overrides, bool(self.pending))
                 )
             except rx.RayTaskError as exc:
-                job.finish(oc.HARNESS_ERROR, f"the judge could not open the submission: {_first_line(exc)}")
+                if not helping:
+                    job.finish(oc.HARNESS_ERROR, f"the judge could not open the submission: {_first_line(exc)}")
                 return
             if not ok:
                 return
             facts = _judge_facts(opened)
-            facts["flags"] = sorted(set(job.provenance.get("flags") or []) | set(facts["flags"]))
-            job.provenance.update(facts)
-            for case in job.cases:
-                if case.key in job.outcomes:
-                    continue
+            if helping:
+                # a helper grades only what its own open agrees with (same build verdict, same settings)
+                if opened.get("ok") != job.opened_ok or facts["settings_hash"] != job.provenance.get("settings_hash"):
+                    return
+                job.helpers.append(str(opened.get("name")))
+                job.provenance["helpers"] = list(job.helpers)
+            else:
+                facts["flags"] = sorted(set(job.provenance.get("flags") or []) | set(facts["flags"]))
+                job.provenance.update(facts)
+                job.opened_ok = bool(opened.get("ok"))
+                job.open_message = str(opened.get("message", "")) if not opened.get("ok") else ""
+                job.opened_s = time.monotonic() - t_open
+            while (case := job.next_case()) is not None:
+                if job.answer is not None:
+                    return
                 if time.monotonic() >= job.deadline:  # never start a case whose verdict could not be used
                     job.finish(
                         DEADLINE,
@@ -328,6 +407,7 @@ class Dispatcher:
                         f"{len(job.outcomes)} of {len(job.cases)} cases were graded",
                     )
                     return
+                job.claimed[case.key] = started = time.monotonic()
                 try:
                     ok, result = await self._call(
                         judge, job, judge.actor.grade.remote(job.id, case.rel_path, case.case_id)
@@ -337,11 +417,15 @@ class Dispatcher:
                         True,
                         {**placeholder(case.plain(), oc.HARNESS_ERROR, _first_line(exc)), "status": oc.ERROR},
                     )
+                finally:
+                    job.claimed.pop(case.key, None)  # a lost judge's case goes back to the job
                 if not ok:
                     return
                 job.outcomes[case.key] = result
+                job.graded_s += time.monotonic() - started
                 judge.graded += 1
-            job.finish(message=opened.get("message", "") if not opened.get("ok") else "")
+            if job.complete():  # whichever judge records the last case answers
+                job.finish(message=job.open_message)
         finally:
             if judge.state != "restarting":
                 with contextlib.suppress(Exception):

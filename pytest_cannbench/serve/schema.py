@@ -139,6 +139,9 @@ class Provenance(BaseModel):
     guard: str
     sandbox: str | None
     flags: list[str] = Field(default_factory=list)
+    helpers: list[str] = Field(
+        default_factory=list, description="judges that graded some of its cases beside `judge` (idle judges help)"
+    )
 
 
 class GradeAnswer(BaseModel):

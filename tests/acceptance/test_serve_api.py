@@ -122,6 +122,18 @@ def test_a_group_gets_every_candidate_answered_and_pass_at_k(served, tmp_path, p
     assert batch["status"] == "done" and len({a["provenance"]["seed"]["commitment"] for a in got.values()}) == 1
 
 
+def test_an_idle_judge_takes_the_next_case_of_a_slow_candidate(served, tmp_path):
+    """One candidate whose two cases each hang to the case timeout (3 s): the other judge, idle, joins the job and
+    takes the second case, so both time out side by side (one after the other they take 6 s at least)."""
+    _, client, _ = served
+    answer = client.grade(wheel_submission(tmp_path, HANG), select=GELU2, profile="quick", perf=False, deadline_s=120)
+    assert answer["status"] == "timeout" and [c["code"] for c in answer["cases"]] == ["candidate_timeout"] * 2
+    prov = answer["provenance"]
+    assert prov["helpers"] and set(prov["helpers"]) | {prov["judge"]} == {"judge-0", "judge-1"}, prov
+    assert answer["seconds"]["graded"] < 2 * 3.0, answer["seconds"]
+    assert answer["attempts"] == 1 and client.health()["in_flight"] == 0
+
+
 BAD = [  # (body or raw bytes, status, field fragment)
     (b"{not json", 400, "body"),
     (b'{"submission": {"files": {"a": "\xff"}}}', 400, "body"),

@@ -223,3 +223,36 @@ def test_judges_the_cluster_cannot_place_are_refused_with_the_options_that_fix_i
     assert "2 judges x 2 CPU need 4 CPU" in said and "--judge-cpus" in said and "--judges" in said
     assert "GPU" in _unplaceable(3, {"num_cpus": 1.0, "num_gpus": 1, "resources": {}}, {"CPU": 8.0, "GPU": 2.0})
     assert "NPU" in _unplaceable(2, {"num_cpus": 1.0, "resources": {"NPU": 1}}, {"CPU": 8.0, "NPU": 1.0})
+
+
+def test_an_idle_judge_helps_only_where_the_work_left_outlasts_a_second_open():
+    """A running job is worth a second judge when its unstarted cases, at its graded cases' mean time or at least
+    as long as its case in flight has run, outlast opening it again (1 s, and twice its first open)."""
+    import time
+
+    from pytest_cannbench.serve.catalog import CaseInfo
+    from pytest_cannbench.serve.dispatch import Dispatcher, Job
+    from pytest_cannbench.serve.intake import Payload
+    from pytest_cannbench.serve.metrics import Metrics
+
+    cases = [CaseInfo(f"level1/gelu_{i}", "level1/gelu", "gelu", i, ()) for i in (1, 2, 3)]
+    now = time.monotonic()
+    job = Job(id="j", cases=cases, payload=Payload(files={}), overrides={}, perf=False, provenance={},
+              deadline=now + 60, stuck_s=60)
+    dispatcher = Dispatcher([], capacity=4, metrics=Metrics())
+    dispatcher.jobs[job.id] = job
+    dispatcher.running.add(job.id)
+    assert dispatcher._help_target() is None  # not opened yet: nobody knows what an open costs
+    job.opened_s, job.judges_on = 0.2, 1
+    job.claimed[cases[0].key] = now - 0.01
+    assert job.work_left(now) == pytest.approx(0.02) and dispatcher._help_target() is None
+    job.claimed[cases[0].key] = now - 0.6  # two cases left, each at least as long as the one in flight so far
+    assert job.next_case() is cases[1] and dispatcher._help_target() is job
+    job.opened_s = 1.0  # a slow build: 1.2 s left is not worth a second 1 s open
+    assert dispatcher._help_target() is None
+    job.opened_s = 0.2
+    del job.claimed[cases[0].key]
+    job.outcomes[cases[0].key], job.graded_s = {}, 0.3  # graded quickly: 0.6 s left in two quick cases
+    assert dispatcher._help_target() is None
+    job.claimed[cases[1].key] = job.claimed[cases[2].key] = now
+    assert job.next_case() is None and job.work_left(now) == 0.0 and dispatcher._help_target() is None
