@@ -40,7 +40,7 @@ from pytest_cannbench.serve.metrics import Metrics
 from pytest_cannbench.serve.rotation import Epoch
 
 MAX_ATTEMPTS = 2
-HELP_MIN_S = 1.0  # a job's work left to start below this is not worth a second judge's open
+HELP_MIN_S = 0.5  # a job's work left to start below this is not worth a second judge's open
 HELP_OPENS = 2.0  # ... nor below this many of its first open's time
 HELP_POLL_S = 0.25  # how often an idle judge looks again at the running jobs
 KEEP_DONE = 10000  # answered jobs kept for GET /v1/jobs/{id}, oldest forgotten first

@@ -227,7 +227,7 @@ def test_judges_the_cluster_cannot_place_are_refused_with_the_options_that_fix_i
 
 def test_an_idle_judge_helps_only_where_the_work_left_outlasts_a_second_open():
     """A running job is worth a second judge when its unstarted cases, at its graded cases' mean time or at least
-    as long as its case in flight has run, outlast opening it again (1 s, and twice its first open)."""
+    as long as its case in flight has run, outlast opening it again (0.5 s, and twice its first open)."""
     import time
 
     from pytest_cannbench.serve.catalog import CaseInfo
@@ -252,7 +252,7 @@ def test_an_idle_judge_helps_only_where_the_work_left_outlasts_a_second_open():
     assert dispatcher._help_target() is None
     job.opened_s = 0.2
     del job.claimed[cases[0].key]
-    job.outcomes[cases[0].key], job.graded_s = {}, 0.3  # graded quickly: 0.6 s left in two quick cases
+    job.outcomes[cases[0].key], job.graded_s = {}, 0.2  # graded quickly: 0.4 s left in two quick cases
     assert dispatcher._help_target() is None
     job.claimed[cases[1].key] = job.claimed[cases[2].key] = now
     assert job.next_case() is None and job.work_left(now) == 0.0 and dispatcher._help_target() is None
