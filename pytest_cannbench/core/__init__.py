@@ -19,7 +19,17 @@ from __future__ import annotations
 
 from pytest_cannbench.core.case_run import CaseRun, CaseStopped, Route
 from pytest_cannbench.core.controller import Controller
-from pytest_cannbench.core.grader import CaseRef, Grader
+from pytest_cannbench.core.grader import CaseRef, Grader, claim_cpu_slot
 from pytest_cannbench.core.judge import Judge, JudgeSetup
 
-__all__ = ["CaseRef", "CaseRun", "CaseStopped", "Controller", "Grader", "Judge", "JudgeSetup", "Route"]
+__all__ = [
+    "CaseRef",
+    "CaseRun",
+    "CaseStopped",
+    "Controller",
+    "Grader",
+    "Judge",
+    "JudgeSetup",
+    "Route",
+    "claim_cpu_slot",
+]

@@ -228,8 +228,8 @@ class Controller:
             self._memory_plan = plan
         return self._memory_plan
 
-    def judge_setup(self, worker_id: str = "main") -> JudgeSetup:
-        """What a judge of this run is given."""
+    def judge_setup(self, worker_id: str = "main", cpu_slot: int | None = None) -> JudgeSetup:
+        """What a judge of this run is given; ``cpu_slot``: its index for its workers' CPUs (a service's judge)."""
         fence = self.fence_path()
         return JudgeSetup(
             worker_id=worker_id,
@@ -242,6 +242,7 @@ class Controller:
             fence_path=str(fence) if fence is not None else None,
             task_roots=self.task_roots,
             candidates=tuple(self.candidate_names()),
+            cpu_slot=cpu_slot,
         )
 
     def device(self, detected: str | None = None) -> DevicePlan:

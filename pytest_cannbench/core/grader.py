@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 from pytest_cannbench import outcome as oc
 from pytest_cannbench.core.case_run import CaseRun, Route
@@ -36,6 +37,8 @@ from pytest_cannbench.submission.build import SubmissionState
 from pytest_cannbench.taskformat.dirs import looks_like_operator_dir
 from pytest_cannbench.taskformat.errors import TaskFormatError
 from pytest_cannbench.taskformat.spec import CaseSpec, OperatorTask
+from pytest_cannbench.timing.devices import lock_dir
+from pytest_cannbench.workers.cpu_budget import claim_slot
 
 
 @dataclass(frozen=True)
@@ -53,15 +56,25 @@ class CaseRef:
     error: str | None = None  # the operator directory does not parse: the case is a task error
 
 
+def claim_cpu_slot() -> tuple[int, IO[str]]:
+    """A judge index for ``Grader(cpu_slot=...)`` that no other live process of this user on this host holds,
+    kept while the returned file stays open (released when the process ends, however it ends)."""
+    return claim_slot(lock_dir())
+
+
 class Grader:
     """A controller and a judge in this process (a context manager); ``settings.tasks`` is the task tree."""
 
-    def __init__(self, settings: Settings, announce: Announce | None = None) -> None:
+    def __init__(self, settings: Settings, announce: Announce | None = None, cpu_slot: int | None = None) -> None:
+        """``cpu_slot``: this judge's index for its candidate and baseline workers' CPU block (the timing thread
+        budget's CPUs), when several graders share a host (``workers.cpu_budget.claim_slot`` hands out one per
+        live process); None: the first block, or the xdist worker's."""
         if not settings.tasks:
             raise ValueError("Grader needs settings.tasks: the task tree to grade (settings_for(tasks=...))")
         self.settings = settings
         self.tasks = Path(settings.tasks).resolve()
         self.announce = announce
+        self.cpu_slot = cpu_slot
         self.controller = Controller(settings, processes=1, task_roots=[self.tasks])
         self.controller.pin_goldens()
         self._judge: Judge | None = None
@@ -77,7 +90,7 @@ class Grader:
     @property
     def judge(self) -> Judge:
         if self._judge is None:
-            self._judge = Judge(self.settings, self.controller.judge_setup())
+            self._judge = Judge(self.settings, self.controller.judge_setup(cpu_slot=self.cpu_slot))
         return self._judge
 
     # ------------------------------------------------------------ candidates

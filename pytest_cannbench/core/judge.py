@@ -69,6 +69,7 @@ class JudgeSetup:
     fence_path: str | None = None  # the run's quiet-window fence; None when isolation is off or nothing is timed
     task_roots: tuple[str, ...] = ()  # the task trees graded (protected from submission code)
     candidates: tuple[str, ...] = ()  # the candidates items are parametrised by (empty: one submission)
+    cpu_slot: int | None = None  # the judge's index for its workers' CPU block, where not xdist's (a service)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +83,7 @@ class JudgeSetup:
             "fence_path": self.fence_path,
             "task_roots": list(self.task_roots),
             "candidates": list(self.candidates),
+            "cpu_slot": self.cpu_slot,
         }
 
     @classmethod
@@ -98,6 +100,7 @@ class JudgeSetup:
             fence_path=data.get("fence_path"),
             task_roots=tuple(data.get("task_roots") or ()),
             candidates=tuple(data.get("candidates") or ()),
+            cpu_slot=data.get("cpu_slot"),
         )
         return replace(made, **override) if override else made
 
@@ -326,7 +329,7 @@ class Judge:
             site_dir=submission.site_dir if submission is not None else None,
             env={**(submission.env if submission is not None else {}), **plan.env, **untimed_worker_env(s.perf)},
             device=plan.worker_device,
-            watch=for_judge(self.timed_threads(), self.worker_id, plan.worker_device),
+            watch=for_judge(self.timed_threads(), self.worker_id, plan.worker_device, self.setup.cpu_slot),
             threads=self.timed_threads(),
             memory_bytes=self.memory_plan.candidate,
             startup_timeout_s=max(120.0, s.case_timeout_s),

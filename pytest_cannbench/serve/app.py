@@ -149,6 +149,7 @@ class Service:
                 "state": j.state,
                 "busy_s": round(j.busy_s, 3),
                 "graded": j.graded,
+                "cpu_slot": j.info.get("cpu_slot"),  # its workers' CPU block on its host
             }
             for j in self.dispatcher.judges
         ]

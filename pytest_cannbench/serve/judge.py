@@ -57,6 +57,11 @@ class JudgeCore:
         self.graded = 0
         self.spare_error = ""  # why the last spare worker could not start (health shows it)
         self.closing = False
+        # this judge's index on its host, so its candidate workers get CPUs of their own (the core, in the actor's
+        # process only, as in _grader); held until the actor's process ends
+        from pytest_cannbench.core import claim_cpu_slot
+
+        self.cpu_slot, self._slot_claim = claim_cpu_slot()
 
     # ------------------------------------------------------------------------------------------ facts
 
@@ -86,6 +91,7 @@ class JudgeCore:
             "torch": torch_version,
             "device": device,
             "graded": self.graded,
+            "cpu_slot": self.cpu_slot,
             "graders": len(self.graders),
             "jobs": len(self.jobs),
             **({"spare_error": self.spare_error} if self.spare_error else {}),
@@ -143,7 +149,7 @@ class JudgeCore:
         from pytest_cannbench.core import Grader
 
         settings = self._settings(overrides)
-        grader = Grader(settings)
+        grader = Grader(settings, cpu_slot=self.cpu_slot)
         grader.__enter__()
         if hasattr(grader.judge, "reference_slots"):  # candidates come whole, one after another: keep a case set
             grader.judge.reference_slots = max(grader.judge.reference_slots, int(self.config.get("golden_memo", 0)))

@@ -200,6 +200,9 @@ class JudgeHealth(BaseModel):
     state: str
     busy_s: float
     graded: int
+    cpu_slot: int | None = Field(
+        None, description="the judge's index on its host: its candidate workers run on that block of CPUs"
+    )
 
 
 class Health(BaseModel):

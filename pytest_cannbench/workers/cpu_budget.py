@@ -17,8 +17,13 @@ worker (references, not timed) keeps the judge's CPUs.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+MAX_SLOTS = 4096
 
 
 def allowed_cpus() -> list[int]:
@@ -37,6 +42,24 @@ def budget_cpus(threads: int, index: int, allowed: list[int] | None = None) -> t
         return tuple(cpus)
     start = (index * threads) % len(cpus)
     return tuple(sorted(cpus[(start + k) % len(cpus)] for k in range(threads)))
+
+
+def claim_slot(directory: Path, prefix: str = "judge-slot") -> tuple[int, IO[str]]:
+    """The lowest judge index no live process on this host holds, for a judge that is not an xdist worker (a
+    service's judge actor): its workers' CPU block is :func:`budget_cpus` of that index, so judges of one host,
+    of one service or of several, do not pin their workers to the same CPUs. The index is held by an exclusive
+    ``flock`` on ``directory/<prefix>-<index>.lock`` for as long as the returned file stays open; the kernel
+    releases it when the process ends, however it ends."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for index in range(MAX_SLOTS):
+        handle = open(directory / f"{prefix}-{index}.lock", "a")  # noqa: SIM115 - held open: the claim
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        return index, handle
+    raise RuntimeError(f"no free judge slot among {MAX_SLOTS} in {directory}")
 
 
 @contextlib.contextmanager

@@ -83,13 +83,16 @@ class CpuWatch:
             meter.close()
 
 
-def for_judge(threads: int, worker_id: str, device: str = "cpu") -> CpuWatch:
+def for_judge(threads: int, worker_id: str, device: str = "cpu", slot: int | None = None) -> CpuWatch:
     """The watch of a candidate or baseline worker of the judge ``worker_id`` (xdist's ``gwN``, or ``main``). A
     session run inside an xdist worker without being one (pytester's inline runs) takes that worker's index, so
-    that sessions running side by side get CPUs of their own (``timing.devices.worker_index``'s rule)."""
+    that sessions running side by side get CPUs of their own (``timing.devices.worker_index``'s rule). ``slot``,
+    where given, is the judge's index instead (a service's judge: ``cpu_budget.claim_slot``)."""
     if worker_id == "main":
         worker_id = os.environ.get("PYTEST_XDIST_WORKER", "main")
     index = int(worker_id[2:]) if worker_id.startswith("gw") and worker_id[2:].isdigit() else 0
+    if slot is not None:
+        index = slot
     if device.startswith("npu"):  # its runtime starts processes and may place its threads: left to it
         return CpuWatch(budget_note="an NPU worker's runtime manages its threads' CPUs (the device time is timed)")
     return CpuWatch(cpus=cpu_budget.budget_cpus(threads, index))

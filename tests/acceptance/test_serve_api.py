@@ -61,6 +61,8 @@ def test_health_schema_and_the_token(served):
     health = client.health()
     assert health["status"] == "ok" and health["format"] == "cann" and health["cases"] > 400
     assert [j["state"] for j in health["judges"]] == ["ready", "ready"] and health["queue_capacity"] == 6
+    slots = [j["cpu_slot"] for j in health["judges"]]  # each judge's workers on CPUs of their own
+    assert len(set(slots)) == 2 and all(isinstance(s, int) for s in slots), health["judges"]
     schema = httpx.get(f"{server.url}/openapi.json").json()
     assert {"/v1/health", "/v1/grade", "/v1/jobs", "/v1/jobs/{job_id}", "/v1/batch", "/metrics"} <= set(schema["paths"])
     published = json.loads((ROOT / "docs" / "serve-openapi.json").read_text())

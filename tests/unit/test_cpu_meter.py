@@ -191,3 +191,28 @@ def test_watch_of_each_judge(monkeypatch: pytest.MonkeyPatch) -> None:
     assert for_judge(1, "main").cpus == cpu_budget.budget_cpus(1, 1, cpus)
     npu = for_judge(1, "gw0", "npu:0")
     assert npu.cpus == () and "NPU" in npu.budget_note and npu.marks()["budget_note"] == npu.budget_note
+
+
+def test_judge_slots_are_handed_out_lowest_free_first_and_freed_with_their_process(tmp_path) -> None:
+    """A service's judges claim their index on the host (their workers' CPU block): two live claims never share
+    one, a closed claim (an ended process) frees its index, and a claim held by another process is skipped."""
+    first, held_first = cpu_budget.claim_slot(tmp_path)
+    second, held_second = cpu_budget.claim_slot(tmp_path)
+    assert (first, second) == (0, 1)
+    held_first.close()
+    again, held_again = cpu_budget.claim_slot(tmp_path)
+    assert again == 0
+    code = ("import sys, time; from pathlib import Path; from pytest_cannbench.workers import cpu_budget; "
+            "i, h = cpu_budget.claim_slot(Path(sys.argv[1])); print(i, flush=True); time.sleep(60)")
+    other = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout is not None and other.stdout.readline().strip() == "2"
+        held_again.close()
+        held_second.close()
+        mine = [cpu_budget.claim_slot(tmp_path) for _ in range(3)]
+        assert [index for index, _ in mine] == [0, 1, 3]  # 2 is the other process's
+    finally:
+        other.kill()
+        other.wait()
+    assert cpu_budget.claim_slot(tmp_path)[0] == 2  # freed by the kernel when that process ended
+    assert cpu_budget.budget_cpus(1, 1, [0, 1]) == (1,) and cpu_budget.budget_cpus(1, 3, [0, 1]) == (1,)
