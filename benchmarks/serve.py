@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default="a,b,c")
     parser.add_argument("--select", default="gelu", help="the operator's cases (a -k expression; default gelu)")
     parser.add_argument("--judges", type=int, default=None)
-    parser.add_argument("--judge-cpus", type=float, default=None, help="Ray CPUs per judge (the server's default 2)")
+    parser.add_argument("--judge-cpus", type=float, default=None, help="Ray CPUs per judge (server default: 1 on CPU)")
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--small-select", default="gelu and 01", help="part c's one case")
     parser.add_argument(

@@ -1,8 +1,9 @@
 """``cannbench serve``: start Ray (an embedded local cluster, or ``--address`` to join one), the judges, and the
 HTTP front; drain on SIGTERM/SIGINT.
 
-Judges: one per card (Ray's ``GPU`` resource on CUDA hosts, its ``NPU`` resource on Ascend hosts), else one per
-``--judge-cpus`` cores (default 2: a judge runs a golden, a candidate and a baseline worker), at least one;
+Judges: one per card (Ray's ``GPU`` resource on CUDA hosts, its ``NPU`` resource on Ascend hosts, 2 CPUs each by
+default), else one per ``--judge-cpus`` cores (default 1: a warm judge runs one candidate at a time, its golden
+worker idle once its cases' goldens are known, its workers on a CPU of their own), at least one;
 ``--judges N`` says how many. Each is a Ray actor asking for those resources (plus ``--judge-resources``, JSON,
 for custom ones), placed with Ray's SPREAD strategy, restarted by Ray when it dies (``max_restarts``).
 
@@ -55,7 +56,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="how many judges (default: one per card, else the cores / --judge-cpus)",
     )
-    parser.add_argument("--judge-cpus", type=float, default=2.0, help="Ray CPUs per judge (default 2)")
+    parser.add_argument(
+        "--judge-cpus",
+        type=float,
+        default=None,
+        help="Ray CPUs per judge (default: 1 on CPU hosts, 2 beside each card)",
+    )
     parser.add_argument(
         "--judge-resources", default=None, help="extra Ray resources per judge, JSON (e.g. '{\"grader\": 1}')"
     )
@@ -179,7 +185,8 @@ def _judge_plan(args: argparse.Namespace, resources: dict[str, float]) -> tuple[
     extra = json.loads(args.judge_resources) if args.judge_resources else {}
     if not isinstance(extra, dict):
         raise ValueError("--judge-resources: expected a JSON object of resource names and amounts")
-    options: dict[str, Any] = {"num_cpus": args.judge_cpus, "resources": dict(extra)}
+    cpus = args.judge_cpus if args.judge_cpus is not None else (1.0 if device == "cpu" else 2.0)
+    options: dict[str, Any] = {"num_cpus": cpus, "resources": dict(extra)}
     if device == "cuda":
         options["num_gpus"] = 1
         count = int(resources.get("GPU", 0))
@@ -187,7 +194,7 @@ def _judge_plan(args: argparse.Namespace, resources: dict[str, float]) -> tuple[
         options["resources"]["NPU"] = 1
         count = int(resources.get("NPU", 0))
     else:
-        count = int(resources.get("CPU", 1) // max(args.judge_cpus, 0.01))
+        count = int(resources.get("CPU", 1) // max(cpus, 0.01))
     return device, max(1, args.judges if args.judges is not None else count), options
 
 
