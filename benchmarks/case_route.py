@@ -92,9 +92,9 @@ class Route:
                 return
             caller = caller.f_back
 
-    def pytest_collection_modifyitems(self, items: list[Any]) -> None:
-        if items:
-            self._last = items[-1].nodeid
+    def pytest_collection_finish(self, session: Any) -> None:
+        if session.items:  # after -k and every other deselection
+            self._last = session.items[-1].nodeid
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_protocol(self, item: Any, nextitem: Any) -> Any:

@@ -345,8 +345,8 @@ class Dispatcher:
             judge.state = "restarting"
             self.metrics.judge_restarts.labels(judge.name).inc()
             job.losses += 1
-            if helping:
-                job.attempts += 1  # part of the job is graded again
+            if job.judges_on > 1:
+                job.attempts += 1  # its case is graded again by a judge still on it (a requeue counts when it starts)
             if job.answer is None and job.losses >= MAX_ATTEMPTS:
                 job.finish(
                     JUDGE_LOST,

@@ -79,3 +79,28 @@ def test_a_judge_lost_twice_answers_judge_lost_and_the_service_goes_on(tmp_path:
             assert _judge(client)["pid"] not in killed
     finally:
         server.stop()
+
+
+def test_a_helping_judge_lost_gives_its_case_back_and_the_candidate_is_answered(tmp_path: Path) -> None:
+    """Two judges on one hanging candidate's two cases (the idle one helped); one of them dies inside its call: its
+    case goes back to the candidate and is graded again, the answer has both cases' own verdicts (``timeout``),
+    ``attempts: 2``, no ``judge_lost``."""
+    server = Server("--tasks", str(ROOT / "tasks"), "--judges", "2", "--judge-cpus", "1", "--case-timeout", "6",
+                    "--warm", "quick:accuracy")
+    try:
+        with Client(server.url, timeout=300) as client:
+            job = client.submit(wheel_submission(tmp_path / "hang", HANG), select=GELU2, profile="quick",
+                                perf=False, deadline_s=300)
+            judges = _wait(lambda: (js := client.health()["judges"]) and all(j["state"] == "busy" for j in js)
+                           and js, "both judges on the candidate")
+            time.sleep(1.0)  # inside the hanging calls
+            victim = judges[1]
+            assert isinstance(victim["pid"], int) and _own_process(server, victim["pid"]), victim
+            os.kill(victim["pid"], signal.SIGKILL)
+            answer = _wait(lambda: (s := client.job(job["id"]))["state"] == "done" and s["answer"],
+                           "the answer after the loss")
+            assert answer["status"] == "timeout" and answer["attempts"] == 2, answer
+            assert [case["code"] for case in answer["cases"]] == ["candidate_timeout"] * 2, answer["cases"]
+            assert answer["provenance"]["helpers"], answer["provenance"]
+    finally:
+        server.stop()
