@@ -6,10 +6,11 @@
   ``timeout`` then and there; a running one is answered at its deadline with the cases graded so far (the rest
   ``deadline_exceeded``), while its judge finishes the call it is in (a hanging call ends at the profile's case
   timeout, inside the grader). A judge still in one call past ``stuck_s`` is killed and restarted by Ray.
-- **Idle judges help**: a judge with nothing queued joins a running job whose cases left to start would take
-  longer than opening the submission again (its own build and worker) costs, and takes the next case from it:
-  a hanging or slow candidate, or one request of many cases, is not graded one case at a time while judges wait.
-  The estimate is the job's graded cases' mean time, or how long its case in flight has run.
+- **Idle judges help**: a judge with nothing queued joins a running accuracy-only job whose cases left to start
+  would take longer than opening the submission again (its own build and worker) costs, and takes the next case
+  from it: a hanging or slow candidate, or one request of many cases, is not graded one case at a time while
+  judges wait. The estimate is the job's graded cases' mean time, or how long its case in flight has run. A timed
+  job keeps one judge: two judges of one host timing at once have no quiet windows between them.
 - **Nothing lost**: a judge that dies (its process or its node) fails its in-flight call with a Ray actor error;
   its case goes back to the job; a job no other judge is working on goes back to the head of the queue for any
   judge. A second loss (``attempts``) answers the job ``harness_error`` (``judge_lost``). The dead judge's runner
@@ -204,6 +205,8 @@ class Dispatcher:
         for job_id in self.running:
             job = self.jobs.get(job_id)
             if job is None or job.answer is not None or job.opened_s is None or job.judges_on == 0:
+                continue
+            if job.perf:  # two judges timing one candidate at once time each other's noise (no shared fence)
                 continue
             left = job.work_left(now)
             if left >= max(HELP_MIN_S, HELP_OPENS * job.opened_s) and left > gain:

@@ -236,23 +236,28 @@ def test_an_idle_judge_helps_only_where_the_work_left_outlasts_a_second_open():
     from pytest_cannbench.serve.metrics import Metrics
 
     cases = [CaseInfo(f"level1/gelu_{i}", "level1/gelu", "gelu", i, ()) for i in (1, 2, 3)]
+    dispatcher = Dispatcher([], capacity=4, metrics=Metrics())
     now = time.monotonic()
     job = Job(id="j", cases=cases, payload=Payload(files={}), overrides={}, perf=False, provenance={},
               deadline=now + 60, stuck_s=60)
-    dispatcher = Dispatcher([], capacity=4, metrics=Metrics())
     dispatcher.jobs[job.id] = job
     dispatcher.running.add(job.id)
     assert dispatcher._help_target() is None  # not opened yet: nobody knows what an open costs
     job.opened_s, job.judges_on = 0.2, 1
     job.claimed[cases[0].key] = now - 0.01
-    assert job.work_left(now) == pytest.approx(0.02) and dispatcher._help_target() is None
-    job.claimed[cases[0].key] = now - 0.6  # two cases left, each at least as long as the one in flight so far
+    assert job.work_left(now) == pytest.approx(0.02)
+    job.claimed[cases[0].key] = time.monotonic()  # just started: a tenth of a second would be a slow test
+    assert dispatcher._help_target() is None
+    job.claimed[cases[0].key] = time.monotonic() - 0.6  # two left, each as long as this so far
     assert job.next_case() is cases[1] and dispatcher._help_target() is job
-    job.opened_s = 1.0  # a slow build: 1.2 s left is not worth a second 1 s open
+    job.perf = True  # a timed job keeps one judge: two judges' windows and accuracy work would overlap
+    assert dispatcher._help_target() is None
+    job.perf = False
+    job.opened_s = 5.0  # a slow build: a second or so left is not worth a second 5 s open
     assert dispatcher._help_target() is None
     job.opened_s = 0.2
     del job.claimed[cases[0].key]
     job.outcomes[cases[0].key], job.graded_s = {}, 0.2  # graded quickly: 0.4 s left in two quick cases
     assert dispatcher._help_target() is None
-    job.claimed[cases[1].key] = job.claimed[cases[2].key] = now
-    assert job.next_case() is None and job.work_left(now) == 0.0 and dispatcher._help_target() is None
+    job.claimed[cases[1].key] = job.claimed[cases[2].key] = time.monotonic()
+    assert job.next_case() is None and job.work_left(time.monotonic()) == 0.0 and dispatcher._help_target() is None
