@@ -12,5 +12,5 @@ Never ``serve`` (the HTTP grading service is another room), and nothing that gra
 ``workers``, ``nodes``, ``core``): grading happens only in the shards' pytest sessions.
 
 May import: report (merge, leaderboard, page, splits, collector), taskformat (task trees as data), vocab, outcome,
-atomic.
+atomic, scratch (a shard's work directory, reaped if its process dies).
 """

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pytest_cannbench import __version__
+from pytest_cannbench.scratch import make_dir
 
 PYTEST_LOG = "pytest.log"
 JUNIT = "junit.xml"
@@ -242,7 +243,7 @@ def grade_shard(spec: ShardSpec) -> ShardResult:
     if why:
         result.error = why
         return result
-    work = Path(tempfile.mkdtemp(prefix=f"cannbench-shard{spec.index}-"))
+    work = make_dir("shard")  # named for its process: a later session reaps it if this one dies (a lost node)
     try:
         report_dir = work / "report"
         report_dir.mkdir()
