@@ -3,6 +3,7 @@ waits in arrival order; a dead judge's reservation is dropped. Real files, real 
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -52,8 +53,15 @@ def test_one_judge_never_waits() -> None:
 
 
 def _ledger(path: Path) -> list[tuple[int, int | None, bool]]:
-    """(ticket, bytes held, admitted) per ticket."""
-    return [(t["ticket"], t["held"], t["admitted"]) for t in json.loads(path.read_text())["tickets"]]
+    """(ticket, bytes held, admitted) per ticket, read under the ledger's lock (a writer rewrites it in place:
+    unlocked, a read can land between its truncate and its write)."""
+    with open(path) as fh:
+        fcntl.flock(fh, fcntl.LOCK_SH)
+        try:
+            text = fh.read()
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+    return [(t["ticket"], t["held"], t["admitted"]) for t in json.loads(text)["tickets"]]
 
 
 class _Case(threading.Thread):
