@@ -28,7 +28,7 @@ import contextlib
 import secrets
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,13 +85,15 @@ class Job:
     opened_ok: bool | None = None  # its first judge's build and install worked
     open_message: str = ""  # why its build failed, if it did
     graded_s: float = 0.0  # its graded cases' seconds, summed
-    helpers: list[str] = field(default_factory=list)
     answer: dict[str, Any] | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
     on_finish: list[Callable[[Job], None]] = field(default_factory=list)
 
+    def _unstarted(self) -> Iterator[CaseInfo]:
+        return (c for c in self.cases if c.key not in self.outcomes and c.key not in self.claimed)
+
     def next_case(self) -> CaseInfo | None:
-        return next((c for c in self.cases if c.key not in self.outcomes and c.key not in self.claimed), None)
+        return next(self._unstarted(), None)
 
     def complete(self) -> bool:
         return len(self.outcomes) >= len(self.cases)
@@ -99,7 +101,7 @@ class Job:
     def work_left(self, now: float) -> float:
         """Seconds its unstarted cases would take one after another: their count times the mean graded case, or
         times the longest its cases in flight have run (a lower bound, before any is graded)."""
-        left = sum(1 for c in self.cases if c.key not in self.outcomes and c.key not in self.claimed)
+        left = sum(1 for _ in self._unstarted())
         if not left:
             return 0.0
         per_case = self.graded_s / len(self.outcomes) if self.outcomes else 0.0
@@ -392,8 +394,7 @@ class Dispatcher:
                 # a helper grades only what its own open agrees with (same build verdict, same settings)
                 if opened.get("ok") != job.opened_ok or facts["settings_hash"] != job.provenance.get("settings_hash"):
                     return
-                job.helpers.append(str(opened.get("name")))
-                job.provenance["helpers"] = list(job.helpers)
+                job.provenance.setdefault("helpers", []).append(str(opened.get("name")))
             else:
                 facts["flags"] = sorted(set(job.provenance.get("flags") or []) | set(facts["flags"]))
                 job.provenance.update(facts)
